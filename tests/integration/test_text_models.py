@@ -1,4 +1,4 @@
-"""The text pipeline's models in a real tritonserver: bucketed tokenizer, pooling, and the whole ensemble.
+"""The text pipeline's models in a real tritonserver: tokenizer, ragged-batched encoder, the ensembles.
 
 Served by the session's server (the whole repository derived from model_repository/, exported models
 included: `make test` exports first).
@@ -23,7 +23,6 @@ ROOT = Path(__file__).resolve().parents[2]
 DEPLOYABLE = ROOT / "model_repository"
 ENSEMBLES = {"text_embedder": "minilm_onnx", "text_embedder_torchscript": "minilm_torchscript"}
 _PARAMETERS = load_model_config(DEPLOYABLE / "text_tokenizer").parameters
-BUCKETS = tuple(int(b) for b in _PARAMETERS["buckets"].string_value.split(","))
 MAX_LENGTH = int(_PARAMETERS["max_length"].string_value)
 HIDDEN = 384
 
@@ -44,28 +43,26 @@ def _tokenize(url: str, texts: list[bytes]) -> httpclient.InferResult:
     return httpclient.InferenceServerClient(url).infer("text_tokenizer", [_text_input(texts)])
 
 
-def _bucket(tokens: int) -> int:
-    return next(b for b in BUCKETS if b >= tokens)
+def _executions(url: str, model: str) -> tuple[int, int]:
+    """(inference count, execution count) of ``model`` so far, from Triton's statistics."""
+    stats = httpclient.InferenceServerClient(url).get_inference_statistics(model)["model_stats"][0]
+    return int(stats["inference_count"]), int(stats["execution_count"])
 
 
-def test_tokenizer_pads_each_request_to_the_bucket_of_its_longest_text(
+def test_tokenizer_leaves_a_single_text_unpadded_and_pads_a_multi_text_request_to_its_longest(
     text_server: LocalTritonServer,
 ) -> None:
     short = _tokenize(text_server.http_url, [b"A man is eating food."])  # [CLS] 6 tokens [SEP]
-    assert short.as_numpy("INPUT_IDS").shape == (1, _bucket(8))
-    mixed = _tokenize(text_server.http_url, [b"Hi.", " ".join(["word"] * 40).encode()])
-    ids, mask = mixed.as_numpy("INPUT_IDS"), mixed.as_numpy("ATTENTION_MASK")
-    assert ids.shape == mask.shape == (2, _bucket(42))
-    assert mask.sum(axis=1).tolist() == [4, 42]  # [CLS] hi . [SEP] and [CLS] + 40 words + [SEP]
-    assert ids[0, :4].tolist()[0] == 101 and ids[0, 3] == 102 and not ids[0, 4:].any()
+    assert short.as_numpy("INPUT_IDS").shape == (1, 8)
+    ids = _tokenize(text_server.http_url, [b"Hi.", " ".join(["word"] * 40).encode()]).as_numpy("INPUT_IDS")
+    assert ids.shape == (2, 42)  # [CLS] + 40 words + [SEP]
+    assert ids[0, 0] == 101 and ids[0, 3] == 102 and not ids[0, 4:].any()  # [PAD] is 0
 
 
 def test_tokenizer_truncates_long_text_and_maps_empty_text_to_cls_sep(text_server: LocalTritonServer) -> None:
-    result = _tokenize(text_server.http_url, [b"", " ".join(["token"] * 5000).encode()])
-    ids, mask = result.as_numpy("INPUT_IDS"), result.as_numpy("ATTENTION_MASK")
+    ids = _tokenize(text_server.http_url, [b"", " ".join(["token"] * 5000).encode()]).as_numpy("INPUT_IDS")
     assert ids.shape == (2, MAX_LENGTH)
-    assert mask.sum(axis=1).tolist() == [2, MAX_LENGTH]
-    assert ids[0, :2].tolist() == [101, 102] and ids[1, -1] == 102
+    assert ids[0, :2].tolist() == [101, 102] and not ids[0, 2:].any() and ids[1, -1] == 102
 
 
 def test_invalid_utf8_request_fails_alone_among_concurrent_good_ones(text_server: LocalTritonServer) -> None:
@@ -78,33 +75,68 @@ def test_invalid_utf8_request_fails_alone_among_concurrent_good_ones(text_server
         except InferenceServerException as e:
             return e
 
+    before = _executions(text_server.http_url, "text_tokenizer")
     with ThreadPoolExecutor(max_workers=16) as pool:
         results = list(pool.map(send, [*texts[:7], bad, *texts[7:]]))
+    inferences, executions = (
+        a - b for a, b in zip(_executions(text_server.http_url, "text_tokenizer"), before, strict=True)
+    )
     failure = results.pop(7)
     assert isinstance(failure, InferenceServerException)
     assert "TEXT: not valid UTF-8 at byte 14" in str(failure)
     # [CLS] sentence number N about batch ##ing . [SEP]
-    assert all(r.as_numpy("INPUT_IDS").shape == (1, _bucket(9)) for r in results), results
+    assert all(r.as_numpy("INPUT_IDS").shape == (1, 9) for r in results), results
+    assert inferences == 16 and executions < 16  # the bad request shared an execution with good ones
 
 
-def test_pooling_equals_the_numpy_masked_mean_per_bucket_length(text_server: LocalTritonServer) -> None:
+def test_encoder_batches_mixed_lengths_together_with_the_embeddings_of_one_at_a_time(
+    text_server: LocalTritonServer,
+) -> None:
+    texts = [("word " * n).strip().encode() for n in range(1, 33)]  # 32 requests, 32 different lengths
     client = httpclient.InferenceServerClient(text_server.http_url)
-    rng = np.random.default_rng(0)
-    for length in (16, 64):
-        embeddings = rng.normal(size=(3, length, HIDDEN)).astype(np.float32)
-        mask = np.zeros((3, length), dtype=np.int64)
-        for row, real in enumerate((2, length // 2, length)):
-            mask[row, :real] = 1
-        inputs = [
-            httpclient.InferInput("TOKEN_EMBEDDINGS", list(embeddings.shape), "FP32"),
-            httpclient.InferInput("ATTENTION_MASK", list(mask.shape), "INT64"),
-        ]
-        inputs[0].set_data_from_numpy(embeddings)
-        inputs[1].set_data_from_numpy(mask)
-        got = client.infer("text_pooling", inputs).as_numpy("EMBEDDING")
-        mean = (embeddings * mask[:, :, None]).sum(axis=1) / mask.sum(axis=1, keepdims=True)
-        expected = mean / np.linalg.norm(mean, axis=1, keepdims=True)
-        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+    alone = np.concatenate(
+        [client.infer("text_embedder", [_text_input([t])]).as_numpy("EMBEDDING") for t in texts]
+    )
+
+    def send(text: bytes) -> np.ndarray:
+        return (
+            httpclient.InferenceServerClient(text_server.http_url)
+            .infer("text_embedder", [_text_input([text])])
+            .as_numpy("EMBEDDING")
+        )
+
+    before = _executions(text_server.http_url, "minilm_onnx")
+    with ThreadPoolExecutor(max_workers=32) as pool:
+        together = np.concatenate(list(pool.map(send, texts)))
+    inferences, executions = (
+        a - b for a, b in zip(_executions(text_server.http_url, "minilm_onnx"), before, strict=True)
+    )
+    assert inferences == 32 and executions < 32  # requests of different lengths shared executions
+    assert (together * alone).sum(axis=1).min() >= 0.99999
+
+
+def test_encoder_refuses_a_token_id_outside_the_vocabulary_and_serves_its_neighbours(
+    text_server: LocalTritonServer,
+) -> None:
+    def send(ids: list[int]) -> np.ndarray | InferenceServerException:
+        tensor = httpclient.InferInput("INPUT_IDS__0", [1, len(ids)], "INT64")
+        tensor.set_data_from_numpy(np.array([ids], dtype=np.int64))
+        try:
+            return (
+                httpclient.InferenceServerClient(text_server.http_url)
+                .infer("minilm_onnx", [tensor])
+                .as_numpy("EMBEDDING__0")
+            )
+        except InferenceServerException as e:
+            return e
+
+    good = [[101, 2023 + i, 102] for i in range(7)]
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        results = list(pool.map(send, [*good[:3], [101, 40000, 102], *good[3:]]))
+    failure = results.pop(3)
+    assert isinstance(failure, InferenceServerException) and failure.status() == "400"
+    assert "INPUT_IDS__0: value 40000 is outside [0, 30521]" in str(failure)
+    assert all(isinstance(r, np.ndarray) and r.shape == (1, HIDDEN) for r in results)
 
 
 @pytest.mark.parametrize("ensemble", sorted(ENSEMBLES))

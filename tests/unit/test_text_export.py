@@ -1,11 +1,9 @@
-"""The text pipeline without a server: encoder weights, exported files, bucketing, embedding quality."""
+"""The text pipeline without a server: encoder weights, the ragged encoder, exported files, quality."""
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 from pathlib import Path
-from types import ModuleType
 
 import numpy as np
 import onnxruntime
@@ -19,10 +17,10 @@ from export.common import ExportError, load_model_config
 from export.minilm import (
     BertShape,
     MiniLMEncoder,
+    RaggedSentenceEncoder,
     load_encoder,
     load_strict,
     load_tokenizer,
-    mean_pool,
     reference_embeddings,
 )
 
@@ -34,25 +32,11 @@ DEPLOYABLE = ROOT / "model_repository"
 MODEL_DIR = Path(get_model_path())
 _TOKENIZER_PARAMS = load_model_config(DEPLOYABLE / "text_tokenizer").parameters
 MAX_LENGTH = int(_TOKENIZER_PARAMS["max_length"].string_value)
-BUCKETS_TEXT = _TOKENIZER_PARAMS["buckets"].string_value
 TEXTS = {
     "short": "A man is eating food.",
     "long": " ".join(["The committee met again to discuss the budget for road repairs next year."] * 30),
     "non-ASCII": "Ein Mann isst gerade Essen in München; 東京の天気は明日晴れるでしょう。",
 }
-
-
-def _load_text_buckets() -> ModuleType:
-    """The tokenizer model's pure bucketing module, imported from its file (it lives beside model.py)."""
-    path = DEPLOYABLE / "text_tokenizer" / "1" / "text_buckets.py"
-    spec = importlib.util.spec_from_file_location("text_buckets", path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-buckets_module = _load_text_buckets()
 
 
 @pytest.fixture(scope="module")
@@ -76,9 +60,8 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return repository
 
 
-def _padded(tokenizer, text: str) -> tuple[np.ndarray, np.ndarray]:
-    buckets = buckets_module.parse_buckets(BUCKETS_TEXT, max_length=MAX_LENGTH)
-    return buckets_module.pad_to_bucket([tokenizer.encode(text).ids], buckets)
+def _ragged(tokenizer, texts: list[str], extra_padding: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    return text_export.ragged_batch(tokenizer, texts, extra_padding=extra_padding)
 
 
 def test_encoder_loads_every_checkpoint_weight_strictly() -> None:
@@ -119,33 +102,78 @@ def test_paraphrase_is_closer_than_an_unrelated_sentence(encoder: MiniLMEncoder,
     assert np.allclose(np.linalg.norm([anchor, paraphrase, unrelated], axis=1), 1.0, atol=1e-5)
 
 
-@pytest.mark.parametrize("kind", sorted(TEXTS))
-def test_exported_onnx_matches_the_reference(exported: Path, encoder, tokenizer, kind: str) -> None:
-    config = load_model_config(exported / "minilm_onnx")
-    session = onnxruntime.InferenceSession(str(exported / "minilm_onnx" / "1" / "model.onnx"))
-    ids, mask = _padded(tokenizer, TEXTS[kind])
-    feeds = {config.input[0].name: ids, config.input[1].name: mask}
-    (tokens,) = session.run([config.output[0].name], feeds)
-    cosine = float(mean_pool(tokens, mask)[0] @ reference_embeddings(encoder, tokenizer, [TEXTS[kind]])[0])
-    assert cosine >= 0.9999
-
-
-@pytest.mark.parametrize("kind", sorted(TEXTS))
-def test_exported_torchscript_matches_the_reference(exported: Path, encoder, tokenizer, kind: str) -> None:
-    module = torch.jit.load(str(exported / "minilm_torchscript" / "1" / "model.pt"))
-    ids, mask = _padded(tokenizer, TEXTS[kind])
+def test_ragged_batch_of_mixed_lengths_gives_the_embeddings_of_one_text_at_a_time(
+    encoder: MiniLMEncoder, tokenizer
+) -> None:
+    texts = [
+        *TEXTS.values(),
+        "",
+        "Short one.",
+        "A somewhat longer sentence about dynamic batching of requests.",
+    ]
+    ids, lengths = _ragged(tokenizer, texts)
+    assert len(set(lengths.tolist())) == len(texts)  # every length differs: one batch, no equal shapes
     with torch.inference_mode():
-        tokens = module(torch.from_numpy(ids), torch.from_numpy(mask)).numpy()
-    cosine = float(mean_pool(tokens, mask)[0] @ reference_embeddings(encoder, tokenizer, [TEXTS[kind]])[0])
-    assert cosine >= 0.9999
+        batched = (
+            RaggedSentenceEncoder(encoder).eval()(torch.from_numpy(ids), torch.from_numpy(lengths)).numpy()
+        )
+    cosines = (batched * reference_embeddings(encoder, tokenizer, texts)).sum(axis=1)
+    assert cosines.min() >= 0.99999, cosines
 
 
-def test_exported_onnx_uses_the_config_tensor_names_and_dynamic_axes(exported: Path) -> None:
+def test_pad_tokens_inside_a_sequence_do_not_change_its_embedding(encoder: MiniLMEncoder, tokenizer) -> None:
+    texts = list(TEXTS.values())
+    ragged = RaggedSentenceEncoder(encoder).eval()
+    with torch.inference_mode():
+        plain = ragged(*(torch.from_numpy(a) for a in _ragged(tokenizer, texts)))
+        padded = ragged(*(torch.from_numpy(a) for a in _ragged(tokenizer, texts, extra_padding=7)))
+    assert (plain * padded).sum(dim=1).min() >= 0.99999
+
+
+def test_exported_onnx_and_torchscript_match_the_reference_on_one_mixed_batch(
+    exported: Path, encoder, tokenizer
+) -> None:
+    texts = [*TEXTS.values(), ""]
+    reference = reference_embeddings(encoder, tokenizer, texts)
+    ids, lengths = _ragged(tokenizer, texts, extra_padding=5)
     config = load_model_config(exported / "minilm_onnx")
     session = onnxruntime.InferenceSession(str(exported / "minilm_onnx" / "1" / "model.onnx"))
-    assert [i.name for i in session.get_inputs()] == [t.name for t in config.input]
+    feeds = {config.input[0].name: ids, config.batch_input[0].target_name[0]: lengths}
+    (from_onnx,) = session.run([config.output[0].name], feeds)
+    module = torch.jit.load(str(exported / "minilm_torchscript" / "1" / "model.pt"))
+    with torch.inference_mode():
+        from_torchscript = module(torch.from_numpy(ids), torch.from_numpy(lengths)).numpy()
+    for embeddings in (from_onnx, from_torchscript):
+        assert embeddings.shape == (len(texts), 384)
+        assert (embeddings * reference).sum(axis=1).min() >= 0.9999
+
+
+def test_exported_onnx_takes_the_ragged_input_and_the_batch_input_named_in_the_config(exported: Path) -> None:
+    config = load_model_config(exported / "minilm_onnx")
+    session = onnxruntime.InferenceSession(str(exported / "minilm_onnx" / "1" / "model.onnx"))
+    assert [i.name for i in session.get_inputs()] == [
+        config.input[0].name,
+        config.batch_input[0].target_name[0],
+    ]
     assert [o.name for o in session.get_outputs()] == [t.name for t in config.output]
-    assert all(isinstance(dim, str) for i in session.get_inputs() for dim in i.shape)  # batch and sequence
+    ids, lengths = session.get_inputs()
+    assert len(ids.shape) == 1 and isinstance(
+        ids.shape[0], str
+    )  # [-1]: what the onnxruntime backend requires
+    assert ids.type == "tensor(int64)" and lengths.type == "tensor(int32)"
+
+
+def test_encoder_config_without_ragged_batching_is_refused(tmp_path: Path) -> None:
+    text = (DEPLOYABLE / "minilm_onnx" / "config.pbtxt").read_text()
+    (tmp_path / "minilm_onnx").mkdir()
+    (tmp_path / "minilm_onnx" / "config.pbtxt").write_text(text.replace("allow_ragged_batch: true", ""))
+    with pytest.raises(ExportError, match="allow_ragged_batch"):
+        text_export.encoder_io(load_model_config(tmp_path / "minilm_onnx"), 384)
+
+
+def test_export_records_the_vocabulary_bounds_of_the_token_ids(exported: Path) -> None:
+    manifest = (exported / "minilm_onnx" / "1" / ".export.json").read_text()
+    assert '"INPUT_IDS__0": [\n      0,\n      30521\n    ]' in manifest
 
 
 def test_export_is_idempotent_and_ships_the_tokenizer(exported: Path) -> None:
@@ -165,45 +193,11 @@ def test_export_that_fails_its_check_writes_nothing(tmp_path: Path, monkeypatch:
     assert list((tmp_path / "minilm_onnx" / "1").iterdir()) == []
 
 
-def test_bucketing_pads_a_request_to_the_bucket_of_its_longest_sequence() -> None:
-    buckets = buckets_module.parse_buckets("16,32,64,128,256", max_length=256)
-    ids, mask = buckets_module.pad_to_bucket([[101, 7, 102], list(range(20))], buckets)
-    assert ids.shape == mask.shape == (2, 32) and ids.dtype == mask.dtype == np.int64
-    assert mask.sum(axis=1).tolist() == [3, 20]
-    assert ids[0].tolist() == [101, 7, 102] + [0] * 29
-    assert buckets_module.pad_to_bucket([list(range(16))], buckets)[0].shape == (1, 16)
-    assert buckets_module.pad_to_bucket([list(range(17))], buckets)[0].shape == (1, 32)
-    with pytest.raises(ValueError, match="over the largest bucket"):
-        buckets_module.pad_to_bucket([list(range(257))], buckets)
-
-
-def test_long_text_is_truncated_to_max_length_and_lands_in_the_last_bucket(tokenizer) -> None:
-    ids, mask = _padded(tokenizer, "word " * 5000)
-    assert ids.shape == (1, MAX_LENGTH) and int(mask.sum()) == MAX_LENGTH
-    assert ids[0, 0] == 101 and ids[0, -1] == 102  # [CLS] ... [SEP]
+def test_long_text_is_truncated_to_max_length(tokenizer) -> None:
+    ids, lengths = _ragged(tokenizer, ["word " * 5000])
+    assert lengths.tolist() == [MAX_LENGTH] and ids[0] == 101 and ids[-1] == 102  # [CLS] ... [SEP]
 
 
 def test_empty_text_becomes_cls_sep(tokenizer) -> None:
-    ids, mask = _padded(tokenizer, "")
-    assert ids[0, :2].tolist() == [101, 102] and int(mask.sum()) == 2
-
-
-@pytest.mark.parametrize(
-    ("text", "message"),
-    [
-        ("16,8,256", "strictly ascending"),
-        ("16,16,256", "strictly ascending"),
-        ("0,256", "positive"),
-        ("16,32,a", "comma-separated integers"),
-        ("16,32,128", "largest bucket must equal max_length"),
-    ],
-)
-def test_bucket_lists_are_validated(text: str, message: str) -> None:
-    with pytest.raises(ValueError, match=message):
-        buckets_module.parse_buckets(text, max_length=256)
-
-
-def test_first_invalid_utf8_reports_the_byte_offset() -> None:
-    assert buckets_module.first_invalid_utf8("café".encode()) is None
-    assert buckets_module.first_invalid_utf8(b"caf\xc3\xa9 \xff") == 6
-    assert buckets_module.first_invalid_utf8(b"\xc3") == 0  # truncated multi-byte sequence
+    ids, lengths = _ragged(tokenizer, [""])
+    assert ids.tolist() == [101, 102] and lengths.tolist() == [2]

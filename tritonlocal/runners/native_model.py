@@ -2,28 +2,82 @@
 
 The local repository (``python -m tritonlocal derive``) places this file as ``model.py`` for every model
 that NVIDIA's container runs with the onnxruntime or libtorch backend. It keeps the name, the inputs and
-outputs, max_batch_size and dynamic batching of the deployable configuration, and runs the same exported
-file with onnxruntime or torch.jit on the CPU (or on a GPU when one is present).
+outputs, max_batch_size, dynamic batching, ragged inputs and batch inputs of the deployable
+configuration, and runs the same exported file with onnxruntime or torch.jit on the CPU (or on a GPU
+when one is present), feeding it what the native backend would:
+
+- an input with ``allow_ragged_batch`` arrives from every request of the batch concatenated into one
+  1-D array (the dynamic batcher lets requests of different shapes share the execution);
+- each ``batch_input`` is computed from the requests' shapes as Triton's backends compute it
+  (element counts, accumulated counts, item shapes).
+
+Each request is checked before it joins the batch: its inputs' datatypes, a non-empty ragged input, and
+the value bounds the export recorded for an input (token ids inside the vocabulary). A request that fails
+gets its own INVALID_ARGUMENT response naming the input; the rest of the batch runs.
 
 Config parameters (written by derive): ``runtime`` ("onnxruntime" or "torchscript"), ``model_filename``,
-and optionally ``intra_op_threads``.
+``intra_op_threads``, optionally ``input_bounds`` (JSON: input name -> [low, high]); the libtorch
+backend's own ``DISABLE_OPTIMIZED_EXECUTION`` and ``ENABLE_JIT_PROFILING`` are honoured as it does.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
 
+@dataclass(frozen=True)
+class _Input:
+    name: str
+    dtype: type
+    ragged: bool
+    bounds: tuple[float, float] | None
+
+
+@dataclass(frozen=True)
+class _BatchInput:
+    kind: str
+    target: str
+    source: str
+    dtype: type
+
+
 class TritonPythonModel:
     def initialize(self, args: dict) -> None:
         config = json.loads(args["model_config"])
         parameters = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
-        self.inputs = [tensor["name"] for tensor in config["input"]]
+        bounds = json.loads(parameters.get("input_bounds") or "{}")
+        self.inputs = [
+            _Input(
+                name=tensor["name"],
+                dtype=pb_utils.triton_string_to_numpy(tensor["data_type"]),
+                ragged=bool(tensor.get("allow_ragged_batch")),
+                bounds=tuple(bounds[tensor["name"]]) if tensor["name"] in bounds else None,
+            )
+            for tensor in config["input"]
+        ]
+        self.batch_inputs = [
+            _BatchInput(
+                kind=entry["kind"],
+                target=entry["target_name"][0],
+                source=entry["source_input"][0],
+                dtype=pb_utils.triton_string_to_numpy(entry["data_type"]),
+            )
+            for entry in config.get("batch_input", [])
+        ]
+        unknown = [b.kind for b in self.batch_inputs if b.kind not in _BATCH_INPUT_KINDS]
+        if unknown:
+            raise pb_utils.TritonModelException(
+                f"{config['name']}: batch_input kind(s) {unknown} are not supported here; "
+                f"supported: {sorted(_BATCH_INPUT_KINDS)}"
+            )
+        self.ragged = any(i.ragged for i in self.inputs)
         self.outputs = [tensor["name"] for tensor in config["output"]]
         self.output_dtypes = {
             tensor["name"]: pb_utils.triton_string_to_numpy(tensor["data_type"])
@@ -35,13 +89,19 @@ class TritonPythonModel:
                 f"{config['name']}: exported file {path} is missing; run `python -m export` first"
             )
         threads = int(parameters.get("intra_op_threads") or os.cpu_count() or 1)
+        feed_order = [i.name for i in self.inputs] + [b.target for b in self.batch_inputs]
         runtime = parameters["runtime"]
         self.runner: _OnnxRunner | _TorchScriptRunner
         if runtime == "onnxruntime":
             self.runner = _OnnxRunner(path, threads=threads, outputs=self.outputs)
         elif runtime == "torchscript":
             self.runner = _TorchScriptRunner(
-                path, threads=threads, instance_kind=args.get("model_instance_kind")
+                path,
+                threads=threads,
+                instance_kind=args.get("model_instance_kind"),
+                feed_order=sorted(feed_order, key=_libtorch_position(feed_order)),
+                optimized=parameters.get("DISABLE_OPTIMIZED_EXECUTION", "false").lower() != "true",
+                profiling=parameters.get("ENABLE_JIT_PROFILING", "true").lower() != "false",
             )
         else:
             raise pb_utils.TritonModelException(
@@ -49,42 +109,120 @@ class TritonPythonModel:
             )
 
     def execute(self, requests: list) -> list:
-        # The dynamic batcher only batches requests whose inputs share a shape, but group by shape anyway
-        # so that one execute() call can never mix shapes in one array.
         responses: list = [None] * len(requests)
-        groups: dict[tuple, list[int]] = {}
-        arrays: list[list[np.ndarray]] = []
+        arrays: dict[int, dict[str, np.ndarray]] = {}
         for index, request in enumerate(requests):
-            tensors = [pb_utils.get_input_tensor_by_name(request, name).as_numpy() for name in self.inputs]
-            arrays.append(tensors)
-            groups.setdefault(tuple(t.shape[1:] for t in tensors), []).append(index)
+            tensors = {
+                i.name: pb_utils.get_input_tensor_by_name(request, i.name).as_numpy() for i in self.inputs
+            }
+            problem = self._problem(tensors)
+            if problem:
+                responses[index] = pb_utils.InferenceResponse(error=_invalid_input(problem))
+            else:
+                arrays[index] = tensors
+        # Ragged inputs let requests of any shape share the execution; otherwise the dynamic batcher only
+        # batches equal shapes, but group by shape anyway so that one array never mixes them.
+        groups: dict[tuple, list[int]] = {}
+        for index, tensors in arrays.items():
+            key = () if self.ragged else tuple(t.shape[1:] for t in tensors.values())
+            groups.setdefault(key, []).append(index)
         for members in groups.values():
-            self._run_group(members, arrays, responses)
+            self._run_group(members, [arrays[i] for i in members], responses)
         return responses
 
-    def _run_group(self, members: list[int], arrays: list[list[np.ndarray]], responses: list) -> None:
-        batch = [np.concatenate([arrays[i][k] for i in members]) for k in range(len(self.inputs))]
+    def _problem(self, tensors: dict[str, np.ndarray]) -> str | None:
+        rows = {len(t) for t in tensors.values()}
+        if len(rows) != 1:
+            return f"inputs {sorted(tensors)} must have the same batch size, got {sorted(rows)}"
+        for spec in self.inputs:
+            array = tensors[spec.name]
+            if array.dtype != spec.dtype:
+                return f"{spec.name}: expected {np.dtype(spec.dtype).name}, got {array.dtype.name}"
+            if spec.ragged and array.size == 0:
+                return f"{spec.name}: empty; every item needs at least one element"
+            if spec.bounds is not None and array.size:
+                low, high = spec.bounds
+                outside = (array < low) | (array > high)
+                if outside.any():
+                    value = array[outside].flat[0]
+                    return (
+                        f"{spec.name}: value {value} is outside [{low:g}, {high:g}] (the model's valid range)"
+                    )
+        return None
+
+    def _run_group(self, members: list[int], group: list[dict[str, np.ndarray]], responses: list) -> None:
+        feeds = {
+            spec.name: np.concatenate(
+                [t[spec.name].reshape(-1) if spec.ragged else t[spec.name] for t in group]
+            )
+            for spec in self.inputs
+        }
+        for batch_input in self.batch_inputs:
+            feeds[batch_input.target] = _batch_input(
+                batch_input, [t[batch_input.source].shape for t in group]
+            )
         try:
-            results = self.runner.run(batch)
+            results = self.runner.run(feeds)
         except Exception as e:  # noqa: BLE001 - reported to each request of the group
             for i in members:
                 responses[i] = pb_utils.InferenceResponse(
                     error=pb_utils.TritonError(f"inference failed: {e}")
                 )
             return
-        sizes = [len(arrays[i][0]) for i in members]
-        splits = np.cumsum(sizes)[:-1]
-        per_output = [np.split(result, splits) for result in results]
-        if any(len(parts) != len(members) for parts in per_output):
-            raise pb_utils.TritonModelException(
-                f"batch split produced the wrong number of parts for {len(members)}"
-            )
+        sizes = [len(next(iter(t.values()))) for t in group]
+        for name, result in zip(self.outputs, results, strict=True):
+            if len(result) != sum(sizes):
+                raise pb_utils.TritonModelException(
+                    f"{name}: the model returned {len(result)} rows for a batch of {sum(sizes)}"
+                )
+        per_output = [np.split(result, np.cumsum(sizes)[:-1]) for result in results]
         for position, i in enumerate(members):
             tensors = [
                 pb_utils.Tensor(name, parts[position].astype(self.output_dtypes[name], copy=False))
                 for name, parts in zip(self.outputs, per_output, strict=True)
             ]
             responses[i] = pb_utils.InferenceResponse(output_tensors=tensors)
+
+
+def _item_shapes(shapes: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
+    """One entry per batch item: a request of shape [n, *dims] contributes n items of shape dims."""
+    return [tuple(shape[1:]) for shape in shapes for _ in range(shape[0])]
+
+
+def _element_counts(shapes: list[tuple[int, ...]]) -> np.ndarray:
+    return np.array([int(np.prod(shape)) for shape in shapes], dtype=np.int64)
+
+
+# The batch input kinds of Triton's model configuration, computed as the backends compute them.
+_BATCH_INPUT_KINDS = {
+    "BATCH_ELEMENT_COUNT": lambda shapes: _element_counts(shapes),
+    "BATCH_ACCUMULATED_ELEMENT_COUNT": lambda shapes: np.cumsum(_element_counts(shapes)),
+    "BATCH_ACCUMULATED_ELEMENT_COUNT_WITH_ZERO": lambda shapes: np.concatenate(
+        [[0], np.cumsum(_element_counts(shapes))]
+    ),
+    "BATCH_ITEM_SHAPE": lambda shapes: np.array(_item_shapes(shapes), dtype=np.int64),
+    "BATCH_ITEM_SHAPE_FLATTEN": lambda shapes: np.array(_item_shapes(shapes), dtype=np.int64).reshape(-1),
+}
+
+
+def _batch_input(batch_input: _BatchInput, shapes: list[tuple[int, ...]]) -> np.ndarray:
+    return _BATCH_INPUT_KINDS[batch_input.kind](shapes).astype(batch_input.dtype)
+
+
+def _libtorch_position(names: list[str]):
+    """libtorch binds NAME__<index> to forward()'s argument <index>; other names keep their order."""
+
+    def position(name: str) -> int:
+        _, _, suffix = name.rpartition("__")
+        return int(suffix) if suffix.isdigit() else names.index(name)
+
+    return position
+
+
+def _invalid_input(message: str):
+    """An error response for a bad request: HTTP 400 / gRPC INVALID_ARGUMENT, not 500 / INTERNAL."""
+    code = getattr(pb_utils.TritonError, "INVALID_ARG", None)
+    return pb_utils.TritonError(message) if code is None else pb_utils.TritonError(message, code)
 
 
 class _OnnxRunner:
@@ -97,26 +235,44 @@ class _OnnxRunner:
         available = ort.get_available_providers()
         providers = [p for p in ("CUDAExecutionProvider", "CPUExecutionProvider") if p in available]
         self.session = ort.InferenceSession(str(path), sess_options=options, providers=providers)
-        self.input_names = [i.name for i in self.session.get_inputs()]
         self.outputs = outputs
 
-    def run(self, batch: list[np.ndarray]) -> list[np.ndarray]:
-        return list(self.session.run(self.outputs, dict(zip(self.input_names, batch, strict=True))))
+    def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        return list(self.session.run(self.outputs, feeds))
 
 
 class _TorchScriptRunner:
-    def __init__(self, path: Path, *, threads: int, instance_kind: str | None) -> None:
+    def __init__(
+        self,
+        path: Path,
+        *,
+        threads: int,
+        instance_kind: str | None,
+        feed_order: list[str],
+        optimized: bool,
+        profiling: bool,
+    ) -> None:
         import torch
 
         self.torch = torch
         torch.set_num_threads(threads)
+        torch._C._jit_set_profiling_mode(profiling)  # the libtorch backend's ENABLE_JIT_PROFILING
         use_gpu = torch.cuda.is_available() and instance_kind != "CPU"
         self.device = torch.device("cuda" if use_gpu else "cpu")
         self.module = torch.jit.load(str(path), map_location=self.device).eval()
+        self.feed_order = feed_order
+        self.optimized = optimized
 
-    def run(self, batch: list[np.ndarray]) -> list[np.ndarray]:
+    def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         torch = self.torch
-        with torch.inference_mode():
-            result = self.module(*(torch.from_numpy(np.ascontiguousarray(a)).to(self.device) for a in batch))
+        execution: AbstractContextManager = (
+            nullcontext() if self.optimized else torch.jit.optimized_execution(False)
+        )
+        with torch.inference_mode(), execution:
+            tensors = (
+                torch.from_numpy(np.ascontiguousarray(feeds[name])).to(self.device)
+                for name in self.feed_order
+            )
+            result = self.module(*tensors)
         results = result if isinstance(result, (tuple, list)) else (result,)
         return [r.detach().cpu().numpy() for r in results]

@@ -1,8 +1,10 @@
-"""Tokenise UTF-8 texts for all-MiniLM-L6-v2 and pad each request to a length bucket.
+"""Tokenise UTF-8 texts for all-MiniLM-L6-v2, each at its own length.
 
-TEXT [b, 1] (bytes) -> INPUT_IDS, ATTENTION_MASK [b, bucket] int64, where bucket is the smallest of the
-configured buckets that holds the request's longest text. Every text of every request in one execute()
-is tokenised in one `encode_batch` call; the results are split back per request.
+TEXT [b, 1] (bytes) -> INPUT_IDS [b, L] int64, L the longest text of the request (a request of one
+text is never padded; the texts of a multi-text request are padded with [PAD], which the encoder
+masks). Every text of every request in one execute() is tokenised in one `encode_batch` call; the
+results are split back per request. Requests of different lengths leave with different shapes: the
+encoder batches them raggedly (docs/text-batching.md).
 
 - Texts longer than ``max_length`` tokens are truncated to their first ``max_length`` tokens
   ([CLS] and [SEP] included), as sentence-transformers does.
@@ -14,11 +16,11 @@ is tokenised in one `encode_batch` call; the results are split back per request.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
-from text_buckets import first_invalid_utf8, pad_to_bucket, parse_buckets
 from tokenizers import Tokenizer
 
 
@@ -27,12 +29,11 @@ class TritonPythonModel:
         config = json.loads(args["model_config"])
         params = {key: value["string_value"] for key, value in config.get("parameters", {}).items()}
         self.max_length = int(params["max_length"])
-        self.buckets = parse_buckets(params["buckets"], max_length=self.max_length)
         self.max_text_bytes = int(params["max_text_bytes"])
         self.input_name = config["input"][0]["name"]
-        if len(config["output"]) != 2:
-            raise pb_utils.TritonModelException("text_tokenizer needs two outputs: token ids, attention mask")
-        self.ids_name, self.mask_name = (output["name"] for output in config["output"])
+        if len(config["output"]) != 1:
+            raise pb_utils.TritonModelException("text_tokenizer has one output: the token ids")
+        self.ids_name = config["output"][0]["name"]
 
         path = Path(args["model_repository"]) / args["model_version"] / params["tokenizer_file"]
         if not path.is_file():
@@ -40,7 +41,7 @@ class TritonPythonModel:
         self.tokenizer = Tokenizer.from_file(str(path))
         padding = self.tokenizer.padding
         self.pad_id = padding["pad_id"] if padding else 0
-        self.tokenizer.no_padding()  # the shipped file pads to a fixed 128; buckets replace that
+        self.tokenizer.no_padding()  # the shipped file pads every text to 128 tokens
         self.tokenizer.enable_truncation(max_length=self.max_length)
 
     def execute(self, requests: list) -> list:
@@ -65,12 +66,10 @@ class TritonPythonModel:
             )
         start = 0
         for index, count in owners:
-            ids, mask = pad_to_bucket(
-                [e.ids for e in encodings[start : start + count]], self.buckets, pad_id=self.pad_id
-            )
+            ids = pad_to_longest([e.ids for e in encodings[start : start + count]], pad_id=self.pad_id)
             start += count
             responses[index] = pb_utils.InferenceResponse(
-                output_tensors=[pb_utils.Tensor(self.ids_name, ids), pb_utils.Tensor(self.mask_name, mask)]
+                output_tensors=[pb_utils.Tensor(self.ids_name, ids)]
             )
         return responses
 
@@ -84,11 +83,19 @@ class TritonPythonModel:
                     f"{len(data)} bytes is over the limit of {self.max_text_bytes}{where}; the model reads "
                     f"only the first {self.max_length} tokens, so send a shorter text or split it"
                 )
-            offset = first_invalid_utf8(data)
-            if offset is not None:
-                return [], f"not valid UTF-8 at byte {offset}{where}"
-            texts.append(data.decode("utf-8"))
+            try:
+                texts.append(data.decode("utf-8"))
+            except UnicodeDecodeError as e:
+                return [], f"not valid UTF-8 at byte {e.start}{where}"
         return texts, None
+
+
+def pad_to_longest(sequences: Sequence[Sequence[int]], *, pad_id: int) -> np.ndarray:
+    """int64 [len(sequences), longest]: each row a sequence followed by ``pad_id``."""
+    ids = np.full((len(sequences), max(len(s) for s in sequences)), pad_id, dtype=np.int64)
+    for row, sequence in enumerate(sequences):
+        ids[row, : len(sequence)] = sequence
+    return ids
 
 
 def _invalid_input(message: str):
