@@ -22,7 +22,7 @@ from pathlib import Path
 import skimage
 
 from clients.sync_client import TritonClient
-from loadtest.payloads import shuffled_sentences
+from loadtest.load.payloads import shuffled_sentences
 from tritonlocal import LocalTritonServer, ServerConfig
 from tritonlocal.cli import DEPLOYABLE, LOCAL
 from tritonlocal.derive import derive_repository, gpu_is_available

@@ -1,7 +1,8 @@
 """text_embedder_grouped (BLS: tokenise per request, group by length, one encoder call per length)
 answers what the ensemble text_embedder answers, and a bad request fails alone.
 
-The module serves a repository holding both, derived by loadtest.variants from model_repository.
+The module serves a repository holding both, derived by loadtest.experiments.variant_repository from
+model_repository.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from loadtest import payloads
-from loadtest.variants import Variant, build_repository
+from clients import samples
+from loadtest.experiments.variant_repository import Variant, build_repository
 from tritonlocal import LocalTritonServer, ServerConfig
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -58,7 +59,7 @@ def _concurrently(url: str, model: str, requests: list[list[bytes]]) -> list:
 def test_grouped_embeddings_equal_the_ensembles_for_mixed_length_concurrent_requests(
     server: LocalTritonServer,
 ) -> None:
-    texts = [t.encode() for t in payloads.shuffled_sentences(24, seed=5)]
+    texts = [t.encode() for t in samples.shuffled_sentences(24, seed=5)]
     requests = [[t] for t in texts[:20]] + [texts[20:24]]  # single texts and one request of four
     grouped = _concurrently(server.http_url, GROUPED, requests)
     ensemble = _concurrently(server.http_url, ENSEMBLE, requests)
@@ -74,7 +75,7 @@ def test_grouped_embeddings_equal_the_ensembles_for_mixed_length_concurrent_requ
 
 
 def test_a_bad_utf8_request_fails_alone(server: LocalTritonServer) -> None:
-    good = [[t.encode()] for t in payloads.shuffled_sentences(7, seed=6)]
+    good = [[t.encode()] for t in samples.shuffled_sentences(7, seed=6)]
     requests = [*good[:3], [b"caf\xc3"], *good[3:]]
     results = _concurrently(server.http_url, GROUPED, requests)
     error, [reference] = results[3], _concurrently(server.http_url, ENSEMBLE, [[b"caf\xc3"]])
@@ -84,7 +85,7 @@ def test_a_bad_utf8_request_fails_alone(server: LocalTritonServer) -> None:
 
 
 def test_a_request_of_more_texts_than_an_encoder_batch_is_chunked(server: LocalTritonServer) -> None:
-    texts = [t.encode() for t in payloads.shuffled_sentences(64, seed=7)]
+    texts = [t.encode() for t in samples.shuffled_sentences(64, seed=7)]
     embeddings = _embed(server.http_url, GROUPED, texts)
     assert embeddings.shape == (64, 384)
     np.testing.assert_allclose(np.linalg.norm(embeddings, axis=1), 1.0, atol=1e-5)

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from loadtest import findings
-from loadtest.report import write_report
+from loadtest.report import findings
+from loadtest.report.markdown import write_report
 
 
 def _perf(protocol: str, concurrency: int, throughput: float, p99_ms: float) -> dict:
@@ -286,7 +286,7 @@ def test_the_bucketing_summary_averages_the_rounds_of_each_arm(tmp_path: Path) -
 
 def test_only_leaves_out_every_other_experiment_and_refuses_unknown_names() -> None:
     from loadtest.bench import skipped
-    from loadtest.experiments_plan import EXPERIMENTS
+    from loadtest.experiments.registry import KEYS as EXPERIMENTS
 
     assert set(skipped("", "bucketing")) == set(EXPERIMENTS) - {"bucketing"}
     assert skipped("locust,central", "") == ("locust", "central")

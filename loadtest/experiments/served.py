@@ -14,9 +14,15 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from loadtest.observe import ProcessSampler, ProcessUsage, process_tree, statistics_delta, statistics_snapshot
-from loadtest.perf import PerfPoint, PerfSettings, run_perf
-from loadtest.perf_inputs import InputData, write_input_data
+from loadtest.load.observe import (
+    ProcessSampler,
+    ProcessUsage,
+    process_tree,
+    statistics_delta,
+    statistics_snapshot,
+)
+from loadtest.load.perf import PerfPoint, PerfSettings, run_perf
+from loadtest.load.perf_inputs import InputData, write_input_data
 
 logger = logging.getLogger(__name__)
 

@@ -149,8 +149,8 @@ def inprocess_vs_served(points: list[dict], served: dict[str, float], folder: Pa
 def arm_bars(rows: list[dict], folder: Path, name: str, title: str, batch_model: str) -> str | None:
     """Grouped bars per concurrency: each arm's throughput (top) and its encoder's average batch (bottom).
 
-    ``rows`` as :func:`loadtest.findings.bucketing_summary` gives them (concurrency, arm, throughput_per_s,
-    encoder_batch).
+    ``rows`` as :func:`loadtest.report.findings.bucketing_summary` gives them (concurrency, arm,
+    throughput_per_s, encoder_batch).
     """
     arms = list(dict.fromkeys(r["arm"] for r in rows))
     concurrencies = sorted({r["concurrency"] for r in rows})
