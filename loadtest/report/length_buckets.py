@@ -10,11 +10,12 @@ from pathlib import Path
 
 from loadtest.experiments.registry import experiment
 from loadtest.report import findings, plots
+from loadtest.report.records import served_runs
 from loadtest.report.tables import PERF_HEADER, image, perf_row, table
 
 
 def section(r: dict, folder: Path) -> str:
-    points = r.get("bucketing", [])
+    points = served_runs(r, "bucketing")
     if not points:
         return ""
     summary = findings.bucketing_summary(r)
@@ -27,15 +28,15 @@ def section(r: dict, folder: Path) -> str:
     )
     rows = [
         (
-            s["concurrency"],
-            s["arm"],
-            s["served_model"],
-            s["runs"],
-            s["throughput_per_s"],
-            s["p99_ms"],
-            s["encoder_batch"],
-            s["encoder_queue_ms"],
-            s["encoder_compute_ms"],
+            s.concurrency,
+            s.arm,
+            s.served_model,
+            s.runs,
+            s.throughput_per_s,
+            s.p99_ms,
+            s.encoder_batch,
+            s.encoder_queue_ms,
+            s.encoder_compute_ms,
         )
         for s in summary
     ]

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from loadtest.experiments.registry import experiment
 from loadtest.report import findings, length_buckets, plots
+from loadtest.report.records import model_stats, served_runs
 from loadtest.report.tables import PERF_HEADER, batches, image, perf_row, table
 
 
@@ -74,14 +75,14 @@ def _claims(r: dict) -> str:
 
 
 def _batching(r: dict, folder: Path) -> str:
-    points = r.get("batching", [])
+    points = served_runs(r, "batching")
     if not points:
         return ""
     plot = plots.arms_against_concurrency(
         points, folder, "batching.png", "Dynamic batching on vs off (text ensemble)", findings.TEXT_ENCODER
     )
     ratios = []
-    for c in sorted({p["perf"]["concurrency"] for p in points}):
+    for c in sorted({p.perf.concurrency for p in points}):
         on = findings.point_at(
             points, model=findings.TEXT_MODEL, protocol="grpc", concurrency=c, arm="batching on"
         )
@@ -107,7 +108,7 @@ def _batching(r: dict, folder: Path) -> str:
 
 
 def _instances(r: dict, folder: Path) -> str:
-    points = r.get("instances", [])
+    points = served_runs(r, "instances")
     if not points:
         return ""
     plot = plots.arms_against_concurrency(
@@ -146,7 +147,7 @@ def _central(r: dict) -> str:
             pool["workers"],
         ),
     ]
-    server_batches = batches({"server": server["run"]["server"]})
+    server_batches = batches(model_stats(server["run"]["server"]))
     return (
         experiment("central").heading + "\n\n" + f"{c['images']} distinct images (crops and resizes "
         "of the skimage photographs). Workers load the model themselves (included in their wall time, mean "
@@ -161,7 +162,7 @@ def _clients(r: dict) -> str:
     if not runs:
         return ""
     rows = [
-        (c["label"], c["items"], c["wall_s"], c["items"] / c["wall_s"], batches({"server": c["server"]}))
+        (c["label"], c["items"], c["wall_s"], c["items"] / c["wall_s"], batches(model_stats(c["server"])))
         for c in runs
     ]
     return (
@@ -178,7 +179,7 @@ def _inprocess(r: dict, folder: Path) -> str:
     served = {}
     target = findings.target_point(r)
     if target:
-        served[f"served {target['served_model']} c=32"] = target["perf"]["throughput_per_s"]
+        served[f"served {target.served_model} c=32"] = target.perf.throughput_per_s
     plot = plots.inprocess_vs_served(points, served, folder)
     rows = [
         (
@@ -194,8 +195,8 @@ def _inprocess(r: dict, folder: Path) -> str:
     ]
     best = findings.best_inprocess(r)
     share = (
-        f"\n\nServed text ensemble at c=32: {target['perf']['throughput_per_s']:.1f}/s = "
-        f"{target['perf']['throughput_per_s'] / best['items_per_s']:.0%} of the best in-process "
+        f"\n\nServed text ensemble at c=32: {target.perf.throughput_per_s:.1f}/s = "
+        f"{target.perf.throughput_per_s / best['items_per_s']:.0%} of the best in-process "
         f"{best['items_per_s']:.1f}/s (batch {best['batch_size']})."
         if target and best
         else ""
@@ -256,11 +257,11 @@ def _profiles(r: dict, folder: Path) -> str:
 
 
 def _sweeps(r: dict, folder: Path) -> str:
-    points = r.get("sweeps", [])
+    points = served_runs(r, "sweeps")
     if not points:
         return ""
     images = [plots.sweep_throughput(points, folder)]
-    images += [plots.sweep_latency(points, folder, m) for m in sorted({p["served_model"] for p in points})]
+    images += [plots.sweep_latency(points, folder, m) for m in sorted({p.served_model for p in points})]
     return (
         experiment("sweeps").heading
         + "\n\nEvery public model in this mode, HTTP and gRPC, 99th percentile, real "

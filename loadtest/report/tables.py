@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from loadtest.report.records import ModelStats, ServedRun
+
 
 def table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -23,28 +25,25 @@ def ms(value: float | None) -> str:
     return f"{value:.0f}" if value else "-"
 
 
-def batches(point: dict) -> str:
-    stats = sorted(point.get("server", {}).items())
-    return ", ".join(f"{name} {s['average_batch_size']:.1f}" for name, s in stats if s["executions"]) or "-"
+def batches(server: dict[str, ModelStats]) -> str:
+    """Each model's average batch size in a run, for the models that executed."""
+    stats = sorted(server.items())
+    return ", ".join(f"{name} {s.average_batch_size:.1f}" for name, s in stats if s.executions) or "-"
 
 
-def perf_row(p: dict) -> tuple:
-    perf = p["perf"]
-    state = (
-        "stable"
-        if perf["stable"]
-        else ("**error**: " + perf["error"] if perf["error"] else "unstable (median)")
-    )
+def perf_row(p: ServedRun) -> tuple:
+    perf = p.perf
+    state = "stable" if perf.stable else ("**error**: " + perf.error if perf.error else "unstable (median)")
     return (
-        p["arm"],
-        p["served_model"],
-        perf["protocol"],
-        perf["concurrency"],
-        perf["throughput_per_s"],
-        ms(perf["p50_ms"]),
-        ms(perf["p95_ms"]),
-        ms(perf["p99_ms"]),
-        batches(p),
+        p.arm,
+        p.served_model,
+        perf.protocol,
+        perf.concurrency,
+        perf.throughput_per_s,
+        ms(perf.p50_ms),
+        ms(perf.p95_ms),
+        ms(perf.p99_ms),
+        batches(p.server),
         state,
     )
 

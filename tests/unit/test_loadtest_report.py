@@ -272,7 +272,7 @@ def test_sections_of_experiments_not_run_are_left_out(tmp_path: Path) -> None:
 def test_the_bucketing_summary_averages_the_rounds_of_each_arm(tmp_path: Path) -> None:
     results = recorded_results(served_c32=190.0)
     rows = findings.bucketing_summary(results)
-    assert [(r["arm"], r["runs"], r["throughput_per_s"], r["encoder_batch"]) for r in rows] == [
+    assert [(r.arm, r.runs, r.throughput_per_s, r.encoder_batch) for r in rows] == [
         ("length buckets", 2, 150.0, 1.5),
         ("own length (no buckets)", 2, 120.0, 1.0),
     ]
