@@ -294,3 +294,16 @@ def test_only_leaves_out_every_other_experiment_and_refuses_unknown_names() -> N
         skipped("locust", "bucketing")
     with pytest.raises(ValueError, match="unknown experiments"):
         skipped("", "bucketting")
+
+
+def test_a_stage_runs_only_while_one_of_its_experiments_is_left_in() -> None:
+    from loadtest.experiments import registry
+
+    served = registry.in_stage("served")
+    assert set(served) == {"sweeps", "batching", "instances", "bucketing", "clients", "batchcost", "locust"}
+    assert registry.in_stage("served", skip=served) == ()
+    assert registry.in_stage("central", skip=("locust",)) == ("central",)
+    assert registry.experiment("batchcost").result_keys == ("served_batch_costs",)
+    assert registry.experiment("batching").heading == "## 1. Dynamic batching on vs off"
+    with pytest.raises(ValueError, match="unknown experiment 'bucketting'"):
+        registry.experiment("bucketting")
