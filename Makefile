@@ -40,7 +40,7 @@ derive: $(EXPORTED) ## write build/local_repository from model_repository
 	$(PY) -m tritonlocal derive
 
 demo: $(EXPORTED) ## main job: start a local tritonserver, send real requests, show what batching achieved
-	$(PY) -m clients.demo
+	$(PY) -m demo
 
 test: $(EXPORTED) system-tools ## run the test suite against a real local tritonserver
 	$(PY) -m pytest

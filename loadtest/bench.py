@@ -8,9 +8,10 @@ statistics, onnxruntime profiles). Quick mode takes about 5 minutes on 2 cores, 
     python -m loadtest.bench --mode full --output reports --run-id my-run
     python -m loadtest.bench --mode quick --only bucketing      # one experiment (here: experiment 8)
 
-The served experiments run against a repository derived for the run (loadtest.variants) holding the
-public models and their variants side by side; the in-process and profiling experiments run after
-the server has stopped, so they do not compete with it for the cores.
+The served experiments run against a repository derived for the run
+(:mod:`loadtest.experiments.variant_repository`) holding the public models and their variants side by
+side; the in-process and profiling experiments run after the server has stopped, so they do not compete
+with it for the cores. Which experiment runs in which stage: :mod:`loadtest.experiments.registry`.
 """
 
 from __future__ import annotations
@@ -25,8 +26,10 @@ from dataclasses import asdict, dataclass, is_dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from loadtest import environment, experiments_plan
-from loadtest.report import write_report
+from loadtest import environment
+from loadtest.experiments import plan as experiments_plan
+from loadtest.experiments import registry
+from loadtest.report.markdown import write_report
 
 logger = logging.getLogger(__name__)
 
@@ -44,11 +47,10 @@ class BenchOptions:
     def __post_init__(self) -> None:
         if self.mode not in experiments_plan.PLANS:
             raise ValueError(f"mode must be one of {', '.join(experiments_plan.PLANS)}, got {self.mode!r}")
-        unknown = set(self.skip) - set(experiments_plan.EXPERIMENTS)
+        unknown = set(self.skip) - set(registry.KEYS)
         if unknown:
             raise ValueError(
-                f"--skip names unknown experiments {sorted(unknown)}; "
-                f"known: {', '.join(experiments_plan.EXPERIMENTS)}"
+                f"--skip names unknown experiments {sorted(unknown)}; known: {', '.join(registry.KEYS)}"
             )
 
 
@@ -60,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--skip",
         default="",
-        help=f"comma-separated experiments to leave out: {','.join(experiments_plan.EXPERIMENTS)}",
+        help=f"comma-separated experiments to leave out: {','.join(registry.KEYS)}",
     )
     parser.add_argument(
         "--only",
@@ -97,12 +99,10 @@ def skipped(skip: str, only: str) -> tuple[str, ...]:
         raise ValueError("give --skip or --only, not both")
     if not only_names:
         return skip_names
-    unknown = sorted(set(only_names) - set(experiments_plan.EXPERIMENTS))
+    unknown = sorted(set(only_names) - set(registry.KEYS))
     if unknown:
-        raise ValueError(
-            f"--only names unknown experiments {unknown}; known: {', '.join(experiments_plan.EXPERIMENTS)}"
-        )
-    return tuple(e for e in experiments_plan.EXPERIMENTS if e not in only_names)
+        raise ValueError(f"--only names unknown experiments {unknown}; known: {', '.join(registry.KEYS)}")
+    return tuple(e for e in registry.KEYS if e not in only_names)
 
 
 def run(options: BenchOptions) -> Path:
@@ -126,18 +126,15 @@ def run(options: BenchOptions) -> Path:
     }
     cores = os.cpu_count() or 1
     work = ROOT / "build" / "bench" / options.run_id
-    if set(experiments_plan.SERVED_EXPERIMENTS) - set(options.skip):
-        _stage(
-            results,
-            "served",
-            lambda: experiments_plan.served_stage(plan, SOURCE, work, raw, cores, options.skip),
-        )
-    if "central" not in options.skip:
-        _stage(results, "central", lambda: experiments_plan.central_stage(plan, SOURCE, work, raw, cores))
-    if "inprocess" not in options.skip:
-        _stage(results, "inprocess", lambda: experiments_plan.inprocess_stage(plan, SOURCE, cores))
-    if "profile" not in options.skip:
-        _stage(results, "profile", lambda: experiments_plan.profile_stage(plan, SOURCE, raw, cores))
+    stages = {
+        "served": lambda: experiments_plan.served_stage(plan, SOURCE, work, raw, cores, options.skip),
+        "central": lambda: experiments_plan.central_stage(plan, SOURCE, work, raw, cores),
+        "inprocess": lambda: experiments_plan.inprocess_stage(plan, SOURCE, cores),
+        "profile": lambda: experiments_plan.profile_stage(plan, SOURCE, raw, cores),
+    }
+    for name in registry.STAGES:  # a stage runs when any of its experiments is left in
+        if registry.in_stage(name, options.skip):
+            _stage(results, name, stages[name])
     results["load_average_end"] = environment.load_average()
     results["duration_s"] = round(time.monotonic() - started, 1)
     (folder / "results.json").write_text(json.dumps(results, indent=2, default=_json_default))

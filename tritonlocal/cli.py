@@ -1,8 +1,11 @@
-"""Command line: derive the local repository, serve it, install perf_analyzer.
+"""The tritonlocal command line: every command lives here; the modules it calls neither print nor parse.
 
 python -m tritonlocal derive                 # model_repository -> build/local_repository
 python -m tritonlocal serve                  # serve build/local_repository until Ctrl-C
 python -m tritonlocal serve --http-port 8000 --grpc-port 8001 --metrics-port 8002
+python -m tritonlocal monitor                # the same, with a local Prometheus beside it
+python -m tritonlocal replicas --count 2     # replicas behind nginx
+python -m tritonlocal variant --kind cpu --source model_repository --target build/cpu_repository
 python -m tritonlocal install-perf-analyzer
 """
 
@@ -13,16 +16,18 @@ import logging
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
-from tritonlocal import monitoring, perf_analyzer, replicas, variants
+from tritonlocal import perf_analyzer
 from tritonlocal.config import ServerConfig
 from tritonlocal.derive import derive_repository, gpu_is_available
 from tritonlocal.errors import TritonLocalError
+from tritonlocal.local_repository import DEPLOYABLE, LOCAL, derive_local
+from tritonlocal.monitoring import SUMMARY_FLAG, LocalPrometheus, PrometheusConfig
+from tritonlocal.replicas import LocalReplicaSet, ReplicaSetConfig
 from tritonlocal.server import LocalTritonServer
-
-DEPLOYABLE = Path("model_repository")
-LOCAL = Path("build", "local_repository")
+from tritonlocal.variants import KINDS, write_variant
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 
@@ -81,8 +86,32 @@ def _parser() -> argparse.ArgumentParser:
     install.add_argument("--force", action="store_true")
     install.set_defaults(handler=_install)
 
-    for module in (variants, monitoring, replicas):  # deploy-side subcommands: variant, monitor, replicas
-        module.add_subcommand(sub)
+    variant = sub.add_parser(
+        "variant", help="copy model_repository for another device (keeps native backends)"
+    )
+    variant.add_argument("--kind", choices=KINDS, default="cpu")
+    variant.add_argument("--source", type=Path, default=DEPLOYABLE)
+    variant.add_argument("--target", type=Path, default=Path("build", "cpu_repository"))
+    variant.set_defaults(handler=_variant)
+
+    monitor = sub.add_parser(
+        "monitor", help="serve a repository with a local Prometheus beside it (loopback)"
+    )
+    monitor.add_argument(
+        "--repository", type=Path, default=None, help="default: derive build/local_repository"
+    )
+    monitor.add_argument("--http-port", type=int, default=8000)
+    monitor.add_argument("--grpc-port", type=int, default=8001)
+    monitor.add_argument("--metrics-port", type=int, default=8002)
+    monitor.add_argument("--prometheus-port", type=int, default=9090)
+    monitor.set_defaults(handler=_monitor)
+
+    replicas = sub.add_parser("replicas", help="serve N local replicas behind nginx (loopback) until Ctrl-C")
+    replicas.add_argument("--repository", type=Path, default=LOCAL)
+    replicas.add_argument("--count", type=int, default=2)
+    replicas.add_argument("--http-port", type=int, default=8000)
+    replicas.add_argument("--grpc-port", type=int, default=8001)
+    replicas.set_defaults(handler=_replicas)
     return parser
 
 
@@ -98,7 +127,7 @@ def _derive(args: argparse.Namespace) -> int:
 
 def _serve(args: argparse.Namespace) -> int:
     if args.repository == LOCAL and not args.no_derive:
-        derive_repository(DEPLOYABLE, LOCAL, gpu_available=gpu_is_available())
+        derive_local()
     config = ServerConfig(
         model_repository=args.repository,
         host=args.host,
@@ -110,9 +139,7 @@ def _serve(args: argparse.Namespace) -> int:
         startup_timeout_s=args.startup_timeout_s,
         log_path=args.log_path,
     )
-    stop = threading.Event()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda *_: stop.set())
+    stop = _stop_on_signals()
     with LocalTritonServer(config) as server:
         print(
             f"tritonserver ready  http://{server.http_url}  grpc {server.grpc_url}  "
@@ -124,14 +151,86 @@ def _serve(args: argparse.Namespace) -> int:
                 f"  export TRITON_ADMIN_KEY={server.admin_key}"
             )
         print(f"log: {server.log_path}   (Ctrl-C to stop)", flush=True)
-        while not stop.wait(0.5):
-            if not server.is_running():
-                print(f"error: tritonserver exited\n{server.log_tail()}", file=sys.stderr)
+        if not _run_until(stop, server.is_running):
+            print(f"error: tritonserver exited\n{server.log_tail()}", file=sys.stderr)
+            return EXIT_ERROR
+    print("stopped")
+    return EXIT_OK
+
+
+def _monitor(args: argparse.Namespace) -> int:
+    repository = args.repository
+    if repository is None:
+        derive_local()
+        repository = LOCAL
+    server_config = ServerConfig(
+        model_repository=repository,
+        http_port=args.http_port,
+        grpc_port=args.grpc_port,
+        metrics_port=args.metrics_port,
+        extra_args=(SUMMARY_FLAG,),
+    )
+    stop = _stop_on_signals()
+    with LocalTritonServer(server_config) as server:
+        target = server.metrics_url.removeprefix("http://").removesuffix("/metrics")
+        with LocalPrometheus(
+            PrometheusConfig(scrape_targets=[target], port=args.prometheus_port)
+        ) as prometheus:
+            print(f"tritonserver  http://{server.http_url}  grpc {server.grpc_url}", end="")
+            print(f"  metrics {server.metrics_url}")
+            print(f"prometheus    {prometheus.url}  (e.g. query model:nv_inference_batch_size:avg1m)")
+            print("Ctrl-C stops both", flush=True)
+            if not _run_until(stop, lambda: server.is_running() and prometheus.is_running()):
+                print("error: tritonserver or prometheus exited", file=sys.stderr)
                 return EXIT_ERROR
     print("stopped")
+    return EXIT_OK
+
+
+def _replicas(args: argparse.Namespace) -> int:
+    config = ReplicaSetConfig(
+        model_repository=args.repository,
+        replicas=args.count,
+        http_port=args.http_port,
+        grpc_port=args.grpc_port,
+    )
+    stop = _stop_on_signals()
+    with LocalReplicaSet(config) as replica_set:
+        print(f"nginx  http://{replica_set.http_url}  grpc {replica_set.grpc_url}")
+        for index, server in enumerate(replica_set.servers):
+            print(f"  replica {index}: http://{server.http_url}  grpc {server.grpc_url}", end="")
+            print(f"  metrics {server.metrics_url}")
+        print("Ctrl-C stops all", flush=True)
+        if not _run_until(stop, lambda: all(server.is_running() for server in replica_set.servers)):
+            print("error: a replica exited", file=sys.stderr)
+            return EXIT_ERROR
+    print("stopped")
+    return EXIT_OK
+
+
+def _variant(args: argparse.Namespace) -> int:
+    result = write_variant(args.source, args.target, kind=args.kind)
+    moved = ", ".join(result.moved_to_cpu) or "none"
+    print(f"wrote {args.target} with {len(result.written)} models; moved to the CPU: {moved}")
     return EXIT_OK
 
 
 def _install(args: argparse.Namespace) -> int:
     print(perf_analyzer.install(force=args.force))
     return EXIT_OK
+
+
+def _stop_on_signals() -> threading.Event:
+    """An event set by Ctrl-C (SIGINT) or SIGTERM, so that the ``with`` blocks stop what they started."""
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    return stop
+
+
+def _run_until(stop: threading.Event, running: Callable[[], bool]) -> bool:
+    """Wait until ``stop`` is set (True) or ``running`` turns false (False), checking twice a second."""
+    while not stop.wait(0.5):
+        if not running():
+            return False
+    return True

@@ -20,15 +20,13 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import psutil
 
+from tritonlocal.config import ServerConfig
 from tritonlocal.process import descendants
 from tritonlocal.repository import parse_config
-
-if TYPE_CHECKING:
-    from tritonlocal.server import LocalTritonServer
 
 logger = logging.getLogger(__name__)
 
@@ -119,11 +117,25 @@ class Repair:
     repaired_s: float | None = None  # seconds from detection to ready again; None if the restart failed
 
 
+class SupervisedServer(Protocol):
+    """What :class:`Supervisor` needs of a server (:class:`tritonlocal.LocalTritonServer` has it)."""
+
+    @property
+    def config(self) -> ServerConfig: ...
+
+    @property
+    def pid(self) -> int | None: ...
+
+    def check_models(self) -> ModelHealth: ...
+
+    def restart(self, *, graceful: bool = True) -> object: ...
+
+
 @dataclass(kw_only=True)
 class Supervisor:
     """Polls ``server.check_models()`` every ``interval_s`` and restarts the server when it is unhealthy."""
 
-    server: LocalTritonServer
+    server: SupervisedServer
     interval_s: float = 1.0
     repairs: list[Repair] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)

@@ -11,16 +11,12 @@ folder and its data.
 
 from __future__ import annotations
 
-import argparse
 import ipaddress
 import json
 import logging
 import shutil
-import signal
 import subprocess
-import sys
 import tempfile
-import threading
 import time
 import urllib.error
 import urllib.parse
@@ -239,53 +235,3 @@ class LocalPrometheus:
                 pass
             time.sleep(0.1)
         raise MonitoringError(f"prometheus was not ready after {self.config.startup_timeout_s:.0f} s")
-
-
-def add_subcommand(sub: argparse._SubParsersAction) -> None:
-    """Register ``monitor`` on the tritonlocal command line."""
-    parser = sub.add_parser("monitor", help="serve a repository with a local Prometheus beside it (loopback)")
-    parser.add_argument(
-        "--repository", type=Path, default=None, help="default: derive build/local_repository"
-    )
-    parser.add_argument("--http-port", type=int, default=8000)
-    parser.add_argument("--grpc-port", type=int, default=8001)
-    parser.add_argument("--metrics-port", type=int, default=8002)
-    parser.add_argument("--prometheus-port", type=int, default=9090)
-    parser.set_defaults(handler=_monitor)
-
-
-def _monitor(args: argparse.Namespace) -> int:
-    from tritonlocal.cli import DEPLOYABLE, LOCAL
-    from tritonlocal.config import ServerConfig
-    from tritonlocal.derive import derive_repository, gpu_is_available
-    from tritonlocal.server import LocalTritonServer
-
-    repository = args.repository
-    if repository is None:
-        derive_repository(DEPLOYABLE, LOCAL, gpu_available=gpu_is_available())
-        repository = LOCAL
-    server_config = ServerConfig(
-        model_repository=repository,
-        http_port=args.http_port,
-        grpc_port=args.grpc_port,
-        metrics_port=args.metrics_port,
-        extra_args=(SUMMARY_FLAG,),
-    )
-    stop = threading.Event()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda *_: stop.set())
-    with LocalTritonServer(server_config) as server:
-        target = server.metrics_url.removeprefix("http://").removesuffix("/metrics")
-        with LocalPrometheus(
-            PrometheusConfig(scrape_targets=[target], port=args.prometheus_port)
-        ) as prometheus:
-            print(f"tritonserver  http://{server.http_url}  grpc {server.grpc_url}", end="")
-            print(f"  metrics {server.metrics_url}")
-            print(f"prometheus    {prometheus.url}  (e.g. query model:nv_inference_batch_size:avg1m)")
-            print("Ctrl-C stops both", flush=True)
-            while not stop.wait(0.5):
-                if not server.is_running() or not prometheus.is_running():
-                    print("error: tritonserver or prometheus exited", file=sys.stderr)
-                    return 1
-    print("stopped")
-    return 0

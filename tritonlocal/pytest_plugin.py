@@ -14,9 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tritonlocal.cli import DEPLOYABLE, LOCAL
 from tritonlocal.config import ServerConfig
-from tritonlocal.derive import derive_repository, gpu_is_available
+from tritonlocal.local_repository import LOCAL, derive_local
 from tritonlocal.server import LocalTritonServer
 
 
@@ -39,7 +38,7 @@ def triton_repository(request: pytest.FixtureRequest) -> Path:
     chosen = request.config.getoption("--triton-repository")
     if chosen is not None:
         return Path(chosen)
-    derive_repository(DEPLOYABLE, LOCAL, gpu_available=gpu_is_available())
+    derive_local()
     return LOCAL
 
 

@@ -11,7 +11,6 @@ listener for gRPC (``grpc_pass`` with ``grpc_next_upstream``). Everything stops 
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import ipaddress
 import logging
@@ -20,9 +19,7 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -298,37 +295,3 @@ class LocalReplicaSet:
                         return
             time.sleep(0.1)
         raise ReplicaSetError(f"nginx did not answer {url} within 15 s")
-
-
-def add_subcommand(sub: argparse._SubParsersAction) -> None:
-    """Register ``replicas`` on the tritonlocal command line."""
-    parser = sub.add_parser("replicas", help="serve N local replicas behind nginx (loopback) until Ctrl-C")
-    parser.add_argument("--repository", type=Path, default=Path("build", "local_repository"))
-    parser.add_argument("--count", type=int, default=2)
-    parser.add_argument("--http-port", type=int, default=8000)
-    parser.add_argument("--grpc-port", type=int, default=8001)
-    parser.set_defaults(handler=_replicas)
-
-
-def _replicas(args: argparse.Namespace) -> int:
-    config = ReplicaSetConfig(
-        model_repository=args.repository,
-        replicas=args.count,
-        http_port=args.http_port,
-        grpc_port=args.grpc_port,
-    )
-    stop = threading.Event()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda *_: stop.set())
-    with LocalReplicaSet(config) as replica_set:
-        print(f"nginx  http://{replica_set.http_url}  grpc {replica_set.grpc_url}")
-        for index, server in enumerate(replica_set.servers):
-            print(f"  replica {index}: http://{server.http_url}  grpc {server.grpc_url}", end="")
-            print(f"  metrics {server.metrics_url}")
-        print("Ctrl-C stops all", flush=True)
-        while not stop.wait(0.5):
-            if not all(server.is_running() for server in replica_set.servers):
-                print("error: a replica exited", file=sys.stderr)
-                return 1
-    print("stopped")
-    return 0

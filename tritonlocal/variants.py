@@ -13,7 +13,6 @@ point back into model_repository/ would dangle.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import shutil
 from dataclasses import dataclass, field
@@ -78,21 +77,3 @@ def write_variant(source: Path, target: Path, *, kind: str = "cpu") -> VariantRe
         (folder / "config.pbtxt").write_text(header + format_config(config))
         result.written.append(name)
     return result
-
-
-def add_subcommand(sub: argparse._SubParsersAction) -> None:
-    """Register ``variant`` on the tritonlocal command line."""
-    parser = sub.add_parser(
-        "variant", help="copy model_repository for another device (keeps native backends)"
-    )
-    parser.add_argument("--kind", choices=KINDS, default="cpu")
-    parser.add_argument("--source", type=Path, default=Path("model_repository"))
-    parser.add_argument("--target", type=Path, default=Path("build", "cpu_repository"))
-    parser.set_defaults(handler=_variant)
-
-
-def _variant(args: argparse.Namespace) -> int:
-    result = write_variant(args.source, args.target, kind=args.kind)
-    moved = ", ".join(result.moved_to_cpu) or "none"
-    print(f"wrote {args.target} with {len(result.written)} models; moved to the CPU: {moved}")
-    return 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from loadtest.locust_run import LocustRun, run_locust
+from loadtest.load.locust_run import LocustRun, run_locust
 from tritonlocal import LocalTritonServer
 
 MODELS = ("image_classifier", "text_embedder")

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from loadtest.perf import PerfSettings, parse_csv, run_perf
-from loadtest.perf_inputs import write_input_data
-from loadtest.served_experiments import PerfSession
+from loadtest.experiments.served import PerfSession
+from loadtest.load.perf import PerfSettings, parse_csv, run_perf
+from loadtest.load.perf_inputs import write_input_data
 from tritonlocal import LocalTritonServer
 
 ROOT = Path(__file__).resolve().parents[2]

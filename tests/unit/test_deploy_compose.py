@@ -204,7 +204,7 @@ def test_every_mounted_host_path_exists_except_outputs(compose: dict) -> None:
 def test_locust_points_at_the_projects_locustfile_in_both_profiles(compose: dict) -> None:
     services = compose["services"]
     for name in ("locust-master", "locust-headless", "locust-worker"):
-        assert services[name]["environment"]["LOCUST_LOCUSTFILE"] == "loadtest/locustfile.py"
+        assert services[name]["environment"]["LOCUST_LOCUSTFILE"] == "loadtest/load/locustfile.py"
         assert services[name]["profiles"]
     assert "--headless" in services["locust-headless"]["command"]
     assert "--headless" not in services["locust-master"]["command"]

@@ -10,9 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from loadtest import payloads
-from loadtest.load_profiles import Mix, shape_name, users_at
-from loadtest.perf_inputs import input_kind, serialise_bytes, write_input_data
+from clients import samples
+from loadtest.load import payloads
+from loadtest.load.perf_inputs import input_kind, serialise_bytes, write_input_data
+from loadtest.load.profiles import Mix, shape_name, users_at
 from tritonlocal.repository import parse_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,9 +28,9 @@ def test_image_variants_are_distinct_real_jpegs() -> None:
 
 
 def test_sentences_come_from_the_corpus_in_a_shuffled_cycle() -> None:
-    corpus = payloads.sentences()
+    corpus = samples.sentences()
     assert len(corpus) > 20
-    order = payloads.shuffled_sentences(len(corpus) + 5, seed=1)
+    order = samples.shuffled_sentences(len(corpus) + 5, seed=1)
     assert set(order) <= set(corpus)
     assert sorted(order[: len(corpus)]) == sorted(corpus)
 
@@ -65,7 +66,7 @@ def test_text_and_vector_input_data(tmp_path: Path) -> None:
     text = json.loads(
         write_input_data("text_embedder", SOURCE, tmp_path / "t.json", entries=4).path.read_text()
     )
-    assert all(row["TEXT"][0] in payloads.sentences() for row in text["data"])
+    assert all(row["TEXT"][0] in samples.sentences() for row in text["data"])
     vectors = json.loads(
         write_input_data("l2_normalize", SOURCE, tmp_path / "v.json", entries=2).path.read_text()
     )
@@ -119,5 +120,5 @@ def test_text_input_data_cycles_an_odd_count_of_at_least_the_whole_corpus(tmp_pa
     rows = json.loads(
         write_input_data("text_embedder", SOURCE, tmp_path / "t.json", entries=16).path.read_text()
     )["data"]
-    assert len(rows) >= len(payloads.sentences()) and len(rows) % 2 == 1
-    assert {row["TEXT"][0] for row in rows} == set(payloads.sentences())
+    assert len(rows) >= len(samples.sentences()) and len(rows) % 2 == 1
+    assert {row["TEXT"][0] for row in rows} == set(samples.sentences())

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from loadtest import perf
-from loadtest.perf import PerfPoint, PerfSettings, parse_csv, parse_passes
+from loadtest.load import perf
+from loadtest.load.perf import PerfPoint, PerfSettings, parse_csv, parse_passes
 
 RECORDED_CSV = (
     "Concurrency,Inferences/Second,Client Send,Network+Server Send/Recv,Server Queue,Server Compute Input,"

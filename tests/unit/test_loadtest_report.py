@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from loadtest import findings
-from loadtest.report import write_report
+from loadtest.report import findings
+from loadtest.report.markdown import write_report
 
 
 def _perf(protocol: str, concurrency: int, throughput: float, p99_ms: float) -> dict:
@@ -272,7 +272,7 @@ def test_sections_of_experiments_not_run_are_left_out(tmp_path: Path) -> None:
 def test_the_bucketing_summary_averages_the_rounds_of_each_arm(tmp_path: Path) -> None:
     results = recorded_results(served_c32=190.0)
     rows = findings.bucketing_summary(results)
-    assert [(r["arm"], r["runs"], r["throughput_per_s"], r["encoder_batch"]) for r in rows] == [
+    assert [(r.arm, r.runs, r.throughput_per_s, r.encoder_batch) for r in rows] == [
         ("length buckets", 2, 150.0, 1.5),
         ("own length (no buckets)", 2, 120.0, 1.0),
     ]
@@ -286,7 +286,7 @@ def test_the_bucketing_summary_averages_the_rounds_of_each_arm(tmp_path: Path) -
 
 def test_only_leaves_out_every_other_experiment_and_refuses_unknown_names() -> None:
     from loadtest.bench import skipped
-    from loadtest.experiments_plan import EXPERIMENTS
+    from loadtest.experiments.registry import KEYS as EXPERIMENTS
 
     assert set(skipped("", "bucketing")) == set(EXPERIMENTS) - {"bucketing"}
     assert skipped("locust,central", "") == ("locust", "central")
@@ -294,3 +294,16 @@ def test_only_leaves_out_every_other_experiment_and_refuses_unknown_names() -> N
         skipped("locust", "bucketing")
     with pytest.raises(ValueError, match="unknown experiments"):
         skipped("", "bucketting")
+
+
+def test_a_stage_runs_only_while_one_of_its_experiments_is_left_in() -> None:
+    from loadtest.experiments import registry
+
+    served = registry.in_stage("served")
+    assert set(served) == {"sweeps", "batching", "instances", "bucketing", "clients", "batchcost", "locust"}
+    assert registry.in_stage("served", skip=served) == ()
+    assert registry.in_stage("central", skip=("locust",)) == ("central",)
+    assert registry.experiment("batchcost").result_keys == ("served_batch_costs",)
+    assert registry.experiment("batching").heading == "## 1. Dynamic batching on vs off"
+    with pytest.raises(ValueError, match="unknown experiment 'bucketting'"):
+        registry.experiment("bucketting")

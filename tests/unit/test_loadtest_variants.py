@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from loadtest.variants import (
+from loadtest.experiments.variant_repository import (
     Variant,
     build_repository,
     closure,

@@ -1,10 +1,10 @@
 """Locust load shapes: steady, step ramp and spike, chosen with ``LOADTEST_SHAPE``.
 
-    LOADTEST_SHAPE=step locust -f loadtest/locustfile.py --headless -u 32 -r 8 -t 60s --host ...
+    LOADTEST_SHAPE=step locust -f loadtest/load/locustfile.py --headless -u 32 -r 8 -t 60s --host ...
 
 Each shape reads Locust's own ``-u`` (peak users), ``-r`` (spawn rate, users/s) and ``-t`` (run time)
 (``use_common_options``), so a shape changes the form of the load, not its size (see
-:func:`loadtest.load_profiles.users_at`): ``steady`` keeps ``-u`` users; ``step`` climbs in
+:func:`loadtest.load.profiles.users_at`): ``steady`` keeps ``-u`` users; ``step`` climbs in
 ``LOADTEST_STEPS`` equal steps (default 4); ``spike`` holds a quarter of ``-u`` and jumps to all of them
 for the middle fifth of the run, started as fast as Locust can.
 
@@ -17,7 +17,7 @@ import os
 
 from locust import LoadTestShape
 
-from loadtest.load_profiles import shape_name, users_at
+from loadtest.load.profiles import shape_name, users_at
 
 STEPS_VARIABLE = "LOADTEST_STEPS"
 DEFAULT_RUN_TIME_S = 60.0

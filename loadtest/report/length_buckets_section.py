@@ -1,20 +1,21 @@
 """The report's section for experiment 8: length buckets, each request padded to its own length, and
 grouping by length inside the server (BLS).
 
-Kept apart from :mod:`loadtest.report` (which calls :func:`section`) to keep that module small.
+Called by :mod:`loadtest.report.markdown`.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from loadtest import findings, plots
+from loadtest.experiments.registry import experiment
+from loadtest.report import findings, plots
+from loadtest.report.records import served_runs
+from loadtest.report.tables import PERF_HEADER, image, perf_row, table
 
 
 def section(r: dict, folder: Path) -> str:
-    from loadtest.report import PERF_HEADER, _image, _perf_row, table  # report imports this module
-
-    points = r.get("bucketing", [])
+    points = served_runs(r, "bucketing")
     if not points:
         return ""
     summary = findings.bucketing_summary(r)
@@ -27,15 +28,15 @@ def section(r: dict, folder: Path) -> str:
     )
     rows = [
         (
-            s["concurrency"],
-            s["arm"],
-            s["served_model"],
-            s["runs"],
-            s["throughput_per_s"],
-            s["p99_ms"],
-            s["encoder_batch"],
-            s["encoder_queue_ms"],
-            s["encoder_compute_ms"],
+            s.concurrency,
+            s.arm,
+            s.served_model,
+            s.runs,
+            s.throughput_per_s,
+            s.p99_ms,
+            s.encoder_batch,
+            s.encoder_queue_ms,
+            s.encoder_compute_ms,
         )
         for s in summary
     ]
@@ -52,10 +53,11 @@ def section(r: dict, folder: Path) -> str:
     )
     line = findings.bucketing_line(r)
     return (
-        "## 8. Length buckets vs padding each request to its own length\n\nThe text ensemble as served "
+        experiment("bucketing").heading + "\n\nThe text ensemble as served "
         "(`text_tokenizer` pads each request to a length bucket) against its clone whose tokenizer's "
         "`buckets` parameter is every length 1..max_length, so each request is padded only to its own "
-        "length (derived by `loadtest.variants`), and `text_embedder_grouped`, a Python model that "
+        "length (derived by `loadtest.experiments.variant_repository`), and `text_embedder_grouped`, "
+        "a Python model that "
         "tokenises each request through `text_tokenizer`, groups the requests it is handed by padded "
         "width and calls the same `minilm_onnx` once per width (BLS). Mixed-length single-sentence "
         "requests (the whole corpus, shuffled); arms alternate, each measured in every round. Encoder "
@@ -64,6 +66,6 @@ def section(r: dict, folder: Path) -> str:
         + table(header, rows)
         + (f"\n\n{line}" if line else "")
         + "\n\nEvery run:\n\n"
-        + table(PERF_HEADER, map(_perf_row, points))
-        + _image(plot)
+        + table(PERF_HEADER, map(perf_row, points))
+        + image(plot)
     )

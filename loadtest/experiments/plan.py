@@ -1,8 +1,7 @@
 """What each benchmark mode measures (:class:`Plan`) and the stages that measure it.
 
-A stage returns a JSON-ready dict merged into results.json. Stages: ``served`` (one server with the
-public models and their variants: sweeps, experiments 1, 2, 4, 6-served, 8 and a Locust run), ``central``
-(experiment 3), ``inprocess`` (experiments 5 and 6 in-process), ``profile`` (experiment 7).
+A stage returns a JSON-ready dict merged into results.json; which experiment runs in which stage is
+:mod:`loadtest.experiments.registry`.
 """
 
 from __future__ import annotations
@@ -13,35 +12,26 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from loadtest import client_experiments, environment, inprocess, payloads, profiling, workers
-from loadtest.locust_run import LocustRun, run_locust
-from loadtest.perf import PerfSettings
-from loadtest.served_experiments import (
+from clients import samples
+from loadtest import environment
+from loadtest.experiments import clients as client_experiments
+from loadtest.experiments import inprocess, profiling, registry
+from loadtest.experiments.served import (
     PerfSession,
     arms_experiment,
     batching_experiment,
     instances_experiment,
     sweeps,
 )
-from loadtest.variants import Variant, build_repository, every_length
+from loadtest.experiments.variant_repository import Variant, build_repository, every_length
+from loadtest.load import payloads, workers
+from loadtest.load.locust_run import LocustRun, run_locust
+from loadtest.load.perf import PerfSettings
 from tritonlocal import LocalTritonServer, ServerConfig
 from tritonlocal.repository import load_repository
 
 logger = logging.getLogger(__name__)
 
-SERVED_EXPERIMENTS = ("sweeps", "batching", "instances", "bucketing", "clients", "batchcost", "locust")
-EXPERIMENTS = (
-    "sweeps",
-    "batching",
-    "instances",
-    "bucketing",
-    "clients",
-    "batchcost",
-    "locust",
-    "central",
-    "inprocess",
-    "profile",
-)
 TEXT_MODEL, IMAGE_MODEL = "text_embedder", "image_classifier"
 TEXT_ENCODER, IMAGE_ENCODER = "minilm_onnx", "efficientnet_lite0_onnx"
 PUBLIC_MODELS = (
@@ -165,7 +155,7 @@ def served_stage(plan: Plan, source: Path, work: Path, raw: Path, cores: int, sk
             server_pid=server.pid,
         )
         grpc_url = f"grpc://{server.grpc_url}"
-        texts = payloads.shuffled_sentences(plan.client_texts, seed=3)
+        texts = samples.shuffled_sentences(plan.client_texts, seed=3)
         instance_arms = {
             f"{n} instance{'s' if n > 1 else ''}": TEXT_MODEL + INSTANCE_SUFFIX.format(n)
             for n in plan.instance_counts
@@ -196,17 +186,14 @@ def served_stage(plan: Plan, source: Path, work: Path, raw: Path, cores: int, sk
                 client_experiments.sequential_embed(grpc_url, TEXT_MODEL, texts),
                 client_experiments.async_embed(grpc_url, TEXT_MODEL, texts, in_flight=plan.client_in_flight),
             ],
-            "served_batch_costs": lambda: _served_batch_costs(plan, grpc_url, source),
+            "batchcost": lambda: _served_batch_costs(plan, grpc_url, source),
             "locust": lambda: [_locust(plan, server, raw, shape) for shape in plan.locust_shapes],
         }
-        for key, run in experiments.items():
-            if _SKIP_NAMES.get(key, key) not in skip:
-                _attempt(result, key, run)
+        for key, run in experiments.items():  # in this order: the sweeps reuse experiment 1's points
+            if key not in skip:
+                _attempt(result, registry.experiment(key).result_keys[0], run)
         result["server_statistics_end"] = _all_statistics(server.http_url, raw)
     return result
-
-
-_SKIP_NAMES = {"served_batch_costs": "batchcost"}  # result key -> the name --skip/--only use
 
 
 def _attempt(result: dict, key: str, run: Callable[[], object]) -> None:
@@ -219,14 +206,14 @@ def _attempt(result: dict, key: str, run: Callable[[], object]) -> None:
 
 
 def _served_batch_costs(plan: Plan, url: str, source: Path) -> list[dict]:
-    from loadtest.pipelines import TextTokenizer
+    from loadtest.load.pipelines import TextTokenizer
 
     tokenize = TextTokenizer(source)
-    widths = {t: tokenize([t]).input_ids.shape[1] for t in payloads.sentences()}
+    widths = {t: tokenize([t]).input_ids.shape[1] for t in samples.sentences()}
     common = Counter(widths.values()).most_common(1)[0][0]  # one shape, so both requests batch alike
     same_bucket = [t for t, width in widths.items() if width == common]
     texts = [same_bucket[i % len(same_bucket)] for i in range(32)]
-    images = [payloads.photographs()[0]] * 32
+    images = [samples.photographs()[0]] * 32
     costs = []
     for model, kind, items in ((TEXT_MODEL, "text", texts), (IMAGE_MODEL, "image", images)):
         cost, server = client_experiments.served_batch_cost(
@@ -237,7 +224,7 @@ def _served_batch_costs(plan: Plan, url: str, source: Path) -> list[dict]:
 
 
 def _locust(plan: Plan, server: LocalTritonServer, raw: Path, shape: str) -> dict:
-    from loadtest.observe import statistics_delta, statistics_snapshot
+    from loadtest.load.observe import statistics_delta, statistics_snapshot
 
     run = LocustRun(
         http_url=server.http_url,
@@ -261,7 +248,7 @@ def _locust(plan: Plan, server: LocalTritonServer, raw: Path, shape: str) -> dic
 def _all_statistics(url: str, raw: Path) -> str:
     import json
 
-    from loadtest.observe import statistics_snapshot
+    from loadtest.load.observe import statistics_snapshot
 
     path = raw / "server_statistics.json"
     path.write_text(json.dumps({name: s.to_dict() for name, s in statistics_snapshot(url).items()}, indent=2))

@@ -1,16 +1,16 @@
 """Locust scenarios against the Triton server: an HTTP user and a gRPC user, image and text tasks.
 
-    locust -f loadtest/locustfile.py --headless -u 8 -r 4 -t 20s --host http://127.0.0.1:8000 \\
+    locust -f loadtest/load/locustfile.py --headless -u 8 -r 4 -t 20s --host http://127.0.0.1:8000 \\
         --csv reports/locust --html reports/locust.html                     # HTTP users only
-    locust -f loadtest/locustfile.py GrpcTritonUser --headless -u 8 -r 4 -t 20s --host grpc://127.0.0.1:8001
-    locust -f loadtest/locustfile.py --headless -u 8 -r 4 -t 20s \\
+    locust -f loadtest/load/locustfile.py GrpcTritonUser --headless -u 8 -r 4 -t 20s --host grpc://127.0.0.1:8001
+    locust -f loadtest/load/locustfile.py --headless -u 8 -r 4 -t 20s \\
         --host http://127.0.0.1:8000 --grpc-host grpc://127.0.0.1:8001     # both, half the users each
-    LOADTEST_SHAPE=step locust -f loadtest/locustfile.py ...              # steady | step | spike
+    LOADTEST_SHAPE=step locust -f loadtest/load/locustfile.py ...              # steady | step | spike
 
 Each user holds one :class:`clients.TritonClient` and sends one real request per task, back to back
 (closed loop, like perf_analyzer's concurrency) unless ``--think-time-ms`` is set: a photograph from
 skimage/data (cut into distinct JPEG variants) to the image classifier, or a sentence from
-loadtest/data/sentences.txt to the text embedder, in the proportions of ``--mix``. Every request is
+clients/data/sentences.txt to the text embedder, in the proportions of ``--mix``. Every request is
 reported to Locust's statistics with its measured time, its response size and, when it failed or
 returned something malformed, the exception. Retries are off: a failure is counted, never hidden.
 """
@@ -24,9 +24,9 @@ import grpc.experimental.gevent as grpc_gevent
 import numpy as np
 from locust import User, events, task
 
-from clients import ClientError, RetryPolicy, TritonClient
-from loadtest import payloads, shapes
-from loadtest.load_profiles import Mix
+from clients import ClientError, RetryPolicy, TritonClient, samples
+from loadtest.load import payloads, shapes
+from loadtest.load.profiles import Mix
 
 grpc_gevent.init_gevent()  # grpcio's blocking calls must yield to gevent, or one user blocks them all
 
@@ -94,7 +94,7 @@ class TritonUser(User):
                 lambda: _check_classification(self.client.classify([image], self.image_model)),
             )
         else:
-            text = self.rng.choice(payloads.sentences())
+            text = self.rng.choice(samples.sentences())
             self._timed(self.text_model, lambda: _check_embedding(self.client.embed([text], self.text_model)))
 
     def _timed(self, name: str, call) -> None:  # noqa: ANN001

@@ -20,8 +20,9 @@ from pathlib import Path
 
 import numpy as np
 
-from loadtest import payloads
-from loadtest.pipelines import EncoderRunner, ImagePreprocessor, TextTokenizer, exported_file
+from clients import samples
+from loadtest.load import payloads
+from loadtest.load.pipelines import EncoderRunner, ImagePreprocessor, TextTokenizer, exported_file
 
 logger = logging.getLogger(__name__)
 
@@ -68,8 +69,8 @@ def profile_model(
 def _real_batch(repository: Path, pipeline: str, batch_size: int) -> list[np.ndarray]:
     if pipeline == "text":
         tokenize = TextTokenizer(repository)
-        texts = [t for t in payloads.sentences() if tokenize([t]).input_ids.shape[1] == 32] or list(
-            payloads.sentences()
+        texts = [t for t in samples.sentences() if tokenize([t]).input_ids.shape[1] == 32] or list(
+            samples.sentences()
         )
         tokens = tokenize([texts[i % len(texts)] for i in range(batch_size)])
         return [tokens.input_ids, tokens.attention_mask]

@@ -13,7 +13,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from loadtest.observe import ProcessSampler
+from loadtest.load.observe import ProcessSampler
 
 
 @dataclass(kw_only=True)
@@ -29,7 +29,7 @@ class WorkerResult:
 def classify_shard(repository: str, model: str, runtime: str, threads: int, images: list[bytes]) -> dict:
     """Runs in a worker process: load everything, then classify ``images`` one by one."""
     started_cpu, started = time.process_time(), time.perf_counter()
-    from loadtest.pipelines import ImagePipeline  # imports count as loading: a job pays for them
+    from loadtest.load.pipelines import ImagePipeline  # imports count as loading: a job pays for them
 
     pipeline = ImagePipeline(Path(repository), classifier_model=model, runtime=runtime, threads=threads)
     loaded = time.perf_counter()

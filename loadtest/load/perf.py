@@ -2,7 +2,7 @@
 
 Each measurement is one bounded perf_analyzer process: time windows of ``measurement_interval_ms``, at
 most ``max_trials`` windows, stable when the last three windows agree within ``stability_percent``
-(throughput and the 99th percentile), real data from :mod:`loadtest.perf_inputs`, results written with
+(throughput and the 99th percentile), real data from :mod:`loadtest.load.perf_inputs`, results written with
 ``-f file.csv``. On a noisy 2-core machine a window set may never agree: perf_analyzer then writes no
 CSV, so the point is kept from its verbose per-window lines (median throughput and p99 of the windows)
 and marked unstable in the report, never re-run until it looks good.

@@ -26,9 +26,10 @@ from pathlib import Path
 import numpy as np
 from tritonclient.grpc import model_config_pb2
 
+from clients import samples
 from export.common import ModelConfig, load_model_config
-from loadtest import payloads
-from loadtest.pipelines import ImagePreprocessor, TextTokenizer
+from loadtest.load import payloads
+from loadtest.load.pipelines import ImagePreprocessor, TextTokenizer
 
 # Which real data a STRING input takes, by the name its config gives it.
 STRING_PAYLOADS = {"IMAGE_BYTES": "images", "TEXT": "sentences"}
@@ -107,9 +108,9 @@ def _sentences(config: ModelConfig, repository: Path, entries: int, seed: int) -
     with perf_analyzer's --profile-export-file).
     """
     name = config.input[0].name
-    count = max(entries, len(payloads.sentences()))
+    count = max(entries, len(samples.sentences()))
     count += 1 - count % 2
-    return [{name: [text]} for text in payloads.shuffled_sentences(count, seed=seed)]
+    return [{name: [text]} for text in samples.shuffled_sentences(count, seed=seed)]
 
 
 def _tokens(config: ModelConfig, repository: Path, entries: int, seed: int) -> list[dict]:
@@ -117,7 +118,7 @@ def _tokens(config: ModelConfig, repository: Path, entries: int, seed: int) -> l
     tokenize = TextTokenizer(repository)
     ids_name, mask_name = (i.name for i in config.input)
     by_bucket: dict[int, list] = {}
-    for text in payloads.shuffled_sentences(max(entries, len(payloads.sentences())), seed=seed):
+    for text in samples.shuffled_sentences(max(entries, len(samples.sentences())), seed=seed):
         tokens = tokenize([text])
         by_bucket.setdefault(tokens.input_ids.shape[1], []).append(tokens)
     common = max(by_bucket.values(), key=len)

@@ -1,6 +1,6 @@
 """The main job: serve the real models locally, send real requests, show what batching achieved.
 
-    python -m clients.demo            # or: make demo
+    python -m demo            # or: make demo
 
 1. derives build/local_repository from model_repository (the exported models must exist: make export);
 2. starts a real tritonserver on free loopback ports;
@@ -21,11 +21,10 @@ from pathlib import Path
 
 import skimage
 
+from clients.samples import shuffled_sentences
 from clients.sync_client import TritonClient
-from loadtest.payloads import shuffled_sentences
 from tritonlocal import LocalTritonServer, ServerConfig
-from tritonlocal.cli import DEPLOYABLE, LOCAL
-from tritonlocal.derive import derive_repository, gpu_is_available
+from tritonlocal.local_repository import LOCAL, derive_local
 
 IMAGES = ("chelsea.png", "coffee.png", "astronaut.png", "rocket.jpg", "motorcycle_left.png", "horse.png")
 SENTENCES = (
@@ -51,12 +50,12 @@ class LoadResult:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m clients.demo", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m demo", description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=192, help="requests per load phase")
     parser.add_argument("--in-flight", type=int, default=32, help="concurrent requests in the batched phase")
     args = parser.parse_args(argv)
 
-    result = derive_repository(DEPLOYABLE, LOCAL, gpu_available=gpu_is_available())
+    result = derive_local()
     if result.skipped:
         for name, reason in result.skipped.items():
             print(f"not served: {name}: {reason}")

@@ -10,6 +10,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402 - the backend must be chosen first
 
+from loadtest.report.records import ArmSummary, ServedRun  # noqa: E402
+
 DPI = 110
 
 
@@ -20,13 +22,13 @@ def _save(figure, folder: Path, name: str) -> str:  # noqa: ANN001 - a matplotli
     return name
 
 
-def sweep_throughput(points: list[dict], folder: Path) -> str | None:
+def sweep_throughput(points: list[ServedRun], folder: Path) -> str | None:
     """Throughput against concurrency, one line per model and protocol."""
     lines: dict[str, list[tuple[int, float]]] = defaultdict(list)
     for p in points:
-        if p["perf"]["throughput_per_s"] > 0:
-            lines[f"{p['served_model']} ({p['perf']['protocol']})"].append(
-                (p["perf"]["concurrency"], p["perf"]["throughput_per_s"])
+        if p.measured:
+            lines[f"{p.served_model} ({p.perf.protocol})"].append(
+                (p.perf.concurrency, p.perf.throughput_per_s)
             )
     if not lines:
         return None
@@ -43,19 +45,19 @@ def sweep_throughput(points: list[dict], folder: Path) -> str | None:
     return _save(figure, folder, "sweep_throughput.png")
 
 
-def sweep_latency(points: list[dict], folder: Path, model: str) -> str | None:
+def sweep_latency(points: list[ServedRun], folder: Path, model: str) -> str | None:
     """p50 / p95 / p99 latency against concurrency for one model, per protocol."""
     chosen = sorted(
-        (p for p in points if p["served_model"] == model and p["perf"]["p99_ms"]),
-        key=lambda p: (p["perf"]["protocol"], p["perf"]["concurrency"]),
+        (p for p in points if p.served_model == model and p.perf.p99_ms),
+        key=lambda p: (p.perf.protocol, p.perf.concurrency),
     )
     if not chosen:
         return None
     figure, axis = plt.subplots(figsize=(8, 4.5))
-    for protocol in sorted({p["perf"]["protocol"] for p in chosen}):
-        rows = [p["perf"] for p in chosen if p["perf"]["protocol"] == protocol]
+    for protocol in sorted({p.perf.protocol for p in chosen}):
+        rows = [p.perf for p in chosen if p.perf.protocol == protocol]
         for percentile, style in (("p50_ms", ":"), ("p95_ms", "--"), ("p99_ms", "-")):
-            xy = [(r["concurrency"], r[percentile]) for r in rows if r[percentile]]
+            xy = [(r.concurrency, value) for r in rows if (value := getattr(r, percentile))]
             if xy:
                 axis.plot(
                     [x for x, _ in xy],
@@ -74,21 +76,21 @@ def sweep_latency(points: list[dict], folder: Path, model: str) -> str | None:
 
 
 def arms_against_concurrency(
-    points: list[dict], folder: Path, name: str, title: str, batch_model: str | None
+    points: list[ServedRun], folder: Path, name: str, title: str, batch_model: str | None
 ) -> str | None:
     """Throughput of each arm against concurrency, and (below) each arm's average batch size."""
-    by_arm: dict[str, list[dict]] = defaultdict(list)
+    by_arm: dict[str, list[ServedRun]] = defaultdict(list)
     for p in points:
-        by_arm[p["arm"]].append(p)
+        by_arm[p.arm].append(p)
     if not by_arm:
         return None
     figure, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6.5), sharex=True)
     for arm, rows in by_arm.items():
-        rows.sort(key=lambda p: p["perf"]["concurrency"])
-        xs = [p["perf"]["concurrency"] for p in rows]
-        top.plot(xs, [p["perf"]["throughput_per_s"] for p in rows], marker="o", label=arm)
+        rows.sort(key=lambda p: p.perf.concurrency)
+        xs = [p.perf.concurrency for p in rows]
+        top.plot(xs, [p.perf.throughput_per_s for p in rows], marker="o", label=arm)
         if batch_model:
-            bottom.plot(xs, [encoder_batch(p, batch_model) or 0 for p in rows], marker="s", label=arm)
+            bottom.plot(xs, [_average_batch(p, batch_model) for p in rows], marker="s", label=arm)
     top.set_ylabel("inferences / s")
     top.set_title(title)
     bottom.set_ylabel(f"average batch size\n({batch_model})")
@@ -100,12 +102,10 @@ def arms_against_concurrency(
     return _save(figure, folder, name)
 
 
-def encoder_batch(point: dict, model: str) -> float | None:
-    """The average batch size of ``model`` (or its renamed clone) in a served point's statistics."""
-    for name, stats in point.get("server", {}).items():
-        if name == model or name.startswith(model + "__"):
-            return float(stats["average_batch_size"])
-    return None
+def _average_batch(point: ServedRun, model: str) -> float:
+    """The average batch size of ``model`` (or its renamed clone) in a run; 0 when it did not run."""
+    stats = point.stats_of(model)
+    return stats.average_batch_size if stats else 0.0
 
 
 def bars(
@@ -146,24 +146,20 @@ def inprocess_vs_served(points: list[dict], served: dict[str, float], folder: Pa
     return _save(figure, folder, "inprocess.png")
 
 
-def arm_bars(rows: list[dict], folder: Path, name: str, title: str, batch_model: str) -> str | None:
-    """Grouped bars per concurrency: each arm's throughput (top) and its encoder's average batch (bottom).
-
-    ``rows`` as :func:`loadtest.findings.bucketing_summary` gives them (concurrency, arm, throughput_per_s,
-    encoder_batch).
-    """
-    arms = list(dict.fromkeys(r["arm"] for r in rows))
-    concurrencies = sorted({r["concurrency"] for r in rows})
+def arm_bars(rows: list[ArmSummary], folder: Path, name: str, title: str, batch_model: str) -> str | None:
+    """Grouped bars per concurrency: each arm's throughput (top) and its encoder's average batch (bottom)."""
+    arms = list(dict.fromkeys(r.arm for r in rows))
+    concurrencies = sorted({r.concurrency for r in rows})
     if not arms:
         return None
-    value = {(r["concurrency"], r["arm"]): r for r in rows}
+    value = {(r.concurrency, r.arm): r for r in rows}
     width = 0.8 / len(arms)
     figure, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6.5), sharex=True)
     for index, arm in enumerate(arms):
         xs = [c + (index - (len(arms) - 1) / 2) * width for c in range(len(concurrencies))]
-        found = [value.get((c, arm), {}) for c in concurrencies]
-        top.bar(xs, [f.get("throughput_per_s") or 0 for f in found], width, label=arm)
-        bottom.bar(xs, [f.get("encoder_batch") or 0 for f in found], width, label=arm)
+        found = [value.get((c, arm)) for c in concurrencies]
+        top.bar(xs, [(f.throughput_per_s or 0) if f else 0 for f in found], width, label=arm)
+        bottom.bar(xs, [(f.encoder_batch or 0) if f else 0 for f in found], width, label=arm)
     top.set_ylabel("inferences / s")
     top.set_title(title)
     bottom.set_ylabel(f"average batch size\n({batch_model})")

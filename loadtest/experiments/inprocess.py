@@ -22,8 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
-from loadtest import payloads
-from loadtest.pipelines import (
+from clients import samples
+from loadtest.load import payloads
+from loadtest.load.pipelines import (
     EncoderRunner,
     ImagePipeline,
     ImagePreprocessor,
@@ -76,7 +77,7 @@ def measure_text(
     threads: int,
 ) -> list[InProcessPoint]:
     pipeline = TextPipeline(repository, encoder_model=model, runtime=runtime, threads=threads)
-    corpus = payloads.shuffled_sentences(texts, seed=11)
+    corpus = samples.shuffled_sentences(texts, seed=11)
     return _measure("text", model, runtime, pipeline, corpus, batch_sizes, rounds)
 
 
@@ -140,20 +141,20 @@ def batch_cost(
     """Forward pass only: one real input repeated to batch 1 and 32 (same shape), median ms per call."""
     runner = EncoderRunner(exported_file(repository, model, runtime), runtime=runtime, threads=threads)
     if pipeline == "text":
-        tokens = TextTokenizer(repository)([payloads.sentences()[0]])
+        tokens = TextTokenizer(repository)([samples.sentences()[0]])
         inputs = [tokens.input_ids, tokens.attention_mask]
     else:
-        inputs = [ImagePreprocessor(repository)([payloads.photographs()[0]]).astype(np.float32)]
+        inputs = [ImagePreprocessor(repository)([samples.photographs()[0]]).astype(np.float32)]
     timings = {}
     for size in (1, 32):
         batch = [np.repeat(array, size, axis=0) for array in inputs]
         runner(*batch)  # warm-up
-        samples = []
+        calls_ms = []
         for _ in range(repeats):
             started = time.perf_counter()
             runner(*batch)
-            samples.append(1000.0 * (time.perf_counter() - started))
-        timings[size] = statistics.median(samples)
+            calls_ms.append(1000.0 * (time.perf_counter() - started))
+        timings[size] = statistics.median(calls_ms)
     return BatchCost(
         model=model, runtime=runtime, where="in-process", ms_batch_1=timings[1], ms_batch_32=timings[32]
     )

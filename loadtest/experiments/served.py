@@ -14,9 +14,15 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from loadtest.observe import ProcessSampler, ProcessUsage, process_tree, statistics_delta, statistics_snapshot
-from loadtest.perf import PerfPoint, PerfSettings, run_perf
-from loadtest.perf_inputs import InputData, write_input_data
+from loadtest.load.observe import (
+    ProcessSampler,
+    ProcessUsage,
+    process_tree,
+    statistics_delta,
+    statistics_snapshot,
+)
+from loadtest.load.perf import PerfPoint, PerfSettings, run_perf
+from loadtest.load.perf_inputs import InputData, write_input_data
 
 logger = logging.getLogger(__name__)
 
@@ -114,20 +120,14 @@ def batching_experiment(
     session: PerfSession, *, model: str, suffix: str, concurrencies: list[int], protocol: str = "grpc"
 ) -> list[ServedPoint]:
     """Experiment 1: ``model`` with dynamic batching vs its clone without, at each concurrency."""
-    points = []
-    for concurrency in concurrencies:
-        for arm, served in (("batching on", model), ("batching off", model + suffix)):
-            points.append(
-                session.measure(
-                    experiment="batching",
-                    arm=arm,
-                    model=model,
-                    served_model=served,
-                    protocol=protocol,
-                    concurrency=concurrency,
-                )
-            )
-    return points
+    return arms_experiment(
+        session,
+        experiment="batching",
+        model=model,
+        arms={"batching on": model, "batching off": model + suffix},
+        concurrencies=concurrencies,
+        protocol=protocol,
+    )
 
 
 def instances_experiment(

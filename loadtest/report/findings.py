@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from loadtest.report.records import ArmSummary, ServedRun, served_runs
+
 TEXT_MODEL = "text_embedder"
 TEXT_ENCODER = "minilm_onnx"
 TARGET_CONCURRENCY = 32
@@ -34,15 +36,15 @@ class Claim:
 
 
 def point_at(
-    points: list[dict], *, model: str, protocol: str, concurrency: int, arm: str | None = None
-) -> dict | None:
+    points: list[ServedRun], *, model: str, protocol: str, concurrency: int, arm: str | None = None
+) -> ServedRun | None:
     for p in points:
         if (
-            p["served_model"] == model
-            and p["perf"]["protocol"] == protocol
-            and p["perf"]["concurrency"] == concurrency
-            and (arm is None or p["arm"] == arm)
-            and p["perf"]["throughput_per_s"] > 0
+            p.served_model == model
+            and p.perf.protocol == protocol
+            and p.perf.concurrency == concurrency
+            and (arm is None or p.arm == arm)
+            and p.measured
         ):
             return p
     return None
@@ -53,9 +55,9 @@ def best_inprocess(results: dict, pipeline: str = "text", runtime: str = "onnxru
     return max(rows, key=lambda p: p["items_per_s"]) if rows else None
 
 
-def target_point(results: dict) -> dict | None:
+def target_point(results: dict) -> ServedRun | None:
     """The text ensemble at concurrency 32: gRPC from the sweep or experiment 1, else HTTP."""
-    served = results.get("batching", []) + results.get("sweeps", [])
+    served = served_runs(results, "batching") + served_runs(results, "sweeps")
     for protocol in ("grpc", "http"):
         found = point_at(served, model=TEXT_MODEL, protocol=protocol, concurrency=TARGET_CONCURRENCY)
         if found:
@@ -72,23 +74,23 @@ def verdicts(results: dict) -> list[Verdict]:
                 name="text ensemble at concurrency 32", required="measured", measured="not measured", met=None
             )
         ]
-    perf = point["perf"]
-    where = f"{perf['protocol']}, c={perf['concurrency']}"
+    perf = point.perf
+    where = f"{perf.protocol}, c={perf.concurrency}"
     found = [
         Verdict(
             name="throughput",
             required=f">= {TARGET_THROUGHPUT_PER_S:.0f} req/s (2x FastAPI ~90)",
-            measured=f"{perf['throughput_per_s']:.1f} req/s ({where})",
-            met=perf["throughput_per_s"] >= TARGET_THROUGHPUT_PER_S,
+            measured=f"{perf.throughput_per_s:.1f} req/s ({where})",
+            met=perf.throughput_per_s >= TARGET_THROUGHPUT_PER_S,
         )
     ]
     if best:
-        share = perf["throughput_per_s"] / best["items_per_s"]
+        share = perf.throughput_per_s / best["items_per_s"]
         found.append(
             Verdict(
                 name="share of the in-process limit",
                 required=f">= {TARGET_INPROCESS_SHARE:.0%}",
-                measured=f"{share:.0%} ({perf['throughput_per_s']:.1f} of {best['items_per_s']:.1f}/s "
+                measured=f"{share:.0%} ({perf.throughput_per_s:.1f} of {best['items_per_s']:.1f}/s "
                 f"in-process "
                 f"at batch {best['batch_size']})",
                 met=share >= TARGET_INPROCESS_SHARE,
@@ -100,7 +102,7 @@ def verdicts(results: dict) -> list[Verdict]:
                 name="share of the in-process limit", required=">= 85%", measured="not measured", met=None
             )
         )
-    p99 = perf.get("p99_ms")
+    p99 = perf.p99_ms
     found.append(
         Verdict(
             name="p99 latency",
@@ -119,7 +121,7 @@ def causes(results: dict) -> list[str]:
     if point is None:
         return lines
     cores = results.get("machine", {}).get("logical_cores") or 1
-    used = point.get("server_cpu_cores")
+    used = point.server_cpu_cores
     load = max((results.get(k) or [0.0])[0] for k in ("load_average_start", "load_average_end"))
     if used is not None:
         verdict = "."
@@ -131,28 +133,28 @@ def causes(results: dict) -> list[str]:
             f"CPU: the server and its Python-backend stubs used {used:.2f} of {cores} cores during the run "
             f"({used / cores:.0%}){verdict}"
         )
-    encoder = _encoder_stats(point)
-    if encoder and point.get("wall_s"):
-        busy_s = encoder["compute_infer_us"] * encoder["executions"] / 1e6
-        share = busy_s / point["wall_s"]
+    encoder = point.stats_of(TEXT_ENCODER)
+    if encoder and point.wall_s:
+        busy_s = encoder.compute_infer_us * encoder.executions / 1e6
+        share = busy_s / point.wall_s
         text = (
-            f"The encoder ({encoder['model']}) ran {encoder['executions']} executions of "
-            f"{encoder['average_batch_size']:.1f} requests on average, computing for about {busy_s:.1f} s "
-            f"of the {point['wall_s']:.1f} s run (~{share:.0%}; Triton reports compute per request, so this "
+            f"The encoder ({encoder.model}) ran {encoder.executions} executions of "
+            f"{encoder.average_batch_size:.1f} requests on average, computing for about {busy_s:.1f} s "
+            f"of the {point.wall_s:.1f} s run (~{share:.0%}; Triton reports compute per request, so this "
             "is approximate)."
         )
-        if encoder["average_batch_size"] < 4:
+        if encoder.average_batch_size < 4:
             text += (
                 " An average batch this small means the batcher rarely found several queued requests of "
                 "one length bucket: it only merges requests whose shapes match."
             )
         lines.append(text)
-    for name, stats in sorted(point.get("server", {}).items()):
-        if stats["executions"] and name != point["served_model"]:
+    for name, stats in sorted(point.server.items()):
+        if stats.executions and name != point.served_model:
             lines.append(
-                f"{name}: queue {stats['queue_us'] / 1000:.1f} ms vs compute "
-                f"{stats['compute_infer_us'] / 1000:.1f} ms per request, average batch "
-                f"{stats['average_batch_size']:.1f}."
+                f"{name}: queue {stats.queue_us / 1000:.1f} ms vs compute "
+                f"{stats.compute_infer_us / 1000:.1f} ms per request, average batch "
+                f"{stats.average_batch_size:.1f}."
             )
     bucketing = bucketing_line(results)
     if bucketing:
@@ -166,56 +168,49 @@ def causes(results: dict) -> list[str]:
     return lines
 
 
-def _encoder_stats(point: dict) -> dict | None:
-    for name, stats in point.get("server", {}).items():
-        if name == TEXT_ENCODER or name.startswith(TEXT_ENCODER + "__"):
-            return {"model": name, **stats}
-    return None
-
-
-def bucketing_summary(results: dict) -> list[dict]:
+def bucketing_summary(results: dict) -> list[ArmSummary]:
     """Experiment 8 per (concurrency, arm), over its rounds: mean throughput and p99; the encoder's batch
     (its inferences / executions, all rounds together) and queue and compute time per request."""
-    groups: dict[tuple[int, str], list[dict]] = {}
-    for p in results.get("bucketing", []):
-        if p["perf"]["throughput_per_s"] > 0:
-            groups.setdefault((p["perf"]["concurrency"], p["arm"]), []).append(p)
+    groups: dict[tuple[int, str], list[ServedRun]] = {}
+    for p in served_runs(results, "bucketing"):
+        if p.measured:
+            groups.setdefault((p.perf.concurrency, p.arm), []).append(p)
     rows = []
     for (concurrency, arm), points in groups.items():
-        encoders = [e for e in map(_encoder_stats, points) if e and e["executions"]]
-        p99s = [p["perf"]["p99_ms"] for p in points if p["perf"]["p99_ms"]]
-        executions = sum(e["executions"] for e in encoders)
+        encoders = [e for e in (p.stats_of(TEXT_ENCODER) for p in points) if e and e.executions]
+        p99s = [p.perf.p99_ms for p in points if p.perf.p99_ms]
+        executions = sum(e.executions for e in encoders)
         rows.append(
-            {
-                "concurrency": concurrency,
-                "arm": arm,
-                "served_model": points[0]["served_model"],
-                "runs": len(points),
-                "throughput_per_s": _mean([p["perf"]["throughput_per_s"] for p in points]),
-                "p99_ms": _mean(p99s),
-                "encoder_batch": sum(e["inferences"] for e in encoders) / executions if executions else None,
-                "encoder_queue_ms": _mean([e["queue_us"] / 1000 for e in encoders]),
-                "encoder_compute_ms": _mean([e["compute_infer_us"] / 1000 for e in encoders]),
-            }
+            ArmSummary(
+                concurrency=concurrency,
+                arm=arm,
+                served_model=points[0].served_model,
+                runs=len(points),
+                throughput_per_s=_mean([p.perf.throughput_per_s for p in points]),
+                p99_ms=_mean(p99s),
+                encoder_batch=sum(e.inferences for e in encoders) / executions if executions else None,
+                encoder_queue_ms=_mean([e.queue_us / 1000 for e in encoders]),
+                encoder_compute_ms=_mean([e.compute_infer_us / 1000 for e in encoders]),
+            )
         )
     return rows
 
 
 def bucketing_line(results: dict) -> str | None:
     """One sentence: the first arm of experiment 8 (length buckets) against the others at c=32."""
-    rows = [r for r in bucketing_summary(results) if r["concurrency"] == TARGET_CONCURRENCY]
+    rows = [r for r in bucketing_summary(results) if r.concurrency == TARGET_CONCURRENCY]
     if len(rows) < 2:
         return None
     first, others = rows[0], rows[1:]
     compared = "; ".join(
-        f"{r['arm']} {r['throughput_per_s']:.1f} req/s, batch {_number(r['encoder_batch'])} (throughput "
-        f"{first['arm']} / {r['arm']}: {ratio_text(first['throughput_per_s'], r['throughput_per_s'])})"
+        f"{r.arm} {_number(r.throughput_per_s, '.1f')} req/s, batch {_number(r.encoder_batch)} (throughput "
+        f"{first.arm} / {r.arm}: {ratio_text(first.throughput_per_s, r.throughput_per_s)})"
         for r in others
     )
     return (
-        f"Length bucketing (experiment 8, c={TARGET_CONCURRENCY}, mean of {first['runs']} alternating "
-        f"runs): {first['arm']} {first['throughput_per_s']:.1f} req/s with encoder batches of "
-        f"{_number(first['encoder_batch'])}; {compared}."
+        f"Length bucketing (experiment 8, c={TARGET_CONCURRENCY}, mean of {first.runs} alternating "
+        f"runs): {first.arm} {_number(first.throughput_per_s, '.1f')} req/s with encoder batches of "
+        f"{_number(first.encoder_batch)}; {compared}."
     )
 
 
@@ -223,12 +218,12 @@ def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def _number(value: float | None) -> str:
-    return f"{value:.2f}" if value is not None else "-"
+def _number(value: float | None, spec: str = ".2f") -> str:
+    return format(value, spec) if value is not None else "-"
 
 
-def throughput(point: dict | None) -> float | None:
-    return point["perf"]["throughput_per_s"] if point else None
+def throughput(point: ServedRun | None) -> float | None:
+    return point.perf.throughput_per_s if point else None
 
 
 def ratio_text(numerator: float | None, denominator: float | None) -> str:
@@ -238,16 +233,16 @@ def ratio_text(numerator: float | None, denominator: float | None) -> str:
 
 
 def claims(results: dict) -> list[Claim]:
-    batching = results.get("batching", [])
+    batching = served_runs(results, "batching")
     on = point_at(batching, model=TEXT_MODEL, protocol="grpc", concurrency=32, arm="batching on")
     off = point_at(
         batching, model=TEXT_MODEL + "__nobatch", protocol="grpc", concurrency=32, arm="batching off"
     )
     batching_ratio = ratio_text(throughput(on), throughput(off))
     instances = {
-        p["arm"]: p["perf"]["throughput_per_s"]
-        for p in results.get("instances", [])
-        if p["perf"]["concurrency"] == 32 and p["perf"]["throughput_per_s"] > 0
+        p.arm: p.perf.throughput_per_s
+        for p in served_runs(results, "instances")
+        if p.perf.concurrency == 32 and p.measured
     }
     one = instances.get("1 instance")
     more = max((v for k, v in instances.items() if k != "1 instance"), default=None)

@@ -12,8 +12,14 @@ import time
 from dataclasses import dataclass, field
 
 from clients import AsyncTritonClient, TritonClient
-from loadtest.inprocess import BatchCost
-from loadtest.observe import NO_RETRY, ProcessSampler, process_tree, statistics_delta, statistics_snapshot
+from loadtest.experiments.inprocess import BatchCost
+from loadtest.load.observe import (
+    NO_RETRY,
+    ProcessSampler,
+    process_tree,
+    statistics_delta,
+    statistics_snapshot,
+)
 
 
 @dataclass(kw_only=True)

@@ -1,0 +1,87 @@
+"""Real sample inputs: photographs shipped in scikit-image's wheel and a corpus of natural sentences.
+
+The main job, the load generators and the tests send the same kind of data a user would: encoded
+photographs and natural sentences of mixed length (clients/data/sentences.txt), never zeros or random bytes.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import random
+from functools import cache
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+SENTENCES_FILE = Path(__file__).parent / "data" / "sentences.txt"
+# Colour and grey photographs shipped in skimage/data (textures, masks and scans are left out).
+PHOTOGRAPHS = (
+    "chelsea.png",
+    "coffee.png",
+    "astronaut.png",
+    "rocket.jpg",
+    "motorcycle_left.png",
+    "motorcycle_right.png",
+    "retina.jpg",
+    "hubble_deep_field.jpg",
+    "camera.png",
+    "horse.png",
+)
+# Used when clients/data/sentences.txt is absent: a few sentences of varied length.
+FALLBACK_SENTENCES = (
+    "How do I reset my password?",
+    "The train to Edinburgh leaves at half past nine.",
+    "A man is eating food.",
+    "The battery lasts about two days with normal use, which is better than my old phone.",
+)
+
+
+class SampleError(Exception):
+    """Real sample inputs cannot be found."""
+
+
+def skimage_data_dir() -> Path:
+    spec = importlib.util.find_spec("skimage")
+    if spec is None or spec.origin is None:
+        raise SampleError("real images come from scikit-image's skimage/data; install scikit-image")
+    return Path(spec.origin).parent / "data"
+
+
+def photograph_paths() -> list[Path]:
+    folder = skimage_data_dir()
+    paths = [folder / name for name in PHOTOGRAPHS if (folder / name).is_file()]
+    if not paths:
+        raise SampleError(f"none of the photographs {PHOTOGRAPHS} is in {folder}")
+    return paths
+
+
+@cache
+def photographs() -> tuple[bytes, ...]:
+    """The original encoded files, as shipped."""
+    return tuple(path.read_bytes() for path in photograph_paths())
+
+
+@cache
+def sentences() -> tuple[str, ...]:
+    """The corpus of realistic sentences (one per line), or a small fallback when it is absent."""
+    if not SENTENCES_FILE.is_file():
+        logger.warning("%s is missing; using %d fallback sentences", SENTENCES_FILE, len(FALLBACK_SENTENCES))
+        return FALLBACK_SENTENCES
+    lines = [line.strip() for line in SENTENCES_FILE.read_text(encoding="utf-8").splitlines()]
+    found = tuple(line for line in lines if line and not line.startswith("#"))
+    if not found:
+        raise SampleError(f"{SENTENCES_FILE} holds no sentences")
+    return found
+
+
+def shuffled_sentences(count: int, *, seed: int = 0) -> list[str]:
+    """``count`` sentences in a shuffled arrival order, cycling the corpus as often as needed."""
+    corpus = list(sentences())
+    rng = random.Random(seed)
+    order: list[str] = []
+    while len(order) < count:
+        block = corpus[:]
+        rng.shuffle(block)
+        order.extend(block)
+    return order[:count]

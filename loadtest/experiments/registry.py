@@ -1,0 +1,77 @@
+"""The one list of experiments: the key that ``--skip``/``--only`` and results.json use, the title the
+report prints, and the stage that runs it.
+
+Stages: ``served`` (one server holding the public models and their variants), ``central`` (a server for
+the images against a pool of worker processes), ``inprocess`` and ``profile`` (no server; they run
+after it has stopped so that they do not compete with it for the cores).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+STAGES = ("served", "central", "inprocess", "profile")
+
+
+@dataclass(kw_only=True, frozen=True)
+class Experiment:
+    key: str
+    title: str
+    stage: str
+    number: int | None = None  # its number in the report; the sweeps and Locust runs have none
+    results: tuple[str, ...] = ()  # the results.json keys it writes, when not its own key
+
+    @property
+    def heading(self) -> str:
+        return f"## {self.number}. {self.title}" if self.number is not None else f"## {self.title}"
+
+    @property
+    def result_keys(self) -> tuple[str, ...]:
+        return self.results or (self.key,)
+
+
+EXPERIMENTS = (
+    Experiment(key="sweeps", title="perf_analyzer sweeps", stage="served"),
+    Experiment(key="batching", number=1, title="Dynamic batching on vs off", stage="served"),
+    Experiment(key="instances", number=2, title="Model instances", stage="served"),
+    Experiment(
+        key="bucketing",
+        number=8,
+        title="Length buckets vs padding each request to its own length",
+        stage="served",
+    ),
+    Experiment(
+        key="clients", number=4, title="Sequential synchronous client vs asyncio client", stage="served"
+    ),
+    Experiment(
+        key="batchcost",
+        number=6,
+        title="Cost of a batch of 32 against a batch of 1",
+        stage="served",
+        results=("served_batch_costs",),
+    ),
+    Experiment(key="locust", title="Locust scenarios", stage="served"),
+    Experiment(key="central", number=3, title="Central server vs parallel processes", stage="central"),
+    Experiment(
+        key="inprocess",
+        number=5,
+        title="The in-process limit",
+        stage="inprocess",
+        results=("inprocess", "inprocess_batch_costs"),
+    ),
+    Experiment(key="profile", number=7, title="Per-layer profiles", stage="profile", results=("profiles",)),
+)
+BY_KEY = {e.key: e for e in EXPERIMENTS}
+KEYS = tuple(BY_KEY)
+
+
+def experiment(key: str) -> Experiment:
+    try:
+        return BY_KEY[key]
+    except KeyError:
+        raise ValueError(f"unknown experiment {key!r}; known: {', '.join(KEYS)}") from None
+
+
+def in_stage(stage: str, skip: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The keys of the experiments of ``stage`` that ``skip`` leaves in, in registry order."""
+    return tuple(e.key for e in EXPERIMENTS if e.stage == stage and e.key not in skip)
