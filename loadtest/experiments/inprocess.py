@@ -1,14 +1,14 @@
 """The in-process limit: the exported models run in this process, no server, on batches of 1..64.
 
 Text: the shuffled corpus in arrival order, cut into consecutive batches of B sentences, each batch
-tokenised and padded to the bucket of its longest sentence (what one client request of B sentences
-costs the server), encoded and pooled. Images: distinct photograph variants, B per batch,
+tokenised into one ragged batch (what the encoder receives when B requests share an execution),
+encoded and pooled inside the exported graph. Images: distinct photograph variants, B per batch,
 preprocessed with the served code, classified, softmax + top-k. Each batch size is measured in
 ``rounds`` rounds interleaved with the other sizes (this machine is noisy) after one warm-up batch per
 size; the median round is reported.
 
 :func:`batch_cost` is experiment 6 in-process: the forward pass alone on the same real input repeated
-to a batch of 1 and of 32 (one shape, so padding plays no part), median of ``repeats`` runs.
+to a batch of 1 and of 32 (one length, so the batch's shape plays no part), median of ``repeats`` runs.
 """
 
 from __future__ import annotations
@@ -142,12 +142,13 @@ def batch_cost(
     runner = EncoderRunner(exported_file(repository, model, runtime), runtime=runtime, threads=threads)
     if pipeline == "text":
         tokens = TextTokenizer(repository)([samples.sentences()[0]])
-        inputs = [tokens.input_ids, tokens.attention_mask]
+        inputs = list(tokens.arrays)  # a ragged batch: ids back to back, lengths
     else:
         inputs = [ImagePreprocessor(repository)([samples.photographs()[0]]).astype(np.float32)]
     timings = {}
     for size in (1, 32):
-        batch = [np.repeat(array, size, axis=0) for array in inputs]
+        repeat = np.tile if pipeline == "text" else lambda a, n: np.repeat(a, n, axis=0)
+        batch = [repeat(array, size) for array in inputs]
         runner(*batch)  # warm-up
         calls_ms = []
         for _ in range(repeats):

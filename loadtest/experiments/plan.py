@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from clients import samples
+from export import precision
 from loadtest import environment
 from loadtest.experiments import clients as client_experiments
-from loadtest.experiments import inprocess, profiling, registry
+from loadtest.experiments import inprocess, minimal, profiling, registry
 from loadtest.experiments.served import (
     PerfSession,
     arms_experiment,
@@ -23,7 +24,7 @@ from loadtest.experiments.served import (
     instances_experiment,
     sweeps,
 )
-from loadtest.experiments.variant_repository import Variant, build_repository, every_length
+from loadtest.experiments.variant_repository import Variant, build_repository
 from loadtest.load import payloads, workers
 from loadtest.load.locust_run import LocustRun, run_locust
 from loadtest.load.perf import PerfSettings
@@ -51,13 +52,11 @@ EXPORTED = {  # exported model -> (runtime, pipeline) for the in-process and pro
     "efficientnet_lite0_onnx": ("onnxruntime", "image"),
     "efficientnet_lite0_torchscript": ("torchscript", "image"),
 }
-NOBATCH, INSTANCE_SUFFIX, OWN_LENGTH = "__nobatch", "__x{}", "__ownlength"
-TEXT_TOKENIZER, TEXT_GROUPED = "text_tokenizer", "text_embedder_grouped"
-BUCKETING_ARMS = {  # experiment 8: arm label -> served model
-    "length buckets": TEXT_MODEL,
-    "own length (no buckets)": TEXT_MODEL + OWN_LENGTH,
-    "grouped by length in the server (BLS)": TEXT_GROUPED,  # calls text_tokenizer and minilm_onnx
-}
+NOBATCH, INSTANCE_SUFFIX = "__nobatch", "__x{}"
+TEXT_TOKENIZER = "text_tokenizer"
+# The configuration before ragged batching: the tokenizer padded each request to one of these lengths
+# and the encoder's batcher merged equal shapes only (experiment 8's first arm reproduces it).
+PREVIOUS_BUCKETS = "8,16,24,32,48,64,96,128,256"
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -68,8 +67,10 @@ class Plan:
     batching_concurrency: tuple[int, ...] = (1, 8, 32, 64)
     instance_counts: tuple[int, ...] = (1, 2, 4)
     instance_concurrency: tuple[int, ...] = (32,)
-    bucketing_concurrency: tuple[int, ...] = (32,)
-    bucketing_rounds: int = 2
+    ragged_concurrency: tuple[int, ...] = (1, 32)
+    ragged_rounds: int = 2
+    minimal_concurrency: tuple[int, ...] = (1, 32)
+    minimal_requests: int = 600
     protocols: tuple[str, ...] = ("http", "grpc")
     client_texts: int = 200
     client_in_flight: int = 32
@@ -102,7 +103,8 @@ PLANS = {
         sweep_models=PUBLIC_MODELS,
         sweep_concurrency=(1, 8, 32, 64),
         instance_concurrency=(8, 32),
-        bucketing_concurrency=(8, 32),
+        ragged_concurrency=(1, 8, 32),
+        minimal_requests=2000,
         client_texts=1000,
         batch_cost_repeats=10,
         locust_users=16,
@@ -121,23 +123,72 @@ PLANS = {
 def served_variants(plan: Plan, source: Path) -> list[Variant]:
     variants = [Variant(model=m) for m in dict.fromkeys((*plan.sweep_models, TEXT_MODEL, IMAGE_MODEL))]
     variants.append(Variant(model=TEXT_MODEL, suffix=NOBATCH, batching=False))
-    variants += [own_length_variant(source), Variant(model=TEXT_GROUPED)]
+    variants += [variant for variant, _ in (ragged_arms(source) | image_precision_arms(source)).values()]
     variants += [
         Variant(model=TEXT_MODEL, suffix=INSTANCE_SUFFIX.format(n), instances=n) for n in plan.instance_counts
     ]
     return variants
 
 
-def own_length_variant(source: Path) -> Variant:
-    """The text ensemble with its tokenizer's buckets set to every length: each request padded to its own."""
-    max_length = int(load_repository(source)[TEXT_TOKENIZER].config.parameters["max_length"].string_value)
-    buckets = every_length(max_length)
-    return Variant(model=TEXT_MODEL, suffix=OWN_LENGTH, parameters=((TEXT_TOKENIZER, "buckets", buckets),))
+def ragged_arms(source: Path) -> dict[str, tuple[Variant, str]]:
+    """Experiment 8: arm label -> (variant, served model). The shipped text ensemble, the previous
+    configuration (length buckets, equal-shape batches, fp32), and each change alone: ragged batching
+    with the fp32 file, and the served precision without ragged batching. The fp32 file is the one the
+    export keeps beside its precision record (:mod:`export.precision`); where the served file is fp32
+    already, the arms that differ only in precision are left out."""
+    encoder = text_encoder_of(source)
+    served = precision.served_variant(encoder)
+    fp32 = precision.kept_file(encoder, "fp32")
+    equal_shapes = ((TEXT_TOKENIZER, "length_buckets", PREVIOUS_BUCKETS),)
+    fp32_file = ((encoder, "model_filename", str(fp32.resolve())),) if fp32 and served != "fp32" else ()
+    arms = {
+        "previous: buckets, equal shapes, fp32": Variant(
+            model=TEXT_MODEL, suffix="__previous", ragged=False, parameters=equal_shapes + fp32_file
+        ),
+        f"buckets, equal shapes, {served}": Variant(
+            model=TEXT_MODEL, suffix="__equalshapes", ragged=False, parameters=equal_shapes
+        ),
+        "ragged, fp32": Variant(model=TEXT_MODEL, suffix="__raggedfp32", parameters=fp32_file),
+        f"ragged, {served} (shipped)": Variant(model=TEXT_MODEL),
+    }
+    if not fp32_file:  # the served file is fp32: the precision arms would repeat the others
+        arms = {label: v for label, v in arms.items() if v.suffix not in ("__equalshapes", "__raggedfp32")}
+    return {label: (variant, variant.served_name) for label, variant in arms.items()}
+
+
+def image_precision_arms(source: Path) -> dict[str, tuple[Variant, str]]:
+    """Experiment 8, images: the classifier as shipped against its clone serving the fp32 file (none
+    when the served file is fp32)."""
+    served = precision.served_variant(IMAGE_ENCODER)
+    fp32 = precision.kept_file(IMAGE_ENCODER, "fp32")
+    if served == "fp32" or fp32 is None:
+        return {}
+    clone = Variant(
+        model=IMAGE_MODEL,
+        suffix="__fp32",
+        parameters=((IMAGE_ENCODER, "model_filename", str(fp32.resolve())),),
+    )
+    return {
+        "image, fp32": (clone, clone.served_name),
+        f"image, {served} (shipped)": (Variant(model=IMAGE_MODEL), IMAGE_MODEL),
+    }
+
+
+def text_encoder_of(source: Path) -> str:
+    """The exported encoder the text ensemble calls (its step that is a native model)."""
+    models = load_repository(source)
+    return next(step for step in models[TEXT_MODEL].ensemble_steps() if models[step].is_native)
 
 
 def served_stage(plan: Plan, source: Path, work: Path, raw: Path, cores: int, skip: tuple[str, ...]) -> dict:
     hashes = build_repository(source, work / "served", served_variants(plan, source), total_threads=cores)
-    result: dict = {"served_config_sha256": hashes}
+    encoder = text_encoder_of(source)
+    result: dict = {
+        "served_config_sha256": hashes,
+        "text_encoder": encoder,
+        "text_runtime": EXPORTED[encoder][0],
+        "precision_section": precision.report_section(),
+    }
     config = ServerConfig(
         model_repository=work / "served",
         log_path=raw / "tritonserver.log",
@@ -167,13 +218,31 @@ def served_stage(plan: Plan, source: Path, work: Path, raw: Path, cores: int, sk
             "instances": lambda: instances_experiment(
                 session, model=TEXT_MODEL, arms=instance_arms, concurrencies=list(plan.instance_concurrency)
             ),
-            "bucketing": lambda: arms_experiment(
-                session,
-                experiment="bucketing",
+            "ragged": lambda: [
+                point
+                for model, arms in (
+                    (TEXT_MODEL, ragged_arms(source)),
+                    (IMAGE_MODEL, image_precision_arms(source)),
+                )
+                for point in arms_experiment(
+                    session,
+                    experiment="ragged",
+                    model=model,
+                    arms={label: served for label, (_, served) in arms.items()},
+                    # The image target is at c=32 only: spare the quick run the c=1 image arms.
+                    concurrencies=list(plan.ragged_concurrency) if model == TEXT_MODEL else [32],
+                    rounds=plan.ragged_rounds,
+                )
+            ],
+            "minimal": lambda: minimal.compare(
+                triton_http_url=server.http_url,
                 model=TEXT_MODEL,
-                arms=BUCKETING_ARMS,
-                concurrencies=list(plan.bucketing_concurrency),
-                rounds=plan.bucketing_rounds,
+                encoder_file=minimal.served_file(source, text_encoder_of(source)),
+                tokenizer_file=minimal.tokenizer_file(source),
+                threads=cores,
+                concurrencies=list(plan.minimal_concurrency),
+                requests=plan.minimal_requests,
+                log_path=raw / "minimal_server.log",
             ),
             "sweeps": lambda: sweeps(
                 session,
@@ -208,11 +277,10 @@ def _attempt(result: dict, key: str, run: Callable[[], object]) -> None:
 def _served_batch_costs(plan: Plan, url: str, source: Path) -> list[dict]:
     from loadtest.load.pipelines import TextTokenizer
 
-    tokenize = TextTokenizer(source)
-    widths = {t: tokenize([t]).input_ids.shape[1] for t in samples.sentences()}
-    common = Counter(widths.values()).most_common(1)[0][0]  # one shape, so both requests batch alike
-    same_bucket = [t for t, width in widths.items() if width == common]
-    texts = [same_bucket[i % len(same_bucket)] for i in range(32)]
+    lengths = dict(zip(samples.sentences(), TextTokenizer(source).lengths(samples.sentences()), strict=True))
+    common = Counter(lengths.values()).most_common(1)[0][0]  # one length, so the shape plays no part
+    same_length = [t for t, length in lengths.items() if length == common]
+    texts = [same_length[i % len(same_length)] for i in range(32)]
     images = [samples.photographs()[0]] * 32
     costs = []
     for model, kind, items in ((TEXT_MODEL, "text", texts), (IMAGE_MODEL, "image", images)):
@@ -293,7 +361,8 @@ def central_stage(plan: Plan, source: Path, work: Path, raw: Path, cores: int) -
 
 def inprocess_stage(plan: Plan, source: Path, cores: int) -> dict:
     points, costs = [], []
-    for runtime in plan.inprocess_runtimes:
+    served_runtime = EXPORTED[text_encoder_of(source)][0]  # the served file is always measured in-process
+    for runtime in dict.fromkeys((*plan.inprocess_runtimes, served_runtime)):
         text_model = TEXT_ENCODER if runtime == "onnxruntime" else "minilm_torchscript"
         image_model = IMAGE_ENCODER if runtime == "onnxruntime" else "efficientnet_lite0_torchscript"
         points += inprocess.measure_text(

@@ -5,7 +5,7 @@
 - TorchScript files: ``torch.profiler`` around the same runs; a scripted module keeps no layer names,
   so its rows are ATen operators (self CPU time).
 
-The input is a real batch of ``batch_size`` (sentences of the most common length bucket, or preprocessed
+The input is a real batch of ``batch_size`` (mixed-length sentences as one ragged batch, or preprocessed
 photographs). Warm-up runs are not profiled.
 """
 
@@ -68,12 +68,8 @@ def profile_model(
 
 def _real_batch(repository: Path, pipeline: str, batch_size: int) -> list[np.ndarray]:
     if pipeline == "text":
-        tokenize = TextTokenizer(repository)
-        texts = [t for t in samples.sentences() if tokenize([t]).input_ids.shape[1] == 32] or list(
-            samples.sentences()
-        )
-        tokens = tokenize([texts[i % len(texts)] for i in range(batch_size)])
-        return [tokens.input_ids, tokens.attention_mask]
+        texts = samples.shuffled_sentences(batch_size, seed=5)  # mixed lengths, as the server batches them
+        return list(TextTokenizer(repository)(texts).arrays)
     images = payloads.image_variants(batch_size, seed=5)
     return [ImagePreprocessor(repository)(images).astype(np.float32)]
 

@@ -35,9 +35,15 @@ EXPERIMENTS = (
     Experiment(key="batching", number=1, title="Dynamic batching on vs off", stage="served"),
     Experiment(key="instances", number=2, title="Model instances", stage="served"),
     Experiment(
-        key="bucketing",
+        key="ragged",
         number=8,
-        title="Length buckets vs padding each request to its own length",
+        title="Length-aware (ragged) batching and precision, arm by arm",
+        stage="served",
+    ),
+    Experiment(
+        key="minimal",
+        number=9,
+        title="Triton against the simplest alternative (one process, one request at a time)",
         stage="served",
     ),
     Experiment(

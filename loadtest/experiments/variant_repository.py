@@ -1,15 +1,17 @@
 """The repository a benchmark serves: chosen public models plus renamed variants, all derived by code.
 
 A variant clones a public model and every model below it (an ensemble's steps) under a suffix, e.g.
-``text_embedder__nobatch`` -> ``text_tokenizer__nobatch`` -> ``minilm_onnx__nobatch`` ->
-``text_pooling__nobatch``, and changes their configurations programmatically:
+``text_embedder__nobatch`` -> ``text_tokenizer__nobatch`` -> ``minilm_onnx__nobatch``, and changes
+their configurations programmatically:
 
 - ``batching=False`` removes ``dynamic_batching`` from every model of the clone, so each request is run
   on its own (Triton's default scheduler): the one-request-per-call baseline;
+- ``ragged=False`` turns ``allow_ragged_batch`` off on every input of the clone, so the batcher only
+  merges requests of equal shape (how Triton batches by default);
 - ``instances=N`` sets the ``instance_group`` count of the exported-model steps to N and divides the
   intra-op threads so that N instances together use ``total_threads`` (never fewer than 1 each);
 - ``parameters=((model, key, value), ...)`` sets one of ``parameters`` of a model of the clone, e.g.
-  ``("text_tokenizer", "buckets", "1,2,...,256")``: the key must already exist in that model's
+  ``("text_tokenizer", "length_buckets", "16,64,256")``: the key must already exist in that model's
   configuration (a misspelt key would otherwise be ignored by the model and the variant would be the
   original under another name).
 
@@ -43,6 +45,7 @@ class Variant:
     model: str
     suffix: str = ""
     batching: bool = True
+    ragged: bool = True  # False: inputs lose allow_ragged_batch, so the batcher merges equal shapes only
     instances: int | None = None
     parameters: tuple[tuple[str, str, str], ...] = ()  # (model, key, value)
 
@@ -51,14 +54,14 @@ class Variant:
             raise ValueError(f"suffix must start with '__' (e.g. '__nobatch'), got {self.suffix!r}")
         if self.instances is not None and self.instances < 1:
             raise ValueError(f"instances must be at least 1, got {self.instances}")
-        changed = not self.batching or self.instances is not None or bool(self.parameters)
+        changed = not self.batching or not self.ragged or self.instances is not None or bool(self.parameters)
         if self.suffix == "" and changed:
             raise ValueError("a changed variant needs a suffix so it does not replace the original model")
         for override in self.parameters:
             if len(override) != 3 or not all(isinstance(p, str) for p in override) or not all(override[:2]):
                 raise ValueError(
                     "a parameter override is (model, key, value) with a model and key named, "
-                    f"got {override!r}; e.g. ('text_tokenizer', 'buckets', '16,32,256')"
+                    f"got {override!r}; e.g. ('text_tokenizer', 'length_buckets', '16,64,256')"
                 )
         keys = [override[:2] for override in self.parameters]
         if len(set(keys)) != len(keys):
@@ -70,6 +73,8 @@ class Variant:
 
     def describe(self) -> str:
         parts = ["dynamic batching " + ("on" if self.batching else "off")]
+        if not self.ragged:
+            parts.append("ragged batching off")
         if self.instances is not None:
             parts.append(f"{self.instances} instance(s) of the exported model")
         parts += [f"{model}.{key} = {_shorten(value)}" for model, key, value in self.parameters]
@@ -78,13 +83,6 @@ class Variant:
     def overrides_for(self, model: str) -> dict[str, str]:
         """The parameter overrides of ``model`` (a name in the original repository): key -> value."""
         return {key: value for name, key, value in self.parameters if name == model}
-
-
-def every_length(max_length: int) -> str:
-    """A ``buckets`` value padding each request only to its own length: "1,2,3,...,max_length"."""
-    if max_length < 1:
-        raise ValueError(f"max_length must be at least 1, got {max_length}")
-    return ",".join(str(n) for n in range(1, max_length + 1))
 
 
 def _shorten(value: str, limit: int = 40) -> str:
@@ -106,6 +104,9 @@ def variant_config(entry: ModelEntry, variant: Variant, *, total_threads: int) -
     config.name = entry.name + variant.suffix
     if not variant.batching:
         config.ClearField("dynamic_batching")
+    if not variant.ragged:
+        for tensor in config.input:
+            tensor.allow_ragged_batch = False
     if entry.is_native and variant.instances:
         for group in config.instance_group:
             group.count = variant.instances

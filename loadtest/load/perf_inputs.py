@@ -69,8 +69,8 @@ def input_kind(config: ModelConfig) -> str:
                 f"known inputs: {', '.join(STRING_PAYLOADS)} (add it to STRING_PAYLOADS)"
             )
         return payload
-    if len(inputs) == 2 and types == [_TYPES.TYPE_INT64] * 2 and all(list(i.dims) == [-1] for i in inputs):
-        return "tokens"
+    if len(inputs) == 1 and types == [_TYPES.TYPE_INT64] and inputs[0].allow_ragged_batch:
+        return "tokens"  # token ids of a ragged-batched encoder
     if len(inputs) == 1 and types[0] == _TYPES.TYPE_FP32 and len(inputs[0].dims) == 3:
         return "pixels"
     if all(t == _TYPES.TYPE_FP32 for t in types) and all(d > 0 for i in inputs for d in i.dims):
@@ -114,16 +114,11 @@ def _sentences(config: ModelConfig, repository: Path, entries: int, seed: int) -
 
 
 def _tokens(config: ModelConfig, repository: Path, entries: int, seed: int) -> list[dict]:
-    """Real sentences of the most common length bucket, padded to it (perf_analyzer needs one shape)."""
+    """Real sentences' token ids, each entry at its own length (the encoder batches them raggedly)."""
     tokenize = TextTokenizer(repository)
-    ids_name, mask_name = (i.name for i in config.input)
-    by_bucket: dict[int, list] = {}
-    for text in samples.shuffled_sentences(max(entries, len(samples.sentences())), seed=seed):
-        tokens = tokenize([text])
-        by_bucket.setdefault(tokens.input_ids.shape[1], []).append(tokens)
-    common = max(by_bucket.values(), key=len)
-    chosen = [common[i % len(common)] for i in range(entries)]
-    return [{ids_name: _raw(t.input_ids[0]), mask_name: _raw(t.attention_mask[0])} for t in chosen]
+    name = config.input[0].name
+    texts = samples.shuffled_sentences(max(entries, len(samples.sentences())), seed=seed)
+    return [{name: _raw(tokenize([text]).input_ids)} for text in texts]
 
 
 def _pixels(config: ModelConfig, repository: Path, entries: int, seed: int) -> list[dict]:
@@ -153,10 +148,12 @@ _ROWS = {
 
 
 def _shape_args(config: ModelConfig, rows: list[dict]) -> list[str]:
-    """``--shape name:dims`` for each variable-size input (every entry has the same shape)."""
+    """``--shape name:dims`` for each variable-size input whose entries share one shape (a ragged input's
+    entries carry their own shapes)."""
     args = []
     for tensor in config.input:
-        if tensor.data_type != _TYPES.TYPE_STRING and any(d < 0 for d in tensor.dims):
+        fixed = not tensor.allow_ragged_batch and tensor.data_type != _TYPES.TYPE_STRING
+        if fixed and any(d < 0 for d in tensor.dims):
             shape = rows[0][tensor.name]["shape"]
             args.append(f"--shape={tensor.name}:{','.join(str(d) for d in shape)}")
     return args

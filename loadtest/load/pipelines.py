@@ -1,8 +1,8 @@
 """The served pipelines run in-process, with no server: the same files, the same code, the same settings.
 
-- :class:`TextPipeline`: tokenise with text_tokenizer's tokenizer.json, pad to the bucket of the longest
-  text (text_tokenizer's own ``text_buckets`` code and ``buckets`` parameter), run the exported encoder
-  (onnxruntime or torch.jit), mean-pool and L2-normalise.
+- :class:`TextPipeline`: tokenise with text_tokenizer's tokenizer.json and ``max_length``, hand the
+  exported encoder (onnxruntime or torch.jit) the ragged batch Triton would (every text's ids back to
+  back and each text's length); the encoder pools and normalises.
 - :class:`ImagePipeline`: decode/resize/crop/normalise with image_preprocess's own ``model.py`` code and
   settings, run the exported classifier, softmax and top-k.
 
@@ -62,8 +62,17 @@ def exported_file(repository: Path, model: str, runtime: str) -> Path:
 class EncoderRunner:
     """One exported file run by onnxruntime or torch.jit with a fixed number of intra-op threads."""
 
-    def __init__(self, path: Path, *, runtime: str, threads: int, profile_prefix: str | None = None) -> None:
+    def __init__(
+        self,
+        path: Path,
+        *,
+        runtime: str,
+        threads: int,
+        profile_prefix: str | None = None,
+        optimized_execution: bool = True,
+    ) -> None:
         self.runtime = runtime
+        self.optimized_execution = optimized_execution
         if runtime == "onnxruntime":
             import onnxruntime as ort
 
@@ -85,7 +94,7 @@ class EncoderRunner:
     def __call__(self, *arrays: np.ndarray) -> np.ndarray:
         if self.runtime == "onnxruntime":
             return self.session.run(None, dict(zip(self.input_names, arrays, strict=True)))[0]
-        with self.torch.inference_mode():
+        with self.torch.inference_mode(), self.torch.jit.optimized_execution(self.optimized_execution):
             result = self.module(*(self.torch.from_numpy(np.ascontiguousarray(a)) for a in arrays))
         result = result[0] if isinstance(result, (tuple, list)) else result
         return result.numpy()
@@ -93,55 +102,55 @@ class EncoderRunner:
 
 @dataclass(kw_only=True)
 class Tokens:
+    """A ragged batch as Triton hands it to the encoder: ids [T] int64 back to back, lengths [B] int32."""
+
     input_ids: np.ndarray
-    attention_mask: np.ndarray
+    item_lengths: np.ndarray
 
     @property
-    def real_token_share(self) -> float:
-        return float(self.attention_mask.sum() / self.attention_mask.size)
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.input_ids, self.item_lengths
 
 
 class TextTokenizer:
-    """text_tokenizer's tokenisation and bucket padding, from its files and config parameters."""
+    """text_tokenizer's tokenisation, from its tokenizer file and ``max_length`` parameter."""
 
     def __init__(self, repository: Path) -> None:
         from tokenizers import Tokenizer
 
         params = parameters(repository, TOKENIZER_MODEL)
-        folder = Path(repository) / TOKENIZER_MODEL / "1"
-        buckets_code = load_module_from(folder / "text_buckets.py", "_served_text_buckets")
-        self.max_length = int(params["max_length"])
-        self.buckets = buckets_code.parse_buckets(params["buckets"], max_length=self.max_length)
-        self._pad = buckets_code.pad_to_bucket
-        path = folder / params["tokenizer_file"]
+        path = Path(repository) / TOKENIZER_MODEL / "1" / params["tokenizer_file"]
         if not path.is_file():
             raise PipelineError(f"{path} is missing; run `python -m export` first")
+        self.max_length = int(params["max_length"])
         self.tokenizer = Tokenizer.from_file(str(path))
-        padding = self.tokenizer.padding
-        self.pad_id = padding["pad_id"] if padding else 0
         self.tokenizer.no_padding()
         self.tokenizer.enable_truncation(max_length=self.max_length)
 
+    def lengths(self, texts: Sequence[str]) -> list[int]:
+        return [len(e.ids) for e in self.tokenizer.encode_batch(list(texts))]
+
     def __call__(self, texts: Sequence[str]) -> Tokens:
         encodings = self.tokenizer.encode_batch(list(texts))
-        ids, mask = self._pad([e.ids for e in encodings], self.buckets, pad_id=self.pad_id)
-        return Tokens(input_ids=ids, attention_mask=mask)
+        ids = np.fromiter((t for e in encodings for t in e.ids), dtype=np.int64)
+        return Tokens(input_ids=ids, item_lengths=np.array([len(e.ids) for e in encodings], dtype=np.int32))
 
 
 class TextPipeline:
-    """Texts -> unit-length sentence embeddings, one padded batch per call."""
+    """Texts -> unit-length sentence embeddings, one ragged batch per call."""
 
     def __init__(self, repository: Path, *, encoder_model: str, runtime: str, threads: int) -> None:
         self.tokenize = TextTokenizer(repository)
+        settings = parameters(repository, encoder_model)
         self.encoder = EncoderRunner(
-            exported_file(repository, encoder_model, runtime), runtime=runtime, threads=threads
+            exported_file(repository, encoder_model, runtime),
+            runtime=runtime,
+            threads=threads,
+            optimized_execution=settings.get("DISABLE_OPTIMIZED_EXECUTION", "false").lower() != "true",
         )
 
     def __call__(self, texts: Sequence[str]) -> np.ndarray:
-        from export.minilm import mean_pool  # imports torch: only the text pipeline needs it
-
-        tokens = self.tokenize(texts)
-        return mean_pool(self.encoder(tokens.input_ids, tokens.attention_mask), tokens.attention_mask)
+        return self.encoder(*self.tokenize(texts).arrays)
 
 
 class ImagePreprocessor:

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from loadtest.experiments.registry import experiment
-from loadtest.report import findings, length_buckets_section, plots
+from loadtest.report import findings, plots, ragged_section
 from loadtest.report.records import model_stats, served_runs
 from loadtest.report.tables import PERF_HEADER, batches, image, perf_row, table
 
@@ -20,7 +20,8 @@ def write_report(folder: Path) -> Path:
         _claims(results),
         _batching(results, folder),
         _instances(results, folder),
-        length_buckets_section.section(results, folder),
+        ragged_section.section(results, folder),
+        ragged_section.minimal_section(results),
         _central(results),
         _clients(results),
         _inprocess(results, folder),

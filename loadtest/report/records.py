@@ -88,6 +88,7 @@ class ArmSummary:
     served_model: str
     runs: int
     throughput_per_s: float | None
+    p50_ms: float | None
     p99_ms: float | None
     encoder_batch: float | None
     encoder_queue_ms: float | None

@@ -48,14 +48,30 @@ def _stats(batch: float, executions: int) -> dict:
     }
 
 
-def _point(experiment: str, arm: str, served: str, concurrency: int, throughput: float, batch: float) -> dict:
-    encoder = "minilm_onnx" + served[len("text_embedder") :]
+def _point(
+    experiment: str,
+    arm: str,
+    served: str,
+    concurrency: int,
+    throughput: float,
+    batch: float,
+    p99: float = 300.0,
+) -> dict:
+    model, encoder = (
+        ("image_classifier", "efficientnet_lite0_onnx")
+        if served.startswith("image")
+        else (
+            "text_embedder",
+            "minilm_onnx",
+        )
+    )
+    encoder += served[len(model) :]
     return {
         "experiment": experiment,
         "arm": arm,
-        "model": "text_embedder",
+        "model": model,
         "served_model": served,
-        "perf": _perf("grpc", concurrency, throughput, 300.0),
+        "perf": _perf("grpc", concurrency, throughput, p99),
         "server": {encoder: _stats(batch, 100)},
         "wall_s": 6.0,
         "server_cpu_cores": 1.9,
@@ -65,7 +81,7 @@ def _point(experiment: str, arm: str, served: str, concurrency: int, throughput:
 def recorded_results(served_c32: float) -> dict:
     batching = []
     for c, on, off in ((1, 80.0, 82.0), (32, served_c32, 95.0)):
-        batching.append(_point("batching", "batching on", "text_embedder", c, on, 1.0 if c == 1 else 6.0))
+        batching.append(_point("batching", "batching on", "text_embedder", c, on, 1.0 if c == 1 else 9.0))
         batching.append(_point("batching", "batching off", "text_embedder__nobatch", c, off, 1.0))
     return {
         "run_id": "recorded",
@@ -89,12 +105,34 @@ def recorded_results(served_c32: float) -> dict:
             _point("instances", "1 instance", "text_embedder", 32, served_c32, 6.0),
             _point("instances", "2 instances", "text_embedder__x2", 32, served_c32 * 1.1, 5.0),
         ],
-        "bucketing": [
-            _point("bucketing", arm, served, 32, rate, batch)
+        "ragged": [
+            _point("ragged", arm, served, c, rate, batch, p99)
             for _ in range(2)
-            for arm, served, rate, batch in (
-                ("length buckets", "text_embedder", 150.0, 1.5),
-                ("own length (no buckets)", "text_embedder__ownlength", 120.0, 1.0),
+            for arm, served, c, rate, batch, p99 in (
+                ("previous: buckets, equal shapes, fp32", "text_embedder__previous", 32, 90.0, 1.5, 400.0),
+                ("ragged, bf16 (shipped)", "text_embedder", 32, served_c32, 12.0, 200.0),
+                ("previous: buckets, equal shapes, fp32", "text_embedder__previous", 1, 60.0, 1.0, 30.0),
+                ("ragged, bf16 (shipped)", "text_embedder", 1, 110.0, 1.0, 16.0),
+                ("image, fp32", "image_classifier__fp32", 32, 60.0, 6.0, 500.0),
+                ("image, int8 (shipped)", "image_classifier", 32, 84.0, 6.0, 400.0),
+            )
+        ],
+        "minimal": [
+            {
+                "label": label,
+                "concurrency": c,
+                "requests": 600,
+                "failures": 0,
+                "wall_s": 6.0,
+                "p50_ms": 9.0,
+                "p99_ms": 20.0,
+                "requests_per_s": rate,
+            }
+            for c, label, rate in (
+                (1, "Triton (text_embedder)", 100.0),
+                (1, "one process, one request at a time", 120.0),
+                (32, "Triton (text_embedder)", served_c32),
+                (32, "one process, one request at a time", 95.0),
             )
         ],
         "clients": [
@@ -198,7 +236,8 @@ def test_the_report_has_every_section_table_and_plot(tmp_path: Path) -> None:
         "## Published claims",
         "## 1. Dynamic batching",
         "## 2. Model instances",
-        "## 8. Length buckets",
+        "## 8. Length-aware (ragged) batching",
+        "## 9. Triton against the simplest alternative",
         "## 4. Sequential",
         "## 5. The in-process limit",
         "## 6. Cost of a batch",
@@ -212,7 +251,7 @@ def test_the_report_has_every_section_table_and_plot(tmp_path: Path) -> None:
     for image in (
         "batching.png",
         "instances.png",
-        "bucketing.png",
+        "ragged.png",
         "inprocess.png",
         "sweep_throughput.png",
         "profile_minilm_onnx.png",
@@ -225,16 +264,37 @@ def test_the_report_has_every_section_table_and_plot(tmp_path: Path) -> None:
 
 def test_targets_met_are_reported_as_met(tmp_path: Path) -> None:
     text = _write(tmp_path, recorded_results(served_c32=190.0))
-    assert "| throughput | >= 180 req/s (2x FastAPI ~90) | 190.0 req/s (grpc, c=32) | met |" in text
-    assert "95% (190.0 of 200.0/s in-process at batch 1)" in text
+    assert (
+        "| text c=32 vs the previous configuration | >= 2x (experiment 8) | 2.11x (190.0 vs 90.0 req/s) | met |"
+        in text
+    )
+    assert (
+        "| text c=32 vs the simplest alternative | >= 2x (experiment 9) | 2.00x (190.0 vs 95.0 req/s) | met |"
+        in text
+    )
+    assert "| text c=32 p99 | <= 250 ms | 200 ms | met |" in text
+    assert "| text c=1 median latency | <= 10 ms | 8.0 ms | met |" in text
+    assert (
+        "| dynamic batching on vs off, c=32 | >= 2x, encoder batch >= 8 | 2.00x, encoder batch 9.0 | met |"
+        in text
+    )
+    assert "95% (190.0 of 200.0/s at batch 1)" in text
+    assert "| image c=32, served precision vs fp32 | >= 1.3x | 1.40x | met |" in text
 
 
 def test_a_missed_target_is_reported_with_its_numbers_and_measured_causes(tmp_path: Path) -> None:
     text = _write(tmp_path, recorded_results(served_c32=120.0))
-    assert "| throughput | >= 180 req/s (2x FastAPI ~90) | 120.0 req/s (grpc, c=32) | **missed** |" in text
+    assert (
+        "| text c=32 vs the previous configuration | >= 2x (experiment 8) | 1.33x (120.0 vs 90.0 req/s) | **missed** |"
+        in text
+    )
+    assert (
+        "| text c=32 vs the simplest alternative | >= 2x (experiment 9) | 1.26x (120.0 vs 95.0 req/s) | **missed** |"
+        in text
+    )
     assert "used 1.90 of 2 cores" in text
     assert "the CPU is saturated" in text
-    assert "minilm_onnx: queue 9.0 ms vs compute 30.0 ms per request, average batch 6.0" in text
+    assert "minilm_onnx: queue 9.0 ms vs compute 30.0 ms per request, average batch 9.0" in text
 
 
 def test_the_claims_are_measured_ratios_from_the_same_run() -> None:
@@ -245,42 +305,49 @@ def test_the_claims_are_measured_ratios_from_the_same_run() -> None:
     assert claims["central server vs per-job model loading"].startswith("not measured")
 
 
-def test_a_run_without_the_target_point_says_it_was_not_measured() -> None:
+def test_a_run_without_the_experiments_says_each_target_was_not_measured() -> None:
     results = recorded_results(served_c32=190.0)
-    results["batching"], results["sweeps"] = [], []
-    assert [v.met for v in findings.verdicts(results)] == [None]
+    for key in ("batching", "sweeps", "ragged", "minimal", "inprocess"):
+        results[key] = []
+    assert [v.met for v in findings.verdicts(results)] == [None] * 7
 
 
 def test_sections_of_experiments_not_run_are_left_out(tmp_path: Path) -> None:
     results = recorded_results(served_c32=190.0)
-    for missing in ("clients", "profiles", "locust", "inprocess", "instances", "bucketing"):
+    for missing in ("clients", "profiles", "locust", "inprocess", "instances", "ragged", "minimal"):
         del results[missing]
     text = _write(tmp_path, results)
     assert "## Targets" in text and "## 1. Dynamic batching" in text
     for absent in (
         "## 2. Model instances",
-        "## 8. Length buckets",
+        "## 8. Length-aware",
+        "## 9. Triton against",
         "## 4. Sequential",
         "## 5. The in-process",
         "## 7. Per-layer",
         "## Locust",
     ):
         assert absent not in text
-    assert "| share of the in-process limit | >= 85% | not measured | not measured |" in text
+    assert "| served vs in-process (same file) | >= 85% | not measured | not measured |" in text
 
 
-def test_the_bucketing_summary_averages_the_rounds_of_each_arm(tmp_path: Path) -> None:
+def test_the_arm_summary_averages_the_rounds_of_each_arm(tmp_path: Path) -> None:
     results = recorded_results(served_c32=190.0)
-    rows = findings.bucketing_summary(results)
+    rows = [r for r in findings.arm_summary(results, "ragged") if r.concurrency == 32]
     assert [(r.arm, r.runs, r.throughput_per_s, r.encoder_batch) for r in rows] == [
-        ("length buckets", 2, 150.0, 1.5),
-        ("own length (no buckets)", 2, 120.0, 1.0),
+        ("previous: buckets, equal shapes, fp32", 2, 90.0, 1.5),
+        ("ragged, bf16 (shipped)", 2, 190.0, 12.0),
+        ("image, fp32", 2, 60.0, 6.0),
+        ("image, int8 (shipped)", 2, 84.0, 6.0),
     ]
-    line = findings.bucketing_line(results)
-    assert line is not None and "length buckets 150.0 req/s with encoder batches of 1.50" in line
-    assert "throughput length buckets / own length (no buckets): 1.25x" in line
+    line = findings.ragged_line(results)
+    assert line is not None and "190.0 req/s with encoder batches of 12.00" in line and "2.11x" in line
     text = _write(tmp_path, results)
-    assert "| 32 | length buckets | text_embedder | 2 | 150.0 | 300.0 | 1.50 | 9.00 | 30.0 |" in text
+    assert (
+        "| 32 | ragged, bf16 (shipped) | text_embedder | 2 | 190.0 | 100.0 | 200.0 | 12.0 | 9.00 | 30.0 |"
+        in text
+    )
+    assert "| 32 | 2.00x |" in text  # Triton / one process at c=32 (experiment 9)
     assert line in text  # in the section and among the causes of the summary
 
 
@@ -288,22 +355,31 @@ def test_only_leaves_out_every_other_experiment_and_refuses_unknown_names() -> N
     from loadtest.bench import skipped
     from loadtest.experiments.registry import KEYS as EXPERIMENTS
 
-    assert set(skipped("", "bucketing")) == set(EXPERIMENTS) - {"bucketing"}
+    assert set(skipped("", "ragged")) == set(EXPERIMENTS) - {"ragged"}
     assert skipped("locust,central", "") == ("locust", "central")
     with pytest.raises(ValueError, match="not both"):
-        skipped("locust", "bucketing")
+        skipped("locust", "ragged")
     with pytest.raises(ValueError, match="unknown experiments"):
-        skipped("", "bucketting")
+        skipped("", "raggedd")
 
 
 def test_a_stage_runs_only_while_one_of_its_experiments_is_left_in() -> None:
     from loadtest.experiments import registry
 
     served = registry.in_stage("served")
-    assert set(served) == {"sweeps", "batching", "instances", "bucketing", "clients", "batchcost", "locust"}
+    assert set(served) == {
+        "sweeps",
+        "batching",
+        "instances",
+        "ragged",
+        "minimal",
+        "clients",
+        "batchcost",
+        "locust",
+    }
     assert registry.in_stage("served", skip=served) == ()
     assert registry.in_stage("central", skip=("locust",)) == ("central",)
     assert registry.experiment("batchcost").result_keys == ("served_batch_costs",)
     assert registry.experiment("batching").heading == "## 1. Dynamic batching on vs off"
-    with pytest.raises(ValueError, match="unknown experiment 'bucketting'"):
-        registry.experiment("bucketting")
+    with pytest.raises(ValueError, match="unknown experiment 'raggedd'"):
+        registry.experiment("raggedd")

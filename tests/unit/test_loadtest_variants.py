@@ -10,7 +10,6 @@ from loadtest.experiments.variant_repository import (
     Variant,
     build_repository,
     closure,
-    every_length,
     threads_per_instance,
     variant_config,
 )
@@ -67,7 +66,6 @@ def test_an_ensemble_clone_calls_the_cloned_steps(models: dict) -> None:
     assert [s.model_name for s in config.ensemble_scheduling.step] == [
         "text_tokenizer__nobatch",
         "minilm_onnx__nobatch",
-        "text_pooling__nobatch",
     ]
 
 
@@ -92,11 +90,9 @@ def test_a_built_repository_serves_originals_and_clones_side_by_side(tmp_path: P
         "text_embedder",
         "text_tokenizer",
         "minilm_onnx",
-        "text_pooling",
         "text_embedder__nobatch",
         "text_tokenizer__nobatch",
         "minilm_onnx__nobatch",
-        "text_pooling__nobatch",
     }
     clone = parse_config(tmp_path / "repo" / "minilm_onnx__nobatch" / "config.pbtxt")
     original = parse_config(tmp_path / "repo" / "minilm_onnx" / "config.pbtxt")
@@ -112,11 +108,11 @@ def test_a_built_repository_serves_originals_and_clones_side_by_side(tmp_path: P
         ({"suffix": "nobatch", "batching": False}, "must start with '__'"),
         ({"batching": False}, "needs a suffix"),
         ({"suffix": "__x0", "instances": 0}, "at least 1"),
-        ({"parameters": (("text_tokenizer", "buckets", "256"),)}, "needs a suffix"),
-        ({"suffix": "__p", "parameters": (("text_tokenizer", "buckets"),)}, r"\(model, key, value\)"),
-        ({"suffix": "__p", "parameters": (("", "buckets", "256"),)}, r"\(model, key, value\)"),
+        ({"parameters": (("text_tokenizer", "length_buckets", "256"),)}, "needs a suffix"),
+        ({"suffix": "__p", "parameters": (("text_tokenizer", "length_buckets"),)}, r"\(model, key, value\)"),
+        ({"suffix": "__p", "parameters": (("", "length_buckets", "256"),)}, r"\(model, key, value\)"),
         (
-            {"suffix": "__p", "parameters": (("text_tokenizer", "buckets", "8,256"),) * 2},
+            {"suffix": "__p", "parameters": (("text_tokenizer", "length_buckets", "8,256"),) * 2},
             "overridden twice",
         ),
     ],
@@ -133,36 +129,38 @@ def test_an_unchanged_variant_divides_the_threads_between_the_configured_instanc
     assert config.parameters["intra_op_threads"].string_value == str(max(1, 4 // configured))
 
 
-OWN_LENGTH = Variant(
+PREVIOUS = Variant(
     model="text_embedder",
-    suffix="__ownlength",
-    parameters=(("text_tokenizer", "buckets", every_length(256)),),
+    suffix="__previous",
+    ragged=False,
+    parameters=(("text_tokenizer", "length_buckets", "8,16,32,64,128,256"),),
 )
 
 
 def test_a_parameter_override_changes_that_parameter_of_that_model_only(models: dict) -> None:
-    tokenizer = variant_config(models["text_tokenizer"], OWN_LENGTH, total_threads=2)
+    tokenizer = variant_config(models["text_tokenizer"], PREVIOUS, total_threads=2)
     original = models["text_tokenizer"].config.parameters
-    assert tokenizer.parameters["buckets"].string_value == every_length(256)
-    assert {k: v.string_value for k, v in tokenizer.parameters.items() if k != "buckets"} == {
-        k: v.string_value for k, v in original.items() if k != "buckets"
+    assert tokenizer.parameters["length_buckets"].string_value == "8,16,32,64,128,256"
+    assert {k: v.string_value for k, v in tokenizer.parameters.items() if k != "length_buckets"} == {
+        k: v.string_value for k, v in original.items() if k != "length_buckets"
     }
-    assert tokenizer.HasField("dynamic_batching") and tokenizer.name == "text_tokenizer__ownlength"
-    encoder = variant_config(models["minilm_onnx"], OWN_LENGTH, total_threads=2)
+    assert tokenizer.HasField("dynamic_batching") and tokenizer.name == "text_tokenizer__previous"
+    encoder = variant_config(models["minilm_onnx"], PREVIOUS, total_threads=2)
     plain = variant_config(models["minilm_onnx"], Variant(model="text_embedder"), total_threads=2)
     assert dict(encoder.parameters) == dict(plain.parameters)
 
 
-def test_own_length_buckets_are_every_length_up_to_the_maximum() -> None:
-    assert every_length(4) == "1,2,3,4"
-    assert every_length(256).split(",")[-1] == "256" and len(every_length(256).split(",")) == 256
-    with pytest.raises(ValueError, match="at least 1"):
-        every_length(0)
+def test_the_ragged_off_variant_makes_the_batcher_merge_equal_shapes_only(models: dict) -> None:
+    encoder = variant_config(models["minilm_onnx"], PREVIOUS, total_threads=2)
+    assert models["minilm_onnx"].config.input[0].allow_ragged_batch
+    assert not any(tensor.allow_ragged_batch for tensor in encoder.input)
+    assert list(encoder.batch_input) == list(models["minilm_onnx"].config.batch_input)  # same graph inputs
+    assert "ragged batching off" in PREVIOUS.describe()
 
 
 def test_an_override_of_a_parameter_the_model_does_not_have_is_refused(models: dict) -> None:
     variant = Variant(model="text_embedder", suffix="__typo", parameters=(("text_tokenizer", "bucket", "8"),))
-    with pytest.raises(ValueError, match="has no parameter 'bucket'.*buckets"):
+    with pytest.raises(ValueError, match="has no parameter 'bucket'.*length_buckets"):
         variant_config(models["text_tokenizer"], variant, total_threads=2)
 
 
@@ -172,16 +170,16 @@ def test_an_override_of_a_model_outside_the_clone_is_refused(tmp_path: Path) -> 
         build_repository(SOURCE, tmp_path / "repo", [variant], total_threads=2)
 
 
-def test_a_built_own_length_clone_writes_the_override_into_its_tokenizer(tmp_path: Path) -> None:
+def test_a_built_clone_writes_the_override_into_its_tokenizer(tmp_path: Path) -> None:
     hashes = build_repository(
-        SOURCE, tmp_path / "repo", [Variant(model="text_embedder"), OWN_LENGTH], total_threads=2
+        SOURCE, tmp_path / "repo", [Variant(model="text_embedder"), PREVIOUS], total_threads=2
     )
-    clone = parse_config(tmp_path / "repo" / "text_tokenizer__ownlength" / "config.pbtxt")
+    clone = parse_config(tmp_path / "repo" / "text_tokenizer__previous" / "config.pbtxt")
     original = parse_config(tmp_path / "repo" / "text_tokenizer" / "config.pbtxt")
-    assert clone.parameters["buckets"].string_value == every_length(256)
-    assert original.parameters["buckets"].string_value != every_length(256)
-    assert hashes["text_tokenizer"] != hashes["text_tokenizer__ownlength"]
+    assert clone.parameters["length_buckets"].string_value == "8,16,32,64,128,256"
+    assert original.parameters["length_buckets"].string_value == ""
+    assert hashes["text_tokenizer"] != hashes["text_tokenizer__previous"]
     assert (
-        "text_tokenizer.buckets = 1,2,3"
-        in (tmp_path / "repo" / "text_tokenizer__ownlength" / "config.pbtxt").read_text()
+        "text_tokenizer.length_buckets = 8,16"
+        in (tmp_path / "repo" / "text_tokenizer__previous" / "config.pbtxt").read_text()
     )

@@ -7,7 +7,9 @@ configuration, and runs the same exported file with onnxruntime or torch.jit on 
 when one is present), feeding it what the native backend would:
 
 - an input with ``allow_ragged_batch`` arrives from every request of the batch concatenated into one
-  1-D array (the dynamic batcher lets requests of different shapes share the execution);
+  1-D array (the dynamic batcher lets requests of different shapes share the execution), and so does
+  an input that a batch input describes (a benchmark variant that turns ragged batching off still
+  feeds the graph the flat layout its batch input describes);
 - each ``batch_input`` is computed from the requests' shapes as Triton's backends compute it
   (element counts, accumulated counts, item shapes).
 
@@ -78,6 +80,7 @@ class TritonPythonModel:
                 f"supported: {sorted(_BATCH_INPUT_KINDS)}"
             )
         self.ragged = any(i.ragged for i in self.inputs)
+        self.flattened = {i.name for i in self.inputs if i.ragged} | {b.source for b in self.batch_inputs}
         self.outputs = [tensor["name"] for tensor in config["output"]]
         self.output_dtypes = {
             tensor["name"]: pb_utils.triton_string_to_numpy(tensor["data_type"])
@@ -153,7 +156,7 @@ class TritonPythonModel:
     def _run_group(self, members: list[int], group: list[dict[str, np.ndarray]], responses: list) -> None:
         feeds = {
             spec.name: np.concatenate(
-                [t[spec.name].reshape(-1) if spec.ragged else t[spec.name] for t in group]
+                [t[spec.name].reshape(-1) if spec.name in self.flattened else t[spec.name] for t in group]
             )
             for spec in self.inputs
         }

@@ -30,6 +30,7 @@ class TritonPythonModel:
         params = {key: value["string_value"] for key, value in config.get("parameters", {}).items()}
         self.max_length = int(params["max_length"])
         self.max_text_bytes = int(params["max_text_bytes"])
+        self.buckets = parse_buckets(params.get("length_buckets", ""), max_length=self.max_length)
         self.input_name = config["input"][0]["name"]
         if len(config["output"]) != 1:
             raise pb_utils.TritonModelException("text_tokenizer has one output: the token ids")
@@ -66,7 +67,7 @@ class TritonPythonModel:
             )
         start = 0
         for index, count in owners:
-            ids = pad_to_longest([e.ids for e in encodings[start : start + count]], pad_id=self.pad_id)
+            ids = pad([e.ids for e in encodings[start : start + count]], self.buckets, pad_id=self.pad_id)
             start += count
             responses[index] = pb_utils.InferenceResponse(
                 output_tensors=[pb_utils.Tensor(self.ids_name, ids)]
@@ -90,9 +91,29 @@ class TritonPythonModel:
         return texts, None
 
 
-def pad_to_longest(sequences: Sequence[Sequence[int]], *, pad_id: int) -> np.ndarray:
-    """int64 [len(sequences), longest]: each row a sequence followed by ``pad_id``."""
-    ids = np.full((len(sequences), max(len(s) for s in sequences)), pad_id, dtype=np.int64)
+def parse_buckets(text: str, *, max_length: int) -> tuple[int, ...]:
+    """Ascending lengths from "8,16,...,256" (the last must be max_length); "" means no buckets."""
+    if not text.strip():
+        return ()
+    try:
+        buckets = tuple(int(part) for part in text.split(","))
+    except ValueError as e:
+        raise pb_utils.TritonModelException(
+            f"length_buckets must be integers like '16,64,256': {text!r}"
+        ) from e
+    if list(buckets) != sorted(set(buckets)) or buckets[0] < 1 or buckets[-1] != max_length:
+        raise pb_utils.TritonModelException(
+            f"length_buckets must ascend from 1 or more and end at max_length {max_length}, got {text!r}"
+        )
+    return buckets
+
+
+def pad(sequences: Sequence[Sequence[int]], buckets: Sequence[int], *, pad_id: int) -> np.ndarray:
+    """int64 [len(sequences), width]: each row a sequence followed by ``pad_id``; width is the longest
+    sequence, or the smallest bucket that holds it when buckets are configured."""
+    width = max(len(s) for s in sequences)
+    width = next((b for b in buckets if b >= width), width)
+    ids = np.full((len(sequences), width), pad_id, dtype=np.int64)
     for row, sequence in enumerate(sequences):
         ids[row, : len(sequence)] = sequence
     return ids

@@ -1,0 +1,130 @@
+"""The simplest alternative to Triton: one process, one request at a time, the same exported model.
+
+What a team writes first: an HTTP endpoint that tokenises the text and runs the exported encoder
+with its runtime, no batching and no queue. It answers the same KServe v2 JSON request that Triton
+takes (``POST /v2/models/<name>/infer`` with a BYTES ``TEXT`` input) with the same ``EMBEDDING``
+output, so one load generator drives both and the benchmark can say what Triton buys over it.
+
+``python -m loadtest.load.minimal_server --model model_repository/minilm_onnx/1/model.onnx
+--tokenizer model_repository/text_tokenizer/1/tokenizer.json --port 0`` prints the port it bound.
+Connections are handled by threads; inference runs under one lock, one request at a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import numpy as np
+from tokenizers import Tokenizer
+
+logger = logging.getLogger(__name__)
+
+Encoder = Callable[[np.ndarray, np.ndarray], np.ndarray]  # (ids [T] int64, lengths [B] int32) -> [B, H]
+
+
+def load_encoder(path: Path, *, threads: int) -> Encoder:
+    """The exported ragged sentence encoder at ``path`` (.onnx with onnxruntime, .pt with torch.jit)."""
+    if path.suffix == ".onnx":
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+        session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        names = [i.name for i in session.get_inputs()]
+        return lambda ids, lengths: session.run(None, {names[0]: ids, names[1]: lengths})[0]
+    import torch
+
+    torch.set_num_threads(threads)
+    module = torch.jit.load(str(path)).eval()
+
+    def run(ids: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+        with torch.inference_mode(), torch.jit.optimized_execution(False):
+            return module(torch.from_numpy(ids), torch.from_numpy(lengths)).numpy()
+
+    return run
+
+
+def make_server(
+    *, encoder: Encoder, tokenizer: Tokenizer, model_name: str, port: int = 0, max_length: int = 256
+) -> ThreadingHTTPServer:
+    tokenizer.no_padding()
+    tokenizer.enable_truncation(max_length=max_length)
+    lock = threading.Lock()
+    path = f"/v2/models/{model_name}/infer"
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive, as load generators and Triton use
+
+        def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+            ready = self.path in ("/v2/health/ready", f"/v2/models/{model_name}/ready")
+            self._reply(200 if ready else 404, {} if ready else {"error": f"unknown path {self.path}"})
+
+        def do_POST(self) -> None:  # noqa: N802
+            body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            if self.path != path:
+                self._reply(404, {"error": f"unknown model path {self.path}; POST {path}"})
+                return
+            try:
+                texts = [str(t) for t in json.loads(body)["inputs"][0]["data"]]
+            except (ValueError, KeyError, IndexError, TypeError) as e:
+                self._reply(400, {"error": f"expected a KServe v2 JSON request with a TEXT input: {e}"})
+                return
+            encodings = tokenizer.encode_batch(texts)
+            ids = np.array([t for e in encodings for t in e.ids], dtype=np.int64)
+            lengths = np.array([len(e.ids) for e in encodings], dtype=np.int32)
+            with lock:  # one request at a time: no batching, no queue
+                embeddings = encoder(ids, lengths)
+            output = {"name": "EMBEDDING", "datatype": "FP32", "shape": list(embeddings.shape)}
+            self._reply(
+                200, {"model_name": model_name, "outputs": [output | {"data": embeddings.ravel().tolist()}]}
+            )
+
+        def _reply(self, status: int, payload: dict) -> None:
+            data = json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *_: object) -> None:  # one line per request would cost more than the request
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    server.daemon_threads = True
+    return server
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m loadtest.load.minimal_server", description=__doc__)
+    parser.add_argument("--model", type=Path, required=True, help="exported encoder (.onnx or .pt)")
+    parser.add_argument("--tokenizer", type=Path, required=True, help="tokenizer.json")
+    parser.add_argument("--name", default="text_embedder", help="model name in the URL")
+    parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (0: any free port)")
+    parser.add_argument("--threads", type=int, default=2, help="intra-op threads of the runtime")
+    args = parser.parse_args(argv)
+    server = make_server(
+        encoder=load_encoder(args.model, threads=args.threads),
+        tokenizer=Tokenizer.from_file(str(args.tokenizer)),
+        model_name=args.name,
+        port=args.port,
+    )
+    print(f"listening on http://127.0.0.1:{server.server_address[1]}", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

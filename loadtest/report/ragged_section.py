@@ -1,0 +1,111 @@
+"""The report's sections for experiment 8 (length-aware batching and precision, arm by arm) and
+experiment 9 (Triton against the simplest alternative).
+
+Called by :mod:`loadtest.report.markdown`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from loadtest.experiments.registry import experiment
+from loadtest.report import findings, plots
+from loadtest.report.records import served_runs
+from loadtest.report.tables import PERF_HEADER, image, perf_row, table
+
+
+def section(r: dict, folder: Path) -> str:
+    points = served_runs(r, "ragged")
+    if not points:
+        return ""
+    summary = findings.arm_summary(r, "ragged")
+    plot = plots.arm_bars(
+        [s for s in summary if s.served_model.startswith(findings.TEXT_MODEL)],
+        folder,
+        "ragged.png",
+        "Ragged batching and precision, arm by arm (text ensemble)",
+        "the encoder",
+    )
+    rows = [
+        (
+            s.concurrency,
+            s.arm,
+            s.served_model,
+            s.runs,
+            s.throughput_per_s,
+            s.p50_ms,
+            s.p99_ms,
+            s.encoder_batch,
+            s.encoder_queue_ms,
+            s.encoder_compute_ms,
+        )
+        for s in summary
+    ]
+    header = (
+        "concurrency",
+        "arm",
+        "model",
+        "runs",
+        "infer/s (mean)",
+        "p50 ms",
+        "p99 ms",
+        "encoder batch",
+        "encoder queue ms",
+        "encoder compute ms",
+    )
+    line = findings.ragged_line(r)
+    precision = r.get("precision_section") or ""
+    return (
+        experiment("ragged").heading + "\n\nThe text ensemble as shipped (the encoder takes a ragged "
+        "batch: requests of any length share an execution, and the served precision chosen and gated by "
+        "the export) against its clones, derived by `loadtest.experiments.variant_repository`: the "
+        "previous configuration (the tokenizer pads each request to a length bucket, the encoder's "
+        "batcher merges equal shapes only, fp32 file) and each change alone. The image classifier as "
+        "shipped against its clone serving the fp32 file. Mixed-length single-sentence requests (the "
+        "whole corpus, shuffled) and photograph variants; arms alternate, each measured in every round. "
+        "Encoder figures from Triton's statistics: batch = inferences / executions; queue and compute "
+        "per request (a request in a batch counts the batch's compute time).\n\n"
+        + table(header, rows)
+        + (f"\n\n{line}" if line else "")
+        + (f"\n\n### Precision gates (from the export)\n\n{precision}" if precision else "")
+        + "\n\nEvery run:\n\n"
+        + table(PERF_HEADER, map(perf_row, points))
+        + image(plot)
+    )
+
+
+def minimal_section(r: dict) -> str:
+    runs = r.get("minimal") or []
+    if not runs:
+        return ""
+    rows = [
+        (
+            m["concurrency"],
+            m["label"],
+            m["requests"],
+            m["failures"],
+            m["requests_per_s"],
+            m["p50_ms"],
+            m["p99_ms"],
+        )
+        for m in runs
+    ]
+    header = ("concurrency", "server", "requests", "failures", "req/s", "p50 ms", "p99 ms")
+    ratios = []
+    for concurrency in sorted({m["concurrency"] for m in runs}):
+        rates = {
+            m["label"].startswith("Triton"): m["requests_per_s"]
+            for m in runs
+            if m["concurrency"] == concurrency
+        }
+        ratios.append((concurrency, findings.ratio_text(rates.get(True), rates.get(False))))
+    return (
+        experiment("minimal").heading + "\n\nWhat a team writes first: one process (`python -m "
+        "loadtest.load.minimal_server`) that tokenises and runs the same exported encoder file with the "
+        "same runtime, one request at a time, no batching. It answers the same KServe v2 JSON request "
+        "as Triton, so one closed-loop generator (`loadtest.load.json_load`, JSON over HTTP with "
+        "keep-alive) drives both, alternating at each concurrency.\n\n"
+        + table(header, rows)
+        + "\n\n"
+        + table(("concurrency", "Triton / one process"), ratios)
+    )
