@@ -4,7 +4,6 @@ run on fake requests with the stand-in for triton_python_backend_utils of tests/
 from __future__ import annotations
 
 import io
-import json
 import sys
 import types
 from pathlib import Path
@@ -15,6 +14,7 @@ from PIL import Image
 
 from tritonlocal.derive import derive_repository
 from tritonlocal.repository import load_repository, load_served_module
+from tritonlocal.variants import write_variant
 
 DEPLOYABLE = Path(__file__).resolve().parents[2] / "model_repository"
 HELPER = DEPLOYABLE / "pybackend_batching.py"
@@ -128,6 +128,17 @@ def test_the_helper_file_is_not_a_model_and_the_derived_repository_keeps_the_lin
         assert (tmp_path / "local" / model_name / "1" / "pybackend_batching.py").resolve() == HELPER.resolve()
 
 
+def test_the_container_variant_copies_the_helper_into_each_model_as_a_plain_file(tmp_path: Path) -> None:
+    source = tmp_path / "source"
+    (source / "scaler" / "1").mkdir(parents=True)
+    (source / "scaler" / "config.pbtxt").write_text('name: "scaler"\nbackend: "python"\n')
+    (source / "pybackend_batching.py").write_text("# the helper\n")
+    (source / "scaler" / "1" / "pybackend_batching.py").symlink_to("../../pybackend_batching.py")
+    write_variant(source, tmp_path / "cpu")  # mounted on its own: a link back would dangle
+    copied = tmp_path / "cpu" / "scaler" / "1" / "pybackend_batching.py"
+    assert not copied.is_symlink() and copied.read_text() == "# the helper\n"
+
+
 def test_loading_a_model_outside_triton_leaves_no_bare_helper_module_behind(triton_python_model) -> None:
     triton_python_model("image_postprocess")
     assert "pybackend_batching" not in sys.modules
@@ -209,10 +220,3 @@ def test_mean_pool_averages_the_unmasked_tokens_to_unit_length(helper) -> None:
 def test_mean_pool_gives_zeros_not_nan_for_a_row_without_tokens(helper) -> None:
     pooled = helper.mean_pool(np.ones((1, 3, 4), np.float32), np.zeros((1, 3), np.int64))
     assert pooled.tolist() == [[0.0, 0.0, 0.0, 0.0]]
-
-
-def test_the_helper_documents_its_contract_for_model_authors(helper) -> None:
-    doc = helper.__doc__
-    for name in ("RequestBatcher", "prepare(", "run(", "finish(", "InvalidInput", "symlink"):
-        assert name in doc, f"the module docstring must explain {name}"
-    assert json.loads(json.dumps(_config({"X": "TYPE_FP32"}, {"Y": "TYPE_FP32"})))  # plain JSON, as Triton's
