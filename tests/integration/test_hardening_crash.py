@@ -10,12 +10,10 @@
 
 from __future__ import annotations
 
-import re
 import shutil
 import signal
 import threading
 import time
-import urllib.request
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -158,14 +156,9 @@ def test_the_supervisor_repairs_a_stub_killed_under_load_and_bounds_the_failed_r
     assert small_server.is_ready(), small_server.log_tail()
 
 
-def _metric(server: LocalTritonServer, name: str, model: str) -> int:
-    with urllib.request.urlopen(server.metrics_url, timeout=5) as response:  # noqa: S310 - loopback
-        text = response.read().decode()
-    found = re.search(rf'^{name}{{model="{model}",version="1"}} (\S+)$', text, re.M)
-    return int(float(found.group(1))) if found else 0
-
-
-def test_sigterm_under_load_drains_every_request_sent_before_it_and_exits_cleanly(tmp_path: Path) -> None:
+def test_sigterm_under_load_drains_every_request_sent_before_it_and_exits_cleanly(
+    tmp_path: Path, model_metric, wait_for_queue
+) -> None:
     """Accepted = the server had it at the signal: completed (success counter) or queued (pending gauge),
     read from the metrics port just before SIGTERM; plus the batch being executed, which the metrics do
     not show. Every accepted request must succeed. A request the client had not finished sending may
@@ -188,11 +181,8 @@ def test_sigterm_under_load_drains_every_request_sent_before_it_and_exits_cleanl
                 pool.submit(client.infer, model, {"IMAGE_BYTES": np.array([[image]], object)})
                 for _ in range(requests)
             ]
-            deadline = time.monotonic() + 10
-            while _metric(server, "nv_inference_pending_request_count", model) == 0:  # a queue has formed
-                assert time.monotonic() < deadline, "the requests never queued up"
-                time.sleep(0.01)
-            accepted = _metric(server, "nv_inference_request_success", model) + _metric(
+            wait_for_queue(server, model)
+            accepted = model_metric(server, "nv_inference_request_success", model) + model_metric(
                 server, "nv_inference_pending_request_count", model
             )
             signalled = time.monotonic()
