@@ -47,11 +47,12 @@ def _send_concurrently(
         outcomes[index] = error if error is not None else result.as_numpy(output).shape
     after = client.get_inference_statistics(model, as_json=True)["model_stats"][0]
     client.close()
-    executions = int(after["execution_count"]) - int(before["execution_count"])
-    counts = {int(b["batch_size"]): int(b["compute_infer"]["count"]) for b in before["batch_stats"]}
+    # gRPC's JSON leaves out fields that are zero (a model that has not executed yet has no counts).
+    executions = int(after.get("execution_count", 0)) - int(before.get("execution_count", 0))
+    counts = {int(b["batch_size"]): int(b["compute_infer"]["count"]) for b in before.get("batch_stats", [])}
     batch_sizes = {
         int(b["batch_size"]): int(b["compute_infer"]["count"]) - counts.get(int(b["batch_size"]), 0)
-        for b in after["batch_stats"]
+        for b in after.get("batch_stats", [])
     }
     return ConcurrentRun(
         outcomes=outcomes,
