@@ -26,6 +26,9 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from tritonlocal.errors import RepositoryError
 
+# The batching helper every Python model imports; it lives at the repository's top level and each
+# Python model's version folder links to it (see the file's docstring for why).
+BATCHING_HELPER = "pybackend_batching.py"
 ONNX_FILENAME = "model.onnx"
 TORCHSCRIPT_FILENAME = "model.pt"
 # The runtime that runs an exported file outside its native backend, and the file's default name.

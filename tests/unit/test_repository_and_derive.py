@@ -9,6 +9,7 @@ import pytest
 from tritonlocal.derive import RUNNER, derive_repository
 from tritonlocal.errors import RepositoryError
 from tritonlocal.repository import (
+    BATCHING_HELPER,
     exported_file,
     load_model_config,
     load_repository,
@@ -177,3 +178,13 @@ def test_a_served_module_that_fails_to_import_is_not_left_half_loaded(tmp_path: 
     assert "_broken_module_for_test" not in sys.modules
     with pytest.raises(RepositoryError, match="no such file"):
         load_served_module(tmp_path / "absent.py", name="_absent_module_for_test")
+
+
+def test_a_derived_native_model_gets_the_batching_helper_beside_its_runner(tmp_path: Path) -> None:
+    source = tmp_path / "source"
+    _write(source, "classifier", NATIVE_CONFIG, {"model.onnx": "x"})
+    (source / BATCHING_HELPER).write_text("# the helper\n")
+    derive_repository(source, tmp_path / "local")
+    version = tmp_path / "local" / "classifier" / "1"
+    assert (version / "model.py").read_text() == RUNNER.read_text()
+    assert (version / BATCHING_HELPER).resolve() == (source / BATCHING_HELPER).resolve()
