@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from export.common import ExportError
+from tritonlocal.errors import RepositoryError
 
 PIPELINES = ("image", "text")
 
@@ -28,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
             results = importlib.import_module(module_name).export_all(
                 repository=args.repository, force=args.force
             )
-        except ExportError as e:
+        except (ExportError, RepositoryError) as e:  # a bad config or a missing file in the repository
             print(f"{pipeline}: export failed: {e}", file=sys.stderr)
             return 1
         print(f"{pipeline}: done in {time.perf_counter() - started:.1f} s")

@@ -1,9 +1,9 @@
-"""Helpers shared by the exporters: model configs, atomic writes and the idempotence manifest.
+"""Helpers shared by the exporters: tensor specs, atomic writes and the idempotence manifest.
 
 A model's ``config.pbtxt`` is the source of truth for its tensor names, dims and max_batch_size; the
-exporters read them from here and never restate them. An exported file is written next to a small manifest
-(``<version>/.export.json``) recording a fingerprint of everything it was made from, so a re-run with
-unchanged inputs does nothing.
+exporters parse it with ``tritonlocal.repository.load_model_config`` and never restate them. An exported
+file is written next to a small manifest (``<version>/.export.json``) recording a fingerprint of
+everything it was made from, so a re-run with unchanged inputs does nothing.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
@@ -52,19 +51,6 @@ class TensorSpec:
     def __post_init__(self) -> None:
         if not self.name:
             raise ValueError("a tensor needs a name")
-
-
-def load_model_config(model_dir: Path) -> ModelConfig:
-    """Parse ``<model_dir>/config.pbtxt`` with Triton's own schema."""
-    path = Path(model_dir) / "config.pbtxt"
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise ExportError(f"cannot read the model config {path}: {e}") from e
-    try:
-        return text_format.Parse(text, ModelConfig())
-    except text_format.ParseError as e:
-        raise ExportError(f"{path} is not a valid Triton model config: {e}") from e
 
 
 def tensor_specs(entries: Iterable) -> list[TensorSpec]:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import functools
 import importlib.util
 import logging
-import sys
 import time
 import warnings
 from collections.abc import Callable
@@ -33,17 +32,16 @@ from export.common import (
     TensorSpec,
     fingerprint,
     is_up_to_date,
-    load_model_config,
     single_io,
     write_atomically,
     write_manifest,
 )
+from tritonlocal.repository import exported_file, load_model_config, load_served_module
 
 logger = logging.getLogger(__name__)
 
 PREPROCESS_MODEL = "image_preprocess"
 CLASSIFIERS = {"efficientnet_lite0_onnx": "onnx", "efficientnet_lite0_torchscript": "torchscript"}
-DEFAULT_FILENAMES = {"onnx": "model.onnx", "torchscript": "model.pt"}
 ONNX_OPSET = 17  # opset 17 is read by the onnxruntime in Triton 2.51 (it reads up to 21)
 # float32 through ~50 layers, in three runtimes with different kernels: observed differences are ~1e-5.
 LOGIT_TOLERANCE = 1e-3
@@ -115,13 +113,7 @@ def export_all(*, repository: Path, force: bool = False) -> list[ExportResult]:
 def load_preprocess_module(repository: Path) -> ModuleType:
     """``image_preprocess/1/model.py`` as a module: its pure functions need no Triton."""
     path = Path(repository) / PREPROCESS_MODEL / "1" / "model.py"
-    spec = importlib.util.spec_from_file_location("_served_image_preprocess", path)
-    if spec is None or spec.loader is None:
-        raise ExportError(f"cannot load the preprocessing code from {path}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is created
-    spec.loader.exec_module(module)
-    return module
+    return load_served_module(path, name="_served_image_preprocess")
 
 
 def preprocess_settings(repository: Path, module: ModuleType):
@@ -158,7 +150,7 @@ def export_classifier(
     config = load_model_config(model_dir)
     pixels_spec, logits_spec = single_io(config)
     _check_matches_preprocessing(model_dir, config.name, pixels_spec)
-    destination = model_dir / "1" / (config.default_model_filename or DEFAULT_FILENAMES[kind])
+    destination = exported_file(model_dir, config)
     inputs = _input_fingerprint(model_dir, kind)
     if not force and is_up_to_date(destination, inputs):
         logger.info("%s is up to date", destination)

@@ -35,7 +35,6 @@ from export.common import (
     ModelConfig,
     fingerprint,
     is_up_to_date,
-    load_model_config,
     tensor_specs,
     write_atomically,
     write_manifest,
@@ -47,6 +46,7 @@ from export.minilm import (
     load_tokenizer,
     reference_embeddings,
 )
+from tritonlocal.repository import ONNX_FILENAME, TORCHSCRIPT_FILENAME, load_model_config
 
 logger = logging.getLogger(__name__)
 
@@ -88,8 +88,8 @@ def export_all(repository: Path, force: bool) -> list[Path]:
     context = build_context(Path(repository))
     written = []
     for name, suffix, export in (
-        (ONNX_MODEL, "model.onnx", export_onnx),
-        (TORCHSCRIPT_MODEL, "model.pt", export_torchscript),
+        (ONNX_MODEL, ONNX_FILENAME, export_onnx),
+        (TORCHSCRIPT_MODEL, TORCHSCRIPT_FILENAME, export_torchscript),
     ):
         destination = context.repository / name / "1" / suffix
         if _export_if_stale(context, name, destination, export, force=force):

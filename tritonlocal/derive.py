@@ -16,7 +16,14 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tritonlocal.repository import NATIVE_RUNTIMES, ModelConfig, ModelEntry, format_config, load_repository
+from tritonlocal.repository import (
+    BATCHING_HELPER,
+    NATIVE_RUNTIMES,
+    ModelConfig,
+    ModelEntry,
+    format_config,
+    load_repository,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -109,6 +116,9 @@ def write_local_model(entry: ModelEntry, folder: Path, config: ModelConfig, *, h
             _link(item, local_version / item.name)
         if entry.is_native:
             shutil.copyfile(RUNNER, local_version / "model.py")
+            helper = entry.path.parent / BATCHING_HELPER  # the runner is a Python model like the others
+            if helper.is_file():
+                _link(helper, local_version / BATCHING_HELPER)
 
 
 def _recorded_input_bounds(entry: ModelEntry) -> dict[str, list[float]]:

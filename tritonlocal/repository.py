@@ -1,26 +1,45 @@
-"""Read a Triton model repository with Triton's own configuration schema.
+"""What the project knows about a Triton model repository, in one place (export, tritonlocal and loadtest).
 
-Every config.pbtxt is parsed into ``model_config_pb2.ModelConfig``: an unknown field or a wrong type is
-a parse error that names the file, so a typo cannot silently change what the server does.
+- Configs: every config.pbtxt is parsed into ``model_config_pb2.ModelConfig`` with Triton's own schema; an
+  unknown field or a wrong type is a parse error that names the file, so a typo cannot silently change
+  what the server does (:func:`parse_config`, :func:`load_model_config`, :func:`load_repository`).
+- Exported files: the names the exporter writes and the native backends load (:data:`ONNX_FILENAME`,
+  :data:`TORCHSCRIPT_FILENAME`, :func:`exported_file`).
+- Served code: a Python model's ``model.py`` (or a module beside it) imported outside Triton for its pure
+  functions (:func:`load_served_module`).
+
+This module imports nothing from the rest of tritonlocal but its errors, so the exporter can use it.
 """
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.util
+import sys
 from dataclasses import dataclass
+from importlib.machinery import ModuleSpec
 from pathlib import Path
+from types import ModuleType
 
 from google.protobuf import text_format
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from tritonlocal.errors import RepositoryError
 
+# The batching helper every Python model imports; it lives at the repository's top level and each
+# Python model's version folder links to it (see the file's docstring for why).
+BATCHING_HELPER = "pybackend_batching.py"
+ONNX_FILENAME = "model.onnx"
+TORCHSCRIPT_FILENAME = "model.pt"
+# The runtime that runs an exported file outside its native backend, and the file's default name.
+EXPORTED_FILENAMES = {"onnxruntime": ONNX_FILENAME, "torchscript": TORCHSCRIPT_FILENAME}
 # Platforms and backends that run an exported file natively in NVIDIA's container, with the runtime
 # that runs the same file inside a Python-backend model here and the file's default name.
 NATIVE_RUNTIMES = {
-    "onnxruntime_onnx": ("onnxruntime", "model.onnx"),
-    "onnxruntime": ("onnxruntime", "model.onnx"),
-    "pytorch_libtorch": ("torchscript", "model.pt"),
-    "pytorch": ("torchscript", "model.pt"),
+    "onnxruntime_onnx": ("onnxruntime", ONNX_FILENAME),
+    "onnxruntime": ("onnxruntime", ONNX_FILENAME),
+    "pytorch_libtorch": ("torchscript", TORCHSCRIPT_FILENAME),
+    "pytorch": ("torchscript", TORCHSCRIPT_FILENAME),
 }
 
 
@@ -52,9 +71,7 @@ class ModelEntry:
     @property
     def model_filename(self) -> str | None:
         """The exported file a native model loads from each version folder."""
-        if not self.is_native:
-            return None
-        return self.config.default_model_filename or NATIVE_RUNTIMES[self.kind][1]
+        return exported_filename(self.config)
 
     def ensemble_steps(self) -> list[str]:
         return [step.model_name for step in self.config.ensemble_scheduling.step]
@@ -63,9 +80,38 @@ class ModelEntry:
 def parse_config(path: Path) -> ModelConfig:
     """Parse one config.pbtxt strictly with Triton's schema."""
     try:
-        return text_format.Parse(Path(path).read_text(), ModelConfig())
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as e:
+        raise RepositoryError(f"cannot read the model config {path}: {e}") from e
+    try:
+        return text_format.Parse(text, ModelConfig())
     except text_format.ParseError as e:
         raise RepositoryError(f"{path}: not a valid Triton model configuration: {e}") from e
+
+
+def load_model_config(model_dir: Path) -> ModelConfig:
+    """Parse ``<model_dir>/config.pbtxt``, the model's source of truth."""
+    return parse_config(Path(model_dir) / "config.pbtxt")
+
+
+def exported_filename(config: ModelConfig) -> str | None:
+    """The exported file a native model loads: its config's default_model_filename, else the default name
+    for its platform (model.onnx for ONNX Runtime, model.pt for libtorch); None for other models."""
+    kind = config.platform or config.backend
+    if kind not in NATIVE_RUNTIMES:
+        return None
+    return config.default_model_filename or NATIVE_RUNTIMES[kind][1]
+
+
+def exported_file(model_dir: Path, config: ModelConfig, *, version: int = 1) -> Path:
+    """Where a native model's exported file lives in ``model_dir``."""
+    filename = exported_filename(config)
+    if filename is None:
+        raise RepositoryError(
+            f"model {config.name!r} runs on {config.platform or config.backend!r}, which loads no exported "
+            f"file; expected one of {sorted(NATIVE_RUNTIMES)}"
+        )
+    return Path(model_dir) / str(version) / filename
 
 
 def format_config(config: ModelConfig) -> str:
@@ -90,3 +136,49 @@ def load_repository(root: Path) -> dict[str, ModelEntry]:
             )
         models[folder.name] = ModelEntry(name=folder.name, path=folder, config=config)
     return models
+
+
+def load_served_module(path: Path, *, name: str) -> ModuleType:
+    """Import a served ``.py`` file by path, for its pure functions (no sys.path edit).
+
+    Inside Triton a model's version folder is on ``sys.path``, so a model.py imports the modules beside it
+    by bare name (``from pybackend_batching import ...``). Here a bare name that nothing installed
+    provides is looked up beside ``path`` while it executes, and forgotten afterwards: ``sys.modules``
+    then holds ``name`` (dataclasses look their module up there) and nothing else new. A module that
+    imports ``triton_python_backend_utils`` needs it (or a stand-in) in ``sys.modules`` first.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise RepositoryError(f"cannot load {path}: no such file; is the model repository complete?")
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise RepositoryError(f"cannot load {path} as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    siblings = _SiblingFinder(path.parent)
+    sys.modules[name] = module
+    sys.meta_path.append(siblings)  # last, as Triton appends the version folder to sys.path
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    finally:
+        sys.meta_path.remove(siblings)
+        for sibling in siblings.found:
+            sys.modules.pop(sibling, None)
+    return module
+
+
+class _SiblingFinder(importlib.abc.MetaPathFinder):
+    """Finds ``<folder>/<name>.py`` for a top-level import, as a version folder on sys.path would."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.found: list[str] = []
+
+    def find_spec(self, fullname: str, path: object = None, target: object = None) -> ModuleSpec | None:
+        candidate = self.folder / f"{fullname}.py"
+        if "." in fullname or not candidate.is_file():
+            return None
+        self.found.append(fullname)
+        return importlib.util.spec_from_file_location(fullname, candidate)

@@ -11,38 +11,23 @@ Everything is read from the model repository (configs and model code), so nothin
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 
 import numpy as np
 from google.protobuf import json_format
 
-from export.common import load_model_config
+from tritonlocal.repository import EXPORTED_FILENAMES, load_model_config, load_served_module
 
 TOKENIZER_MODEL = "text_tokenizer"
 PREPROCESS_MODEL = "image_preprocess"
 RUNTIMES = ("onnxruntime", "torchscript")
-EXPORTED_FILES = {"onnxruntime": "model.onnx", "torchscript": "model.pt"}
 
 
 class PipelineError(Exception):
     """An exported file or a piece of served code is missing."""
-
-
-def load_module_from(path: Path, name: str) -> ModuleType:
-    """Import a served ``.py`` file by path (no sys.path edit); its pure functions need no Triton."""
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None or not Path(path).is_file():
-        raise PipelineError(f"cannot load {path}; is the model repository complete?")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up while the class is created
-    spec.loader.exec_module(module)
-    return module
 
 
 def parameters(repository: Path, model: str) -> dict[str, str]:
@@ -53,7 +38,7 @@ def parameters(repository: Path, model: str) -> dict[str, str]:
 def exported_file(repository: Path, model: str, runtime: str) -> Path:
     if runtime not in RUNTIMES:
         raise ValueError(f"runtime must be one of {RUNTIMES}, got {runtime!r}")
-    path = Path(repository) / model / "1" / EXPORTED_FILES[runtime]
+    path = Path(repository) / model / "1" / EXPORTED_FILENAMES[runtime]
     if not path.is_file():
         raise PipelineError(f"{path} is missing; run `python -m export` first")
     return path
@@ -158,7 +143,7 @@ class ImagePreprocessor:
 
     def __init__(self, repository: Path) -> None:
         path = Path(repository) / PREPROCESS_MODEL / "1" / "model.py"
-        self.module = load_module_from(path, "_served_image_preprocess_code")
+        self.module = load_served_module(path, name="_served_image_preprocess_code")
         config = load_model_config(Path(repository) / PREPROCESS_MODEL)
         as_json = json.loads(json_format.MessageToJson(config, preserving_proto_field_name=True))
         self.settings = self.module.PreprocessSettings.from_model_config(as_json)

@@ -10,12 +10,10 @@
 
 from __future__ import annotations
 
-import re
 import shutil
 import signal
 import threading
 import time
-import urllib.request
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -103,23 +101,21 @@ def test_the_supervisor_repairs_a_stub_killed_under_load_and_bounds_the_failed_r
     url = f"grpc://{small_server.grpc_url}"
     rate_per_worker_s, workers, duration_s = 0.02, 4, 9.0
     retry = RetryPolicy(max_attempts=6, base_delay_s=0.2, max_delay_s=2.0)  # rides out the restart
-    outcomes: Counter[str] = Counter()
-    failure_times: list[float] = []
+    answers: list[tuple[float, str]] = []  # (sent at, "succeeded" or the failure), one per request
     lock = threading.Lock()
     stop_at = time.monotonic() + duration_s
 
     def load(client: TritonClient) -> None:
         while time.monotonic() < stop_at:
-            sent = time.monotonic()
+            sent_at = time.monotonic()
             try:
-                client.infer("l2_normalize", {"VECTOR": VECTOR}, timeout_s=10)
+                result = client.infer("l2_normalize", {"VECTOR": VECTOR}, timeout_s=10)
+                np.testing.assert_allclose(result["NORM"], [[38.678]], 1e-4)  # a real answer, not noise
                 outcome = "succeeded"
             except ClientError as e:
                 outcome = f"failed: {type(e).__name__}: {e.server_message[:70]}"
-                with lock:
-                    failure_times.append(sent)
             with lock:
-                outcomes[outcome] += 1
+                answers.append((sent_at, outcome))
             time.sleep(rate_per_worker_s)
 
     with small_server.supervise(interval_s=0.25) as supervisor, TritonClient(url, retry=retry) as client:
@@ -130,36 +126,39 @@ def test_the_supervisor_repairs_a_stub_killed_under_load_and_bounds_the_failed_r
             _kill_stub(small_server, "l2_normalize_0_0")
             for future in futures:
                 future.result()
-    sent = sum(outcomes.values())
-    succeeded = outcomes["succeeded"]
-    failed = sent - succeeded
+        # After the repair the same client is answered again, request after request.
+        for _ in range(20):
+            np.testing.assert_allclose(
+                client.infer("l2_normalize", {"VECTOR": VECTOR})["NORM"], [[38.678]], 1e-4
+            )
+    outcomes = Counter(outcome for _, outcome in answers)
+    failure_times = [sent_at for sent_at, outcome in answers if outcome != "succeeded"]
     repair = supervisor.repairs[0] if supervisor.repairs else None
-    print(f"\nsent={sent} succeeded={succeeded} failed={failed} (rejected=0)")
+    print(f"\nsent={len(answers)} succeeded={outcomes['succeeded']} failed={len(failure_times)}")
     for outcome, count in sorted(outcomes.items()):
         print(f"  {count:5d} {outcome}")
     print(f"repairs: {[(r.problem, r.repaired_s) for r in supervisor.repairs]}")
-    assert succeeded + failed == sent and sent > 100
+    assert len(answers) > 100
     assert len(supervisor.repairs) == 1 and repair is not None and repair.repaired_s is not None
     outage_s = repair.detected_at + repair.repaired_s - killed_at
     print(f"outage from kill to ready: {outage_s:.2f} s")
     assert outage_s < 15
     # Only requests sent during the outage may fail: at most workers x (outage / pacing) of them.
-    assert failed <= workers * (outage_s / rate_per_worker_s + 1)
+    assert len(failure_times) <= workers * (outage_s / rate_per_worker_s + 1)
     # A request in flight at the kill may fail; after the restart a gRPC channel that failed to connect
     # waits out its reconnect backoff (about 1 s, growing) before it tries again, so allow a few seconds.
-    assert all(killed_at - 0.5 <= t <= killed_at + outage_s + 5.0 for t in failure_times), failure_times
+    recovered_by = killed_at + outage_s + 5.0
+    assert all(killed_at - 0.5 <= t <= recovered_by for t in failure_times), failure_times
+    # Before the kill every request succeeded.
+    before = [outcome for sent_at, outcome in answers if sent_at < killed_at - 0.5]
+    assert before and set(before) == {"succeeded"}, Counter(before)
     assert small_server.check_models().healthy
     assert small_server.is_ready(), small_server.log_tail()
 
 
-def _metric(server: LocalTritonServer, name: str, model: str) -> int:
-    with urllib.request.urlopen(server.metrics_url, timeout=5) as response:  # noqa: S310 - loopback
-        text = response.read().decode()
-    found = re.search(rf'^{name}{{model="{model}",version="1"}} (\S+)$', text, re.M)
-    return int(float(found.group(1))) if found else 0
-
-
-def test_sigterm_under_load_drains_every_request_sent_before_it_and_exits_cleanly(tmp_path: Path) -> None:
+def test_sigterm_under_load_drains_every_request_sent_before_it_and_exits_cleanly(
+    tmp_path: Path, model_metric, wait_for_queue
+) -> None:
     """Accepted = the server had it at the signal: completed (success counter) or queued (pending gauge),
     read from the metrics port just before SIGTERM; plus the batch being executed, which the metrics do
     not show. Every accepted request must succeed. A request the client had not finished sending may
@@ -182,11 +181,8 @@ def test_sigterm_under_load_drains_every_request_sent_before_it_and_exits_cleanl
                 pool.submit(client.infer, model, {"IMAGE_BYTES": np.array([[image]], object)})
                 for _ in range(requests)
             ]
-            deadline = time.monotonic() + 10
-            while _metric(server, "nv_inference_pending_request_count", model) == 0:  # a queue has formed
-                assert time.monotonic() < deadline, "the requests never queued up"
-                time.sleep(0.01)
-            accepted = _metric(server, "nv_inference_request_success", model) + _metric(
+            wait_for_queue(server, model)
+            accepted = model_metric(server, "nv_inference_request_success", model) + model_metric(
                 server, "nv_inference_pending_request_count", model
             )
             signalled = time.monotonic()

@@ -2,8 +2,9 @@
 
 image_preprocess gets random bytes and real PNG/JPEG files with bytes overwritten, inserted or cut off;
 text_tokenizer gets random bytes and random unicode. For every input the answer is either a clear error
-(HTTP 400 naming the input) or an output of exactly the declared shape and datatype, and afterwards the
-server is ready with every Python-backend stub alive: no input crashes it.
+(HTTP 400 naming the input) or an output of exactly the declared shape and datatype; each test then
+checks that the examples reached both outcomes and that the server is ready with every Python-backend stub
+alive: no input crashes it. Each test stands alone (no shared counters, no order between tests).
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
-import pytest
 import skimage
 import tritonclient.http as httpclient
 from hypothesis import HealthCheck, given, settings
@@ -28,9 +28,8 @@ FUZZ = settings(
     max_examples=60,
     deadline=None,
     derandomize=True,  # the same examples every run: a failure here is reproducible, not flaky
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    suppress_health_check=[HealthCheck.too_slow],
 )
-OUTCOMES: Counter[str] = Counter()
 
 
 @st.composite
@@ -64,15 +63,15 @@ def _infer(server: LocalTritonServer, model: str, payload: bytes) -> httpclient.
         client.close()
 
 
-def _check(server: LocalTritonServer, model: str, payload: bytes) -> None:
+def _check(server: LocalTritonServer, model: str, payload: bytes) -> str:
+    """Assert the answer is a clear error or a well-formed output; returns which of the two it was."""
     result = _infer(server, model, payload)
     metadata = httpclient.InferenceServerClient(server.http_url).get_model_metadata(model)
     input_name = metadata["inputs"][0]["name"]
     if isinstance(result, InferenceServerException):
         assert result.status() == "400" and result.message().startswith(f"{input_name}: "), result
         problem = re.sub(r"\d+", "N", result.message().split(":")[1].strip())
-        OUTCOMES[f"{model} rejected: {problem[:40]}"] += 1
-        return
+        return f"rejected: {problem[:40]}"
     for output in metadata["outputs"]:
         array = result.as_numpy(output["name"])
         declared = [1, *(int(d) for d in output["shape"][1:])]
@@ -80,33 +79,43 @@ def _check(server: LocalTritonServer, model: str, payload: bytes) -> None:
         assert all(d in (-1, s) for d, s in zip(declared, array.shape, strict=True)), (output, array.shape)
         assert array.dtype == np.dtype(output["datatype"].lower().replace("fp", "float"))
         assert np.all(np.isfinite(array)) if array.dtype.kind == "f" else True
-    OUTCOMES[f"{model} answered"] += 1
+    return "answered"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def report_outcomes(triton_server: LocalTritonServer):  # noqa: ANN201 - a generator fixture
-    OUTCOMES.clear()
-    yield
-    print("\nfuzz outcomes:", dict(sorted(OUTCOMES.items())))
-    assert triton_server.is_ready() and triton_server.check_models().healthy
+def _fuzz(server: LocalTritonServer, model: str, payloads: st.SearchStrategy[bytes]) -> Counter[str]:
+    """Send every example hypothesis draws from ``payloads``, check each answer, count the outcomes."""
+    outcomes: Counter[str] = Counter()
+
+    @FUZZ
+    @given(payload=payloads)
+    def send(payload: bytes) -> None:
+        outcomes[_check(server, model, payload)] += 1
+
+    send()
+    print(f"\n{model} fuzz outcomes:", dict(sorted(outcomes.items())))
+    return outcomes
 
 
-@FUZZ
-@given(payload=st.one_of(mutated_images(), st.binary(max_size=4096)))
+def _assert_reached_both_outcomes_and_the_server_survived(
+    server: LocalTritonServer, outcomes: Counter[str]
+) -> None:
+    rejected = sum(count for outcome, count in outcomes.items() if outcome.startswith("rejected"))
+    assert outcomes["answered"] > 0 and rejected > 0, f"the examples missed an outcome: {outcomes}"
+    health = server.check_models()
+    assert server.is_ready() and health.healthy, health.describe()
+
+
 def test_image_preprocess_answers_any_bytes_with_pixels_or_a_clear_error(
-    triton_server: LocalTritonServer, payload: bytes
+    triton_server: LocalTritonServer,
 ) -> None:
-    _check(triton_server, "image_preprocess", payload)
+    payloads = st.one_of(mutated_images(), st.binary(max_size=4096))
+    outcomes = _fuzz(triton_server, "image_preprocess", payloads)
+    _assert_reached_both_outcomes_and_the_server_survived(triton_server, outcomes)
 
 
-@FUZZ
-@given(payload=st.one_of(st.binary(max_size=2048), st.text(max_size=600).map(lambda s: s.encode("utf-8"))))
 def test_text_tokenizer_answers_any_bytes_or_unicode_with_tokens_or_a_clear_error(
-    triton_server: LocalTritonServer, payload: bytes
+    triton_server: LocalTritonServer,
 ) -> None:
-    _check(triton_server, "text_tokenizer", payload)
-
-
-def test_the_server_survived_the_fuzzing(triton_server: LocalTritonServer) -> None:
-    health = triton_server.check_models()
-    assert triton_server.is_ready() and health.healthy, health.describe()
+    payloads = st.one_of(st.binary(max_size=2048), st.text(max_size=600).map(lambda s: s.encode("utf-8")))
+    outcomes = _fuzz(triton_server, "text_tokenizer", payloads)
+    _assert_reached_both_outcomes_and_the_server_survived(triton_server, outcomes)

@@ -60,7 +60,7 @@ def test_preprocess_returns_normalised_pixels_for_a_batch(image_server, real_ima
 
 
 def test_preprocess_rejects_a_corrupt_image_without_failing_concurrent_requests(
-    image_server, real_images
+    image_server, real_images, send_concurrently
 ) -> None:
     good = [real_images[name] for name in ("chelsea.png", "coffee.png", "astronaut.png", "rocket.jpg")]
     payloads = [[good[i % len(good)]] for i in range(31)]
@@ -70,25 +70,13 @@ def test_preprocess_rejects_a_corrupt_image_without_failing_concurrent_requests(
     # Without it, a request sometimes finished before the next one arrived and nothing was batched.
     payloads.insert(0, [real_images["motorcycle_left.png"]] * 8)
     corrupt = 18
-    client = httpclient.InferenceServerClient(image_server.http_url, concurrency=len(payloads))
-    before = client.get_inference_statistics("image_preprocess")["model_stats"][0]
-    pending = [client.async_infer("image_preprocess", [_bytes_input(items)]) for items in payloads]
-    outcomes: list[object] = []
-    for request in pending:
-        try:
-            outcomes.append(request.get_result().as_numpy("PIXELS").shape)
-        except InferenceServerException as e:
-            outcomes.append(e)
-    failures = [i for i, outcome in enumerate(outcomes) if isinstance(outcome, InferenceServerException)]
-    assert failures == [corrupt]
-    assert "IMAGE_BYTES: cannot decode image" in str(outcomes[corrupt])
+    inputs = [{"IMAGE_BYTES": np.array(items, dtype=np.object_).reshape(-1, 1)} for items in payloads]
+    run = send_concurrently(image_server, "image_preprocess", inputs, "PIXELS")
+    assert run.failures == [corrupt]
+    assert "IMAGE_BYTES: cannot decode image" in str(run.outcomes[corrupt])
     expected_shapes = [(len(items), 3, 224, 224) for items in payloads]
-    assert all(outcomes[i] == expected_shapes[i] for i in range(len(payloads)) if i != corrupt)
-    after = client.get_inference_statistics("image_preprocess")["model_stats"][0]
-    executions = after["execution_count"] - before["execution_count"]
-    assert executions < len(payloads) // 2, (
-        f"{len(payloads)} concurrent requests took {executions} executions"
-    )
+    assert all(run.outcomes[i] == expected_shapes[i] for i in range(len(payloads)) if i != corrupt)
+    assert run.executions < len(payloads) // 2, f"{len(payloads)} requests took {run.executions} executions"
 
 
 @pytest.mark.parametrize(

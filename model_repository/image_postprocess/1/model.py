@@ -12,11 +12,7 @@ import json
 from pathlib import Path
 
 import numpy as np
-
-try:
-    import triton_python_backend_utils as pb_utils
-except ImportError:  # imported outside Triton, for the pure functions (unit tests)
-    pb_utils = None
+from pybackend_batching import InvalidInput, RequestBatcher
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:
@@ -48,14 +44,9 @@ class TritonPythonModel:
         self.input_name = config["input"][0]["name"]
         num_classes = int(config["input"][0]["dims"][0])
         self.k = int(params["top_k"])
-        self.outputs = {
-            output["name"]: pb_utils.triton_string_to_numpy(output["data_type"])
-            for output in config["output"]
-        }
-        if len(self.outputs) != 3:
-            raise ValueError(
-                f"expected 3 outputs (scores, class ids, labels, in that order), got {list(self.outputs)}"
-            )
+        if len(config["output"]) != 3:
+            names = [output["name"] for output in config["output"]]
+            raise ValueError(f"expected 3 outputs (scores, class ids, labels, in that order), got {names}")
         for output in config["output"]:
             if [int(d) for d in output["dims"]] != [self.k]:
                 raise ValueError(f"output {output['name']} has dims {output['dims']}, but top_k is {self.k}")
@@ -63,42 +54,16 @@ class TritonPythonModel:
             raise ValueError(f"top_k must be between 1 and {num_classes}, got {self.k}")
         version_dir = Path(args["model_repository"]) / args["model_version"]
         self.labels = load_labels(version_dir / params["labels_file"], num_classes)
+        self.batcher = RequestBatcher(config, prepare=self._check_finite, run=self._top_k)
 
     def execute(self, requests: list) -> list:
-        responses: list = [None] * len(requests)
-        arrays, owners = [], []
-        for index, request in enumerate(requests):
-            logits = pb_utils.get_input_tensor_by_name(request, self.input_name).as_numpy()
-            if not np.all(np.isfinite(logits)):
-                error = _invalid_input(f"{self.input_name}: every value must be finite (got NaN or infinity)")
-                responses[index] = pb_utils.InferenceResponse(error=error)
-                continue
-            arrays.append(logits)
-            owners.append(index)
+        return self.batcher.execute(requests)
 
-        if arrays:
-            batch = np.concatenate(arrays, axis=0).astype(np.float32, copy=False)
-            scores, class_ids = top_k(softmax(batch), self.k)
-            results = (scores, class_ids, self.labels[class_ids])
-            splits = np.cumsum([len(array) for array in arrays])[:-1]
-            parts = list(zip(*(np.split(result, splits) for result in results), strict=True))
-            if len(parts) != len(owners):
-                raise pb_utils.TritonModelException(
-                    f"batch split produced {len(parts)} parts for {len(owners)} requests"
-                )
-            for index, values in zip(owners, parts, strict=True):
-                tensors = [
-                    pb_utils.Tensor(name, value.astype(dtype, copy=False))
-                    for (name, dtype), value in zip(self.outputs.items(), values, strict=True)
-                ]
-                responses[index] = pb_utils.InferenceResponse(output_tensors=tensors)
-        return responses
+    def _check_finite(self, logits: np.ndarray) -> np.ndarray:
+        if not np.all(np.isfinite(logits)):
+            raise InvalidInput(f"{self.input_name}: every value must be finite (got NaN or infinity)")
+        return logits
 
-
-def _invalid_input(message: str):
-    """An error response for a bad request: HTTP 400 / gRPC INVALID_ARGUMENT, not 500 / INTERNAL.
-
-    Python backends without error codes (before Triton 23.x) take the message alone (-> 500 / INTERNAL).
-    """
-    code = getattr(pb_utils.TritonError, "INVALID_ARG", None)
-    return pb_utils.TritonError(message) if code is None else pb_utils.TritonError(message, code)
+    def _top_k(self, logits: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        scores, class_ids = top_k(softmax(logits.astype(np.float32, copy=False)), self.k)
+        return scores, class_ids, self.labels[class_ids]

@@ -6,8 +6,8 @@ cropped to H x W; then the whole batch is scaled and normalised at once. A reque
 cannot be decoded (empty, truncated, not an image, too many pixels) gets its own error response and the
 other requests of the batch are answered as usual.
 
-This file is self-contained (Triton loads it on its own). The pure functions below need no Triton, so
-the exporter verifies the classifier through exactly this preprocessing.
+The batching is pybackend_batching's, shared by every Python model. The pure functions below need no
+Triton, so the exporter verifies the classifier through exactly this preprocessing.
 """
 
 from __future__ import annotations
@@ -18,11 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from PIL import Image, ImageOps
-
-try:
-    import triton_python_backend_utils as pb_utils
-except ImportError:  # imported outside Triton, for the pure functions (the exporter, unit tests)
-    pb_utils = None
+from pybackend_batching import InvalidInput, RequestBatcher
 
 
 class ImageInputError(ValueError):
@@ -150,53 +146,25 @@ class TritonPythonModel:
     def initialize(self, args: dict) -> None:
         config = json.loads(args["model_config"])
         self.input_name = config["input"][0]["name"]
-        self.output_name = config["output"][0]["name"]
-        self.output_dtype = pb_utils.triton_string_to_numpy(config["output"][0]["data_type"])
         self.settings = PreprocessSettings.from_model_config(config)
         # Second line of defence for formats whose size is only known while decoding.
         Image.MAX_IMAGE_PIXELS = self.settings.max_image_pixels
+        self.batcher = RequestBatcher(config, prepare=self._decode_request, run=self._normalise)
 
     def execute(self, requests: list) -> list:
-        responses: list = [None] * len(requests)
-        crops, sizes, owners = [], [], []
-        for index, request in enumerate(requests):
-            items = pb_utils.get_input_tensor_by_name(request, self.input_name).as_numpy().reshape(-1)
-            try:
-                crops.extend(self._decode_request(items))
-            except ImageInputError as e:
-                error = _invalid_input(f"{self.input_name}: {e}")
-                responses[index] = pb_utils.InferenceResponse(error=error)
-                continue
-            sizes.append(len(items))
-            owners.append(index)
+        return self.batcher.execute(requests)
 
-        if owners:
-            pixels = normalise(np.stack(crops), self.settings).astype(self.output_dtype, copy=False)
-            pieces = np.split(pixels, np.cumsum(sizes)[:-1])
-            if len(pieces) != len(owners) or sum(len(p) for p in pieces) != len(crops):
-                raise pb_utils.TritonModelException(
-                    f"batch split produced {len(pieces)} parts for {len(owners)} requests"
-                )
-            for index, piece in zip(owners, pieces, strict=True):
-                tensor = pb_utils.Tensor(self.output_name, piece)
-                responses[index] = pb_utils.InferenceResponse(output_tensors=[tensor])
-        return responses
-
-    def _decode_request(self, items: np.ndarray) -> list[np.ndarray]:
+    def _decode_request(self, images: np.ndarray) -> list[np.ndarray]:
+        """One request's IMAGE_BYTES [b, 1] -> b crops; an undecodable image rejects the request."""
+        items = images.reshape(-1)
         crops = []
         for position, item in enumerate(items):
             try:
                 crops.append(decode_and_crop(bytes(item), self.settings))
             except ImageInputError as e:
                 where = f" (batch item {position})" if len(items) > 1 else ""
-                raise ImageInputError(f"{e}{where}") from e
+                raise InvalidInput(f"{self.input_name}: {e}{where}") from e
         return crops
 
-
-def _invalid_input(message: str):
-    """An error response for a bad request: HTTP 400 / gRPC INVALID_ARGUMENT, not 500 / INTERNAL.
-
-    Python backends without error codes (before Triton 23.x) take the message alone (-> 500 / INTERNAL).
-    """
-    code = getattr(pb_utils.TritonError, "INVALID_ARG", None)
-    return pb_utils.TritonError(message) if code is None else pb_utils.TritonError(message, code)
+    def _normalise(self, crops: list[np.ndarray]) -> np.ndarray:
+        return normalise(np.stack(crops), self.settings)

@@ -1,0 +1,175 @@
+"""Batching for every Python-backend model: gather, one vectorised call, check, split, answer.
+
+Triton hands ``execute()`` a list of requests. :class:`RequestBatcher` does the rest the same way for
+every model:
+
+1. gathers each request's inputs by the names in the model's config (config order);
+2. runs ``prepare(*arrays)`` per request: per-request work that may reject the request by raising
+   :class:`InvalidInput` (that request alone gets an HTTP 400 / gRPC INVALID_ARGUMENT response, the
+   others proceed);
+3. concatenates the prepared columns of the accepted requests (ndarrays along axis 0, other
+   sequences as one list) and calls ``run(*columns)`` once for the whole batch;
+4. checks that every result has one row per input row *before* splitting (``np.split`` always
+   returns one piece per split point, so a check after it cannot fire); a wrong count raises
+   ``TritonModelException`` naming the result, which fails the batch: that is a bug in the model;
+5. slices each result by each request's row count, runs ``finish(*pieces)`` per request when given,
+   and answers with the results cast to the config's output data types, in the config's order.
+
+Use from a model.py::
+
+    from pybackend_batching import InvalidInput, RequestBatcher
+
+    class TritonPythonModel:
+        def initialize(self, args):
+            config = json.loads(args["model_config"])
+            self.batcher = RequestBatcher(config, run=self._run, prepare=self._prepare)
+
+        def execute(self, requests):
+            return self.batcher.execute(requests)
+
+- ``prepare(*arrays) -> column or tuple of columns``: one array per config input, as the request
+  carries it. Default: the arrays unchanged. Each column must have the same number of rows.
+- ``run(*columns) -> result or tuple of results``: ndarrays or lists, one row per input row.
+- ``finish(*pieces) -> output or tuple of outputs``: one request's slice of every result -> its output
+  tensors, for per-request work after the vectorised call (padding a request's token ids to its
+  length bucket, for example). Default: the pieces unchanged.
+
+How this file ships: Triton's Python backend puts only the model's version folder on ``sys.path``,
+and NVIDIA's container sees nothing outside the mounted model repository. So the one copy lives at
+the repository's top level (Triton loads only folders as models and ignores files there) and each
+Python model's version folder holds a committed relative symlink to it
+(``<model>/1/pybackend_batching.py -> ../../pybackend_batching.py``): it resolves inside a volume
+mount, in a copy of the repository and in the derived local repository (whose links point at the
+resolved file), and there is no generated copy to go stale. Outside Triton, model.py files are
+loaded with ``tritonlocal.repository.load_served_module``, which provides their sibling modules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+try:
+    import triton_python_backend_utils as pb_utils
+except ImportError:  # imported outside Triton, for mean_pool (the exporter, the load tests)
+    pb_utils = None
+
+
+class InvalidInput(ValueError):
+    """Raised by ``prepare`` for a request that cannot be served; the message goes to that client."""
+
+
+def invalid_input(message: str):
+    """An error for a bad request: HTTP 400 / gRPC INVALID_ARGUMENT, not 500 / INTERNAL.
+
+    Python backends without error codes (before Triton 23.x) take the message alone (-> 500 / INTERNAL).
+    """
+    code = getattr(pb_utils.TritonError, "INVALID_ARG", None)
+    return pb_utils.TritonError(message) if code is None else pb_utils.TritonError(message, code)
+
+
+def _as_tuple(value: Any) -> tuple:
+    return value if isinstance(value, tuple) else (value,)
+
+
+def _identity(*values: Any) -> tuple:
+    return values
+
+
+class RequestBatcher:
+    """A model's ``execute()``: see the module docstring for the steps and the callables' contracts."""
+
+    def __init__(
+        self,
+        model_config: dict,
+        *,
+        run: Callable[..., Any],
+        prepare: Callable[..., Any] = _identity,
+        finish: Callable[..., Any] = _identity,
+    ) -> None:
+        self.input_names = [tensor["name"] for tensor in model_config["input"]]
+        self.outputs = [
+            (tensor["name"], pb_utils.triton_string_to_numpy(tensor["data_type"]))
+            for tensor in model_config["output"]
+        ]
+        self.run, self.prepare, self.finish = run, prepare, finish
+
+    def execute(self, requests: list) -> list:
+        responses: list = [None] * len(requests)
+        accepted: list[tuple[int, tuple]] = []  # (request index, prepared columns)
+        for index, request in enumerate(requests):
+            arrays = [
+                pb_utils.get_input_tensor_by_name(request, name).as_numpy() for name in self.input_names
+            ]
+            try:
+                columns = _as_tuple(self.prepare(*arrays))
+                _check_rows_agree(columns)
+            except InvalidInput as e:
+                responses[index] = pb_utils.InferenceResponse(error=invalid_input(str(e)))
+                continue
+            accepted.append((index, columns))
+        if not accepted:
+            return responses
+
+        rows = [len(columns[0]) for _, columns in accepted]
+        gathered = [
+            _concatenate(column) for column in zip(*(columns for _, columns in accepted), strict=True)
+        ]
+        results = _as_tuple(self.run(*gathered))
+        for position, result in enumerate(results):
+            if len(result) != sum(rows):
+                raise pb_utils.TritonModelException(
+                    f"result {position} of the batch has {len(result)} rows for {sum(rows)} input rows "
+                    f"({len(accepted)} requests); every result needs one row per input row"
+                )
+
+        start = 0
+        for (index, _), count in zip(accepted, rows, strict=True):
+            pieces = [result[start : start + count] for result in results]
+            start += count
+            values = _as_tuple(self.finish(*pieces))
+            if len(values) != len(self.outputs):
+                raise pb_utils.TritonModelException(
+                    f"the model produced {len(values)} outputs, its config declares {len(self.outputs)}: "
+                    f"{[name for name, _ in self.outputs]}"
+                )
+            tensors = [
+                pb_utils.Tensor(name, np.asarray(value).astype(dtype, copy=False))
+                for (name, dtype), value in zip(self.outputs, values, strict=True)
+            ]
+            responses[index] = pb_utils.InferenceResponse(output_tensors=tensors)
+        return responses
+
+
+def _check_rows_agree(columns: tuple) -> None:
+    counts = [len(column) for column in columns]
+    if len(set(counts)) > 1:
+        raise InvalidInput(f"every input needs the same number of rows, got {counts}")
+
+
+def _concatenate(parts: Sequence) -> Any:
+    if all(isinstance(part, np.ndarray) for part in parts):
+        try:
+            return np.concatenate(parts, axis=0)
+        except ValueError as e:
+            shapes = [list(part.shape) for part in parts]
+            raise pb_utils.TritonModelException(
+                f"cannot batch requests of shapes {shapes}: {e}; only the first dimension may differ"
+            ) from e
+    return [row for part in parts for row in part]
+
+
+def mean_pool(token_embeddings: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
+    """Masked mean over the sequence, then L2 normalisation: [B, L, H], [B, L] -> [B, H] float32.
+
+    A row with no token (mask all zeros) or a zero mean gives zeros, never NaN (the denominators are
+    clipped at 1e-9 and 1e-12, as sentence-transformers does); callers that must refuse such rows
+    check the mask first.
+    """
+    mask = attention_mask.astype(np.float32)[:, :, None]
+    summed = (token_embeddings.astype(np.float32) * mask).sum(axis=1)
+    mean = summed / np.clip(mask.sum(axis=1), 1e-9, None)
+    norms = np.clip(np.linalg.norm(mean, axis=1, keepdims=True), 1e-12, None)
+    return (mean / norms).astype(np.float32)

@@ -1,0 +1,104 @@
+"""Shared steps of the integration tests (the server fixture itself comes from tritonlocal.pytest_plugin)."""
+
+from __future__ import annotations
+
+import functools
+import queue
+import re
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException, np_to_triton_dtype
+
+from tritonlocal import LocalTritonServer
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConcurrentRun:
+    """Per request, in sending order: the output's shape, or the error it got; the model's executions
+    meanwhile, and how many of them ran each batch size (rows)."""
+
+    outcomes: list[tuple[int, ...] | InferenceServerException]
+    executions: int
+    batch_sizes: dict[int, int]
+
+    @property
+    def failures(self) -> list[int]:
+        return [i for i, outcome in enumerate(self.outcomes) if isinstance(outcome, InferenceServerException)]
+
+
+def _send_concurrently(
+    server: LocalTritonServer, model: str, payloads: list[dict[str, np.ndarray]], output: str
+) -> ConcurrentRun:
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    before = client.get_inference_statistics(model, as_json=True)["model_stats"][0]
+    requests = [[_grpc_input(name, array) for name, array in payload.items()] for payload in payloads]
+    answers: queue.Queue = queue.Queue()
+    for index, inputs in enumerate(requests):  # built first: the asynchronous calls go out within ms
+        client.async_infer(model, inputs, functools.partial(_collect, answers, index))
+    outcomes: list = [None] * len(requests)
+    for _ in requests:
+        index, result, error = answers.get(timeout=60)
+        outcomes[index] = error if error is not None else result.as_numpy(output).shape
+    after = client.get_inference_statistics(model, as_json=True)["model_stats"][0]
+    client.close()
+    # gRPC's JSON leaves out fields that are zero (a model that has not executed yet has no counts).
+    executions = int(after.get("execution_count", 0)) - int(before.get("execution_count", 0))
+    counts = {int(b["batch_size"]): int(b["compute_infer"]["count"]) for b in before.get("batch_stats", [])}
+    batch_sizes = {
+        int(b["batch_size"]): int(b["compute_infer"]["count"]) - counts.get(int(b["batch_size"]), 0)
+        for b in after.get("batch_stats", [])
+    }
+    return ConcurrentRun(
+        outcomes=outcomes,
+        executions=executions,
+        batch_sizes={size: count for size, count in batch_sizes.items() if count},
+    )
+
+
+def _grpc_input(name: str, array: np.ndarray) -> grpcclient.InferInput:
+    tensor = grpcclient.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
+    tensor.set_data_from_numpy(array)
+    return tensor
+
+
+def _collect(answers: queue.Queue, index: int, result: object, error: object) -> None:
+    answers.put((index, result, error))
+
+
+@pytest.fixture
+def send_concurrently() -> Callable[..., ConcurrentRun]:
+    """send(server, model, payloads, output): every payload ({input name: array}) sent at once over gRPC,
+    asynchronously, with the model's execution count read from Triton's statistics before and after."""
+    return _send_concurrently
+
+
+def _model_metric(server: LocalTritonServer, name: str, model: str) -> int:
+    with urllib.request.urlopen(server.metrics_url, timeout=5) as response:  # noqa: S310 - loopback
+        text = response.read().decode()
+    found = re.search(rf'^{name}{{model="{model}",version="1"}} (\S+)$', text, re.M)
+    return int(float(found.group(1))) if found else 0
+
+
+@pytest.fixture
+def model_metric() -> Callable[[LocalTritonServer, str, str], int]:
+    """metric(server, name, model): a per-model counter or gauge from the server's Prometheus port."""
+    return _model_metric
+
+
+def _wait_for_queue(server: LocalTritonServer, model: str, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while _model_metric(server, "nv_inference_pending_request_count", model) == 0:
+        assert time.monotonic() < deadline, f"no request of {model} queued up within {timeout_s} s"
+        time.sleep(0.01)
+
+
+@pytest.fixture
+def wait_for_queue() -> Callable[..., None]:
+    """wait(server, model): returns once a request of ``model`` waits in its queue (its instance is busy)."""
+    return _wait_for_queue

@@ -1,0 +1,97 @@
+"""A stand-in for ``triton_python_backend_utils``, so that each Python model's execute() runs here on fake
+requests exactly as Triton calls it: a request is a dict of input name -> array, a response keeps its
+outputs as a dict and its error (message and code)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import types
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from google.protobuf import json_format
+
+from tritonlocal.repository import load_model_config, load_served_module
+
+DEPLOYABLE = Path(__file__).resolve().parents[2] / "model_repository"
+TRITON_DTYPES = {"TYPE_FP32": np.float32, "TYPE_INT64": np.int64, "TYPE_STRING": np.object_}
+
+
+class FakeTensor:
+    def __init__(self, name: str, array: np.ndarray) -> None:
+        self.name, self.array = name, array
+
+    def as_numpy(self) -> np.ndarray:
+        return self.array
+
+
+class FakeResponse:
+    def __init__(self, output_tensors: list[FakeTensor] | None = None, error: object = None) -> None:
+        self.outputs = {tensor.name: tensor.array for tensor in output_tensors or []}
+        self.error = error
+
+
+class FakeError:
+    INVALID_ARG = "INVALID_ARG"
+
+    def __init__(self, message: str, code: str | None = None) -> None:
+        self._message, self.code = message, code
+
+    def message(self) -> str:
+        return self._message
+
+
+class FakeModelException(Exception):
+    """What TritonModelException is to Triton: the whole execute() failed."""
+
+
+def config_json(model_name: str) -> str:
+    """The model config as Triton hands it to a Python model (JSON of the parsed config.pbtxt)."""
+    config = load_model_config(DEPLOYABLE / model_name)
+    return json.dumps(json_format.MessageToDict(config, preserving_proto_field_name=True))
+
+
+@pytest.fixture
+def fake_pb_utils(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
+    stub = types.ModuleType("triton_python_backend_utils")
+    stub.Tensor = FakeTensor
+    stub.InferenceResponse = FakeResponse
+    stub.TritonError = FakeError
+    stub.TritonModelException = FakeModelException
+    stub.get_input_tensor_by_name = lambda request, name: FakeTensor(name, request[name])
+    stub.triton_string_to_numpy = TRITON_DTYPES.__getitem__
+    monkeypatch.setitem(sys.modules, "triton_python_backend_utils", stub)
+    return stub
+
+
+@pytest.fixture
+def model_config_json() -> Callable[[str], str]:
+    return config_json
+
+
+@pytest.fixture
+def triton_python_model(fake_pb_utils) -> Iterator[Callable]:
+    """load(model_name, config=...) -> an initialised TritonPythonModel from <name>/1/model.py, given
+    its config as JSON (default: its config.pbtxt's)."""
+    loaded: list[str] = []
+
+    def load(model_name: str, *, config: str | None = None):
+        name = f"_test_{model_name}_model"
+        module = load_served_module(DEPLOYABLE / model_name / "1" / "model.py", name=name)
+        loaded.append(name)
+        instance = module.TritonPythonModel()
+        instance.initialize(
+            {
+                "model_config": config or config_json(model_name),
+                "model_repository": str(DEPLOYABLE / model_name),
+                "model_version": "1",
+            }
+        )
+        return instance
+
+    yield load
+    for name in loaded:
+        sys.modules.pop(name, None)

@@ -1,0 +1,222 @@
+"""Every Python model's execute() through the shared batching helper (model_repository/pybackend_batching.py),
+run on fake requests with the stand-in for triton_python_backend_utils of tests/unit/conftest.py."""
+
+from __future__ import annotations
+
+import io
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from tritonlocal.derive import derive_repository
+from tritonlocal.repository import load_repository, load_served_module
+from tritonlocal.variants import write_variant
+
+DEPLOYABLE = Path(__file__).resolve().parents[2] / "model_repository"
+HELPER = DEPLOYABLE / "pybackend_batching.py"
+# The models whose execute() is the helper's, and the tokenizer, whose model.py is rewritten for it next.
+CONVERTED = ("image_preprocess", "image_postprocess", "l2_normalize")
+SHIPPING_THE_HELPER = (*CONVERTED, "text_tokenizer")
+
+
+def _png(size: tuple[int, int] = (300, 200)) -> bytes:
+    buffer = io.BytesIO()
+    Image.new("RGB", size, (200, 30, 60)).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def _good_request(model: str, rows: int) -> dict[str, np.ndarray]:
+    if model == "l2_normalize":
+        return {"VECTOR": np.arange(1, 16 * rows + 1, dtype=np.float32).reshape(rows, 16)}
+    if model == "image_postprocess":
+        return {"LOGITS": np.random.default_rng(rows).normal(size=(rows, 1000)).astype(np.float32)}
+    return {"IMAGE_BYTES": np.array([[_png()]] * rows, dtype=np.object_)}
+
+
+@pytest.fixture
+def helper(fake_pb_utils) -> types.ModuleType:
+    name = "_test_pybackend_batching"
+    yield load_served_module(HELPER, name=name)
+    sys.modules.pop(name, None)
+
+
+def _config(inputs: dict[str, str], outputs: dict[str, str]) -> dict:
+    """A model config as Triton hands it over, with only what the helper reads."""
+    return {
+        "input": [{"name": name, "data_type": dtype} for name, dtype in inputs.items()],
+        "output": [{"name": name, "data_type": dtype} for name, dtype in outputs.items()],
+    }
+
+
+# -- the models ----------------------------------------------------------------------------------------
+def test_l2_normalize_answers_each_request_with_its_own_rows(triton_python_model) -> None:
+    model = triton_python_model("l2_normalize")
+    vectors = [np.full((1, 16), 2.0, np.float32), np.eye(16, dtype=np.float32)[:3] * 5, -np.ones((2, 16))]
+    responses = model.execute([{"VECTOR": v} for v in vectors])
+    assert [r.error for r in responses] == [None, None, None]
+    assert [r.outputs["NORMALIZED"].shape for r in responses] == [(1, 16), (3, 16), (2, 16)]
+    np.testing.assert_allclose(responses[0].outputs["NORM"], [[8.0]])
+    np.testing.assert_allclose(responses[1].outputs["NORMALIZED"], np.eye(16)[:3])
+    np.testing.assert_allclose(responses[2].outputs["NORMALIZED"], -np.ones((2, 16)) / 4)
+    assert responses[2].outputs["NORM"].dtype == np.float32  # the config's type, whatever came in
+
+
+@pytest.mark.parametrize(
+    ("row", "problem"),
+    [
+        (np.full(16, np.nan), "every value must be finite"),
+        (np.zeros(16), "a row of all zeros has no direction"),
+    ],
+)
+def test_l2_normalize_fails_a_bad_request_alone_as_invalid_input(
+    triton_python_model, row: np.ndarray, problem: str
+) -> None:
+    model = triton_python_model("l2_normalize")
+    bad = np.stack([np.ones(16), row]).astype(np.float32)
+    good = _good_request("l2_normalize", 2)
+    first, broken, last = model.execute([good, {"VECTOR": bad}, good])
+    assert broken.error.message().startswith(f"VECTOR: {problem}")
+    assert broken.error.code == "INVALID_ARG"  # HTTP 400 / gRPC INVALID_ARGUMENT, not 500
+    assert first.error is None and last.error is None
+    np.testing.assert_allclose(np.linalg.norm(last.outputs["NORMALIZED"], axis=1), [1.0, 1.0], rtol=1e-6)
+
+
+@pytest.mark.parametrize("model_name", CONVERTED)
+def test_a_result_with_the_wrong_row_count_fails_the_batch_before_the_split(
+    triton_python_model, fake_pb_utils, model_name: str
+) -> None:
+    model = triton_python_model(model_name)
+    run = model.batcher.run
+
+    def drops_a_row(*columns):
+        results = run(*columns)
+        results = results if isinstance(results, tuple) else (results,)
+        return tuple(result[:-1] for result in results)
+
+    model.batcher.run = drops_a_row
+    requests = [_good_request(model_name, 2), _good_request(model_name, 1)]
+    with pytest.raises(fake_pb_utils.TritonModelException, match="has 2 rows for 3 input rows"):
+        model.execute(requests)
+
+
+@pytest.mark.parametrize("model_name", CONVERTED)
+def test_each_model_answers_a_batch_of_good_requests_in_order(triton_python_model, model_name: str) -> None:
+    model = triton_python_model(model_name)
+    responses = model.execute([_good_request(model_name, rows) for rows in (2, 1, 3)])
+    assert [r.error for r in responses] == [None, None, None]
+    for response, rows in zip(responses, (2, 1, 3), strict=True):
+        assert {len(value) for value in response.outputs.values()} == {rows}
+
+
+# -- shipping ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("model_name", SHIPPING_THE_HELPER)
+def test_each_python_model_links_the_one_helper_from_its_version_folder(model_name: str) -> None:
+    link = DEPLOYABLE / model_name / "1" / "pybackend_batching.py"
+    assert link.is_symlink(), f"{link} must be a link to ../../pybackend_batching.py, not a copy"
+    assert link.readlink() == Path("../../pybackend_batching.py")  # relative: resolves inside a mount
+    assert link.resolve() == HELPER.resolve()
+
+
+def test_the_helper_file_is_not_a_model_and_the_derived_repository_keeps_the_link(tmp_path: Path) -> None:
+    assert "pybackend_batching" not in load_repository(DEPLOYABLE)
+    derive_repository(DEPLOYABLE, tmp_path / "local")
+    for model_name in SHIPPING_THE_HELPER:
+        assert (tmp_path / "local" / model_name / "1" / "pybackend_batching.py").resolve() == HELPER.resolve()
+
+
+def test_the_container_variant_copies_the_helper_into_each_model_as_a_plain_file(tmp_path: Path) -> None:
+    source = tmp_path / "source"
+    (source / "scaler" / "1").mkdir(parents=True)
+    (source / "scaler" / "config.pbtxt").write_text('name: "scaler"\nbackend: "python"\n')
+    (source / "pybackend_batching.py").write_text("# the helper\n")
+    (source / "scaler" / "1" / "pybackend_batching.py").symlink_to("../../pybackend_batching.py")
+    write_variant(source, tmp_path / "cpu")  # mounted on its own: a link back would dangle
+    copied = tmp_path / "cpu" / "scaler" / "1" / "pybackend_batching.py"
+    assert not copied.is_symlink() and copied.read_text() == "# the helper\n"
+
+
+def test_loading_a_model_outside_triton_leaves_no_bare_helper_module_behind(triton_python_model) -> None:
+    triton_python_model("image_postprocess")
+    assert "pybackend_batching" not in sys.modules
+
+
+# -- the helper on its own -----------------------------------------------------------------------------
+def test_per_request_work_after_the_one_call_gets_each_requests_slice(helper, fake_pb_utils) -> None:
+    calls = []
+
+    def run(texts: list[str]) -> list[list[int]]:
+        calls.append(list(texts))
+        return [[len(word) for word in text.split()] for text in texts]
+
+    def pad(lengths: list[list[int]]) -> np.ndarray:  # each request padded to its own longest row
+        width = max(len(row) for row in lengths)
+        return np.array([row + [0] * (width - len(row)) for row in lengths])
+
+    batcher = helper.RequestBatcher(
+        _config({"TEXT": "TYPE_STRING"}, {"LENGTHS": "TYPE_INT64"}),
+        prepare=lambda texts: [bytes(t).decode() for t in texts.reshape(-1)],
+        run=run,
+        finish=pad,
+    )
+    requests = [{"TEXT": np.array([[b"a bb"], [b"ccc"]], np.object_)}, {"TEXT": np.array([[b"d e f g"]])}]
+    first, second = batcher.execute(requests)
+    assert calls == [["a bb", "ccc", "d e f g"]]  # one call for the whole batch
+    assert first.outputs["LENGTHS"].tolist() == [[1, 2], [3, 0]]
+    assert second.outputs["LENGTHS"].tolist() == [[1, 1, 1, 1]]
+    assert first.outputs["LENGTHS"].dtype == np.int64
+
+
+def test_inputs_of_one_request_with_different_row_counts_fail_that_request_alone(helper) -> None:
+    batcher = helper.RequestBatcher(
+        _config({"A": "TYPE_FP32", "B": "TYPE_FP32"}, {"SUM": "TYPE_FP32"}), run=lambda a, b: a + b
+    )
+    good = {"A": np.ones((2, 3)), "B": np.ones((2, 3))}
+    uneven = {"A": np.ones((2, 3)), "B": np.ones((1, 3))}
+    first, broken = batcher.execute([good, uneven])
+    assert broken.error.message() == "every input needs the same number of rows, got [2, 1]"
+    assert first.outputs["SUM"].tolist() == [[2.0] * 3] * 2
+
+
+def test_no_call_is_made_when_every_request_is_rejected(helper) -> None:
+    def reject(values: np.ndarray):
+        raise helper.InvalidInput(f"X: {values.shape[0]} rows refused")
+
+    def never(*_):
+        raise AssertionError("run must not be called without accepted requests")
+
+    batcher = helper.RequestBatcher(
+        _config({"X": "TYPE_FP32"}, {"Y": "TYPE_FP32"}), prepare=reject, run=never
+    )
+    responses = batcher.execute([{"X": np.ones((1, 2))}, {"X": np.ones((3, 2))}])
+    assert [r.error.message() for r in responses] == ["X: 1 rows refused", "X: 3 rows refused"]
+
+
+def test_requests_whose_shapes_cannot_be_batched_fail_with_their_shapes(helper, fake_pb_utils) -> None:
+    batcher = helper.RequestBatcher(_config({"X": "TYPE_FP32"}, {"Y": "TYPE_FP32"}), run=lambda x: x)
+    with pytest.raises(fake_pb_utils.TritonModelException, match=r"shapes \[\[1, 2\], \[1, 3\]\]"):
+        batcher.execute([{"X": np.ones((1, 2))}, {"X": np.ones((1, 3))}])
+
+
+def test_a_model_answering_fewer_outputs_than_its_config_declares_is_caught(helper, fake_pb_utils) -> None:
+    batcher = helper.RequestBatcher(
+        _config({"X": "TYPE_FP32"}, {"Y": "TYPE_FP32", "Z": "TYPE_FP32"}), run=lambda x: x
+    )
+    with pytest.raises(fake_pb_utils.TritonModelException, match=r"1 outputs, its config declares 2"):
+        batcher.execute([{"X": np.ones((1, 2))}])
+
+
+def test_mean_pool_averages_the_unmasked_tokens_to_unit_length(helper) -> None:
+    tokens = np.array([[[3.0, 4.0], [100.0, 100.0]], [[1.0, 0.0], [0.0, 1.0]]], dtype=np.float32)
+    mask = np.array([[1, 0], [1, 1]])
+    pooled = helper.mean_pool(tokens, mask)
+    np.testing.assert_allclose(pooled, [[0.6, 0.8], [2**-0.5, 2**-0.5]], rtol=1e-6)
+    assert pooled.dtype == np.float32
+
+
+def test_mean_pool_gives_zeros_not_nan_for_a_row_without_tokens(helper) -> None:
+    pooled = helper.mean_pool(np.ones((1, 3, 4), np.float32), np.zeros((1, 3), np.int64))
+    assert pooled.tolist() == [[0.0, 0.0, 0.0, 0.0]]
