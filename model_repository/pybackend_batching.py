@@ -53,7 +53,7 @@ import numpy as np
 
 try:
     import triton_python_backend_utils as pb_utils
-except ImportError:  # imported outside Triton, for mean_pool (the exporter, the load tests)
+except ImportError:  # imported outside Triton (tests load it with a stand-in)
     pb_utils = None
 
 
@@ -159,17 +159,3 @@ def _concatenate(parts: Sequence) -> Any:
                 f"cannot batch requests of shapes {shapes}: {e}; only the first dimension may differ"
             ) from e
     return [row for part in parts for row in part]
-
-
-def mean_pool(token_embeddings: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
-    """Masked mean over the sequence, then L2 normalisation: [B, L, H], [B, L] -> [B, H] float32.
-
-    A row with no token (mask all zeros) or a zero mean gives zeros, never NaN (the denominators are
-    clipped at 1e-9 and 1e-12, as sentence-transformers does); callers that must refuse such rows
-    check the mask first.
-    """
-    mask = attention_mask.astype(np.float32)[:, :, None]
-    summed = (token_embeddings.astype(np.float32) * mask).sum(axis=1)
-    mean = summed / np.clip(mask.sum(axis=1), 1e-9, None)
-    norms = np.clip(np.linalg.norm(mean, axis=1, keepdims=True), 1e-12, None)
-    return (mean / norms).astype(np.float32)

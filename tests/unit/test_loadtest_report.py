@@ -265,12 +265,12 @@ def test_the_report_has_every_section_table_and_plot(tmp_path: Path) -> None:
 def test_targets_met_are_reported_as_met(tmp_path: Path) -> None:
     text = _write(tmp_path, recorded_results(served_c32=190.0))
     assert (
-        "| text c=32 vs the previous configuration | >= 2x (experiment 8) | 2.11x (190.0 vs 90.0 req/s) | met |"
-        in text
+        "| text c=32 vs the previous configuration | >= 2x (experiment 8) | "
+        "2.11x (190.0 vs 90.0 req/s) | met |" in text
     )
     assert (
-        "| text c=32 vs the simplest alternative | >= 2x (experiment 9) | 2.00x (190.0 vs 95.0 req/s) | met |"
-        in text
+        "| text c=32 vs the simplest alternative | >= 2x (experiment 9) | "
+        "2.00x (190.0 vs 95.0 req/s) | met |" in text
     )
     assert "| text c=32 p99 | <= 250 ms | 200 ms | met |" in text
     assert "| text c=1 median latency | <= 10 ms | 8.0 ms | met |" in text
@@ -285,12 +285,12 @@ def test_targets_met_are_reported_as_met(tmp_path: Path) -> None:
 def test_a_missed_target_is_reported_with_its_numbers_and_measured_causes(tmp_path: Path) -> None:
     text = _write(tmp_path, recorded_results(served_c32=120.0))
     assert (
-        "| text c=32 vs the previous configuration | >= 2x (experiment 8) | 1.33x (120.0 vs 90.0 req/s) | **missed** |"
-        in text
+        "| text c=32 vs the previous configuration | >= 2x (experiment 8) | "
+        "1.33x (120.0 vs 90.0 req/s) | **missed** |" in text
     )
     assert (
-        "| text c=32 vs the simplest alternative | >= 2x (experiment 9) | 1.26x (120.0 vs 95.0 req/s) | **missed** |"
-        in text
+        "| text c=32 vs the simplest alternative | >= 2x (experiment 9) | "
+        "1.26x (120.0 vs 95.0 req/s) | **missed** |" in text
     )
     assert "used 1.90 of 2 cores" in text
     assert "the CPU is saturated" in text

@@ -4,6 +4,7 @@ run on fake requests with the stand-in for triton_python_backend_utils of tests/
 from __future__ import annotations
 
 import io
+import json
 import sys
 import types
 from pathlib import Path
@@ -12,6 +13,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from tests.unit.conftest import config_json
 from tritonlocal.derive import derive_repository
 from tritonlocal.repository import load_repository, load_served_module
 from tritonlocal.variants import write_variant
@@ -209,14 +211,37 @@ def test_a_model_answering_fewer_outputs_than_its_config_declares_is_caught(help
         batcher.execute([{"X": np.ones((1, 2))}])
 
 
-def test_mean_pool_averages_the_unmasked_tokens_to_unit_length(helper) -> None:
-    tokens = np.array([[[3.0, 4.0], [100.0, 100.0]], [[1.0, 0.0], [0.0, 1.0]]], dtype=np.float32)
-    mask = np.array([[1, 0], [1, 1]])
-    pooled = helper.mean_pool(tokens, mask)
-    np.testing.assert_allclose(pooled, [[0.6, 0.8], [2**-0.5, 2**-0.5]], rtol=1e-6)
-    assert pooled.dtype == np.float32
+def _texts(*texts: bytes) -> dict:
+    return {"TEXT": np.array([[t] for t in texts], dtype=np.object_)}
 
 
-def test_mean_pool_gives_zeros_not_nan_for_a_row_without_tokens(helper) -> None:
-    pooled = helper.mean_pool(np.ones((1, 3, 4), np.float32), np.zeros((1, 3), np.int64))
-    assert pooled.tolist() == [[0.0, 0.0, 0.0, 0.0]]
+def test_tokenizer_answers_each_request_at_its_own_length_and_pads_a_multi_text_request(
+    triton_python_model,
+) -> None:
+    model = triton_python_model("text_tokenizer")
+    short, pair = model.execute([_texts(b"A man is eating food."), _texts(b"Hi.", b"word " * 40)])
+    assert short.error is None and short.outputs["INPUT_IDS"].shape == (1, 8)
+    ids = pair.outputs["INPUT_IDS"]
+    assert ids.shape == (2, 42) and ids.dtype == np.int64 and not ids[0, 4:].any()  # [PAD] is 0
+
+
+def test_tokenizer_refuses_invalid_utf8_alone_and_answers_its_neighbours(triton_python_model) -> None:
+    model = triton_python_model("text_tokenizer")
+    good, bad, other = model.execute([_texts(b"one"), _texts(b"caf\xc3\xa9 \xff"), _texts(b"two words")])
+    assert bad.error.code == "INVALID_ARG" and bad.error.message() == "TEXT: not valid UTF-8 at byte 6"
+    assert good.outputs["INPUT_IDS"].shape == (1, 3) and other.outputs["INPUT_IDS"].shape == (1, 4)
+
+
+def test_tokenizer_with_length_buckets_pads_a_request_to_its_bucket(triton_python_model) -> None:
+    config = json.loads(config_json("text_tokenizer"))
+    config["parameters"]["length_buckets"]["string_value"] = "8,16,256"
+    model = triton_python_model("text_tokenizer", config=json.dumps(config))
+    (response,) = model.execute([_texts(b"word " * 10)])  # 12 tokens -> bucket 16
+    assert response.outputs["INPUT_IDS"].shape == (1, 16)
+
+
+def test_tokenizer_catches_a_tokenizer_that_loses_a_text(triton_python_model, fake_pb_utils) -> None:
+    model = triton_python_model("text_tokenizer")
+    model.batcher.run = lambda texts: model.tokenizer.encode_batch(texts[:-1])
+    with pytest.raises(fake_pb_utils.TritonModelException, match="1 rows for 2 input rows"):
+        model.execute([_texts(b"one"), _texts(b"two")])

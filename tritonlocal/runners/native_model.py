@@ -32,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
+from pybackend_batching import invalid_input  # placed beside this runner by the derivation
 
 
 @dataclass(frozen=True)
@@ -120,7 +121,7 @@ class TritonPythonModel:
             }
             problem = self._problem(tensors)
             if problem:
-                responses[index] = pb_utils.InferenceResponse(error=_invalid_input(problem))
+                responses[index] = pb_utils.InferenceResponse(error=invalid_input(problem))
             else:
                 arrays[index] = tensors
         # Ragged inputs let requests of any shape share the execution; otherwise the dynamic batcher only
@@ -220,12 +221,6 @@ def _libtorch_position(names: list[str]):
         return int(suffix) if suffix.isdigit() else names.index(name)
 
     return position
-
-
-def _invalid_input(message: str):
-    """An error response for a bad request: HTTP 400 / gRPC INVALID_ARGUMENT, not 500 / INTERNAL."""
-    code = getattr(pb_utils.TritonError, "INVALID_ARG", None)
-    return pb_utils.TritonError(message) if code is None else pb_utils.TritonError(message, code)
 
 
 class _OnnxRunner:

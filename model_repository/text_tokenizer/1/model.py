@@ -21,20 +21,21 @@ from pathlib import Path
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
-from tokenizers import Tokenizer
+from pybackend_batching import InvalidInput, RequestBatcher
+from tokenizers import Encoding, Tokenizer
 
 
 class TritonPythonModel:
     def initialize(self, args: dict) -> None:
         config = json.loads(args["model_config"])
-        params = {key: value["string_value"] for key, value in config.get("parameters", {}).items()}
+        # An empty string_value may be left out of the JSON Triton hands over.
+        params = {key: value.get("string_value", "") for key, value in config.get("parameters", {}).items()}
         self.max_length = int(params["max_length"])
         self.max_text_bytes = int(params["max_text_bytes"])
         self.buckets = parse_buckets(params.get("length_buckets", ""), max_length=self.max_length)
         self.input_name = config["input"][0]["name"]
         if len(config["output"]) != 1:
             raise pb_utils.TritonModelException("text_tokenizer has one output: the token ids")
-        self.ids_name = config["output"][0]["name"]
 
         path = Path(args["model_repository"]) / args["model_version"] / params["tokenizer_file"]
         if not path.is_file():
@@ -44,51 +45,34 @@ class TritonPythonModel:
         self.pad_id = padding["pad_id"] if padding else 0
         self.tokenizer.no_padding()  # the shipped file pads every text to 128 tokens
         self.tokenizer.enable_truncation(max_length=self.max_length)
+        self.batcher = RequestBatcher(config, prepare=self._decode, run=self._tokenize, finish=self._pad)
 
     def execute(self, requests: list) -> list:
-        responses: list = [None] * len(requests)
-        texts: list[str] = []
-        owners: list[tuple[int, int]] = []  # (request index, number of texts)
-        for index, request in enumerate(requests):
-            array = pb_utils.get_input_tensor_by_name(request, self.input_name).as_numpy()
-            decoded, problem = self._decode(array.reshape(-1))
-            if problem:
-                responses[index] = pb_utils.InferenceResponse(
-                    error=_invalid_input(f"{self.input_name}: {problem}")
-                )
-                continue
-            texts.extend(decoded)
-            owners.append((index, len(decoded)))
+        return self.batcher.execute(requests)
 
-        encodings = self.tokenizer.encode_batch(texts) if texts else []
-        if len(encodings) != len(texts):
-            raise pb_utils.TritonModelException(
-                f"tokenizer returned {len(encodings)} results for {len(texts)} texts"
-            )
-        start = 0
-        for index, count in owners:
-            ids = pad([e.ids for e in encodings[start : start + count]], self.buckets, pad_id=self.pad_id)
-            start += count
-            responses[index] = pb_utils.InferenceResponse(
-                output_tensors=[pb_utils.Tensor(self.ids_name, ids)]
-            )
-        return responses
+    def _tokenize(self, texts: list[str]) -> list[Encoding]:
+        return self.tokenizer.encode_batch(texts)  # every text of every request in one call
 
-    def _decode(self, items: np.ndarray) -> tuple[list[str], str | None]:
+    def _pad(self, encodings: list[Encoding]) -> np.ndarray:
+        return pad([e.ids for e in encodings], self.buckets, pad_id=self.pad_id)
+
+    def _decode(self, array: np.ndarray) -> list[str]:
+        items = array.reshape(-1)
         texts = []
         for position, item in enumerate(items):
             data = item if isinstance(item, bytes) else str(item).encode("utf-8")
             where = f" (text {position} of the request)" if len(items) > 1 else ""
             if len(data) > self.max_text_bytes:
-                return [], (
-                    f"{len(data)} bytes is over the limit of {self.max_text_bytes}{where}; the model reads "
-                    f"only the first {self.max_length} tokens, so send a shorter text or split it"
+                raise InvalidInput(
+                    f"{self.input_name}: {len(data)} bytes is over the limit of {self.max_text_bytes}"
+                    f"{where}; the model reads only the first {self.max_length} tokens, so send a shorter "
+                    "text or split it"
                 )
             try:
                 texts.append(data.decode("utf-8"))
             except UnicodeDecodeError as e:
-                return [], f"not valid UTF-8 at byte {e.start}{where}"
-        return texts, None
+                raise InvalidInput(f"{self.input_name}: not valid UTF-8 at byte {e.start}{where}") from e
+        return texts
 
 
 def parse_buckets(text: str, *, max_length: int) -> tuple[int, ...]:
@@ -117,12 +101,3 @@ def pad(sequences: Sequence[Sequence[int]], buckets: Sequence[int], *, pad_id: i
     for row, sequence in enumerate(sequences):
         ids[row, : len(sequence)] = sequence
     return ids
-
-
-def _invalid_input(message: str):
-    """An error response for a bad request: HTTP 400 / gRPC INVALID_ARGUMENT, not 500 / INTERNAL.
-
-    Python backends without error codes (before Triton 23.x) take the message alone (-> 500 / INTERNAL).
-    """
-    code = getattr(pb_utils.TritonError, "INVALID_ARG", None)
-    return pb_utils.TritonError(message) if code is None else pb_utils.TritonError(message, code)
