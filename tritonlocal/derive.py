@@ -16,6 +16,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tritonlocal import cpu_tuning
 from tritonlocal.repository import (
     BATCHING_HELPER,
     NATIVE_RUNTIMES,
@@ -41,10 +42,17 @@ class DeriveResult:
 def derive_local_config(
     entry: ModelEntry, *, gpu_available: bool, intra_op_threads: int | None
 ) -> ModelConfig:
-    """The configuration that serves ``entry`` in the local tritonserver."""
+    """The configuration that serves ``entry`` in the local tritonserver.
+
+    Without a GPU, the CPU settings a tuning adopted (``local_cpu.pbtxt`` beside config.pbtxt, see
+    tritonlocal/cpu_tuning.py) replace the deployable ones before the threads are divided.
+    """
     config = ModelConfig()
     config.CopyFrom(entry.config)
     config.name = entry.name
+    overlay = None if gpu_available else cpu_tuning.read_overlay(entry.path)
+    if overlay is not None:
+        cpu_tuning.apply_overlay(config, overlay)
     if entry.is_native:
         runtime = NATIVE_RUNTIMES[entry.kind][0]
         filename = entry.model_filename
@@ -55,7 +63,8 @@ def derive_local_config(
         config.ClearField("optimization")  # TensorRT/ONNX accelerators have no meaning in the Python backend
         config.parameters["runtime"].string_value = runtime
         config.parameters["model_filename"].string_value = filename
-        threads = intra_op_threads or _threads_per_instance(config)
+        adopted = config.parameters["intra_op_threads"].string_value if overlay is not None else ""
+        threads = intra_op_threads or int(adopted or _threads_per_instance(config))
         config.parameters["intra_op_threads"].string_value = str(threads)
         bounds = _recorded_input_bounds(entry)
         if bounds:
@@ -105,7 +114,7 @@ def write_local_model(entry: ModelEntry, folder: Path, config: ModelConfig, *, h
     folder.mkdir()
     (folder / "config.pbtxt").write_text(header + format_config(config))
     for extra in entry.path.iterdir():  # data files beside config.pbtxt (labels, tokenizer files)
-        if extra.is_file() and extra.name != "config.pbtxt":
+        if extra.is_file() and extra.name not in ("config.pbtxt", cpu_tuning.FILENAME):
             _link(extra, folder / extra.name)
     for version in entry.version_dirs:
         local_version = folder / version.name

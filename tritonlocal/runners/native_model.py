@@ -18,8 +18,10 @@ the value bounds the export recorded for an input (token ids inside the vocabula
 gets its own INVALID_ARGUMENT response naming the input; the rest of the batch runs.
 
 Config parameters (written by derive): ``runtime`` ("onnxruntime" or "torchscript"), ``model_filename``,
-``intra_op_threads``, optionally ``input_bounds`` (JSON: input name -> [low, high]); the libtorch
-backend's own ``DISABLE_OPTIMIZED_EXECUTION`` and ``ENABLE_JIT_PROFILING`` are honoured as it does.
+``intra_op_threads`` (a number, or ``auto`` for the cores divided between this model's instances, what a
+tuning that varies the instance count needs), optionally ``input_bounds`` (JSON: input name -> [low,
+high]); the libtorch backend's own ``DISABLE_OPTIMIZED_EXECUTION`` and ``ENABLE_JIT_PROFILING`` are
+honoured as it does.
 """
 
 from __future__ import annotations
@@ -49,6 +51,13 @@ class _BatchInput:
     target: str
     source: str
     dtype: type
+
+
+def _threads(value: str | None, config: dict) -> int:
+    if value != "auto":
+        return int(value or os.cpu_count() or 1)
+    instances = sum(max(1, int(group.get("count", 1))) for group in config.get("instance_group", []))
+    return max(1, (os.cpu_count() or 1) // max(1, instances))
 
 
 class TritonPythonModel:
@@ -92,7 +101,7 @@ class TritonPythonModel:
             raise pb_utils.TritonModelException(
                 f"{config['name']}: exported file {path} is missing; run `python -m export` first"
             )
-        threads = int(parameters.get("intra_op_threads") or os.cpu_count() or 1)
+        threads = _threads(parameters.get("intra_op_threads"), config)
         feed_order = [i.name for i in self.inputs] + [b.target for b in self.batch_inputs]
         runtime = parameters["runtime"]
         self.runner: _OnnxRunner | _TorchScriptRunner
