@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 EXPORTED := build/.exported
 
 .DEFAULT_GOAL := help
-.PHONY: help venv system-tools export derive demo test test-unit test-integration serve bench bench-full lint lock clean
+.PHONY: help venv system-tools export derive demo test test-unit test-integration serve bench bench-full tune lint lock clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-17s %s\n", $$1, $$2}'
@@ -56,6 +56,9 @@ bench: $(EXPORTED) ## benchmark, quick mode (~5 min on 2 cores): reports/<run id
 
 bench-full: $(EXPORTED) ## benchmark, full mode (under 30 min)
 	$(PY) -m loadtest.bench --mode full
+
+tune: $(EXPORTED) ## Model Analyzer searches the local CPU configs under a p99 budget (~15 min): reports/tune-<time>/
+	$(PY) -m loadtest.tune $(TUNE_ARGS)
 
 serve: $(EXPORTED) ## serve the local repository on 127.0.0.1:8000/8001/8002 until Ctrl-C
 	$(PY) -m tritonlocal serve

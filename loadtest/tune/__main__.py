@@ -1,0 +1,3 @@
+from loadtest.tune.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,46 @@
+"""Write a winner where the derivation of the local repository reads it.
+
+The winner's CPU-side settings become ``model_repository/<model>/local_cpu.pbtxt``
+(tritonlocal/cpu_tuning.py); config.pbtxt, the deployable GPU configuration, is not touched. A model
+whose shipped configuration won keeps whatever it has now (that is what was measured as shipped).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tritonclient.grpc.model_config_pb2 import ModelConfig, ModelInstanceGroup
+
+from loadtest.tune.results import Measurement, ModelOutcome
+from tritonlocal import cpu_tuning
+
+
+def overlay_for(winner: Measurement) -> ModelConfig:
+    """The partial configuration that reproduces ``winner``'s settings in the derived repository."""
+    overlay = ModelConfig()
+    overlay.instance_group.add(kind=ModelInstanceGroup.KIND_CPU, count=winner.instances)
+    overlay.dynamic_batching.max_queue_delay_microseconds = winner.max_queue_delay_us
+    overlay.dynamic_batching.preferred_batch_size.extend(winner.preferred_batch_sizes)
+    return overlay
+
+
+def adopt(results: list[ModelOutcome], source: Path, *, command: str, latency_budget_ms: float) -> list[Path]:
+    """Write an overlay for every model whose winner is not its shipped configuration."""
+    written = []
+    for outcome in results:
+        winner = outcome.winner
+        if winner is None or winner.shipped:
+            continue
+        shipped = outcome.shipped
+        note = (
+            f"Chosen by `{command}`: {winner.throughput_per_s:.1f} infer/s at p99 {winner.p99_ms:.0f} ms "
+            f"(budget {latency_budget_ms:g} ms)"
+            + (
+                f" vs shipped {shipped.throughput_per_s:.1f} infer/s, p99 {shipped.p99_ms:.0f} ms"
+                if shipped
+                else ""
+            )
+            + "."
+        )
+        written.append(cpu_tuning.write_overlay(Path(source) / outcome.model, overlay_for(winner), note=note))
+    return written

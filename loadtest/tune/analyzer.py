@@ -1,0 +1,191 @@
+"""Run Model Analyzer's ``profile`` in its local launch mode against the pip wheel's tritonserver.
+
+Everything it needs is prepared under one work folder per plan (``build/tune/<fingerprint>``), so the
+same command resumes from Model Analyzer's checkpoint after an interruption and a changed plan starts
+afresh:
+
+- ``repository/``: the derived local repository (tritonlocal/derive.py); the profiled models' thread
+  count is set to ``auto`` so that each variant divides the cores between its own instances;
+- ``backends/``: the Python backend with this interpreter's stub (tritonlocal/installation.py);
+- the environment the stubs need (library path, PATH to this interpreter), given to Model Analyzer as
+  ``triton_server_environment``; perf_analyzer is the wrapper ``python -m tritonlocal
+  install-perf-analyzer`` wrote;
+- real input data per model (loadtest/perf_inputs.py), free loopback ports, and ``config.yaml``.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from loadtest.perf_inputs import write_input_data
+from loadtest.tune.plan import TunePlan, model_config_parameters
+from tritonlocal import perf_analyzer
+from tritonlocal.derive import derive_repository
+from tritonlocal.installation import find_installation, prepare_backend_directory, server_environment
+from tritonlocal.ports import pick_free_port
+from tritonlocal.repository import format_config, load_repository, parse_config
+
+logger = logging.getLogger(__name__)
+
+HOST = "127.0.0.1"
+SERVER_ENV_KEYS = ("LD_LIBRARY_PATH", "PATH", "PYTHONPATH", "OMP_NUM_THREADS", "HF_HUB_OFFLINE")
+
+
+class TuneError(Exception):
+    """A tuning could not run; the message says what failed and what to do."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Workspace:
+    root: Path
+
+    @property
+    def repository(self) -> Path:
+        return self.root / "repository"
+
+    @property
+    def output_repository(self) -> Path:
+        return self.root / "output_repository"
+
+    @property
+    def export(self) -> Path:
+        return self.root / "export"
+
+    @property
+    def config_file(self) -> Path:
+        return self.root / "config.yaml"
+
+    @property
+    def log_file(self) -> Path:
+        return self.root / "model_analyzer.log"
+
+
+def prepare(plan: TunePlan, work_root: Path) -> Workspace:
+    """Write the work folder for ``plan`` (reusing its checkpoint when one exists)."""
+    models = load_repository(plan.source)
+    workspace = Workspace(root=(Path(work_root) / plan.fingerprint(models)).resolve())
+    workspace.root.mkdir(parents=True, exist_ok=True)
+    derived = derive_repository(plan.source, workspace.repository)
+    for pipeline, model in plan.targets.items():
+        if model in derived.skipped:
+            raise TuneError(
+                f"cannot tune {pipeline}: {model} is not served locally: {derived.skipped[model]}"
+            )
+        _auto_threads(workspace.repository / model / "config.pbtxt")
+    installation = find_installation()
+    backends = prepare_backend_directory(installation, workspace.root / "backends")
+    environment = server_environment(installation)
+    config = {
+        "model_repository": str(workspace.repository),
+        "output_model_repository_path": str(workspace.output_repository),
+        "override_output_model_repository": True,
+        "checkpoint_directory": str(workspace.root / "checkpoints"),
+        "export_path": str(workspace.export),
+        "triton_launch_mode": "local",
+        "triton_server_path": str(installation.binary),
+        "triton_server_flags": {
+            "backend-directory": str(backends),
+            "exit-timeout-secs": 10,
+            "http-address": HOST,
+            "grpc-address": HOST,
+            "metrics-address": HOST,
+        },
+        "triton_server_environment": {key: environment[key] for key in SERVER_ENV_KEYS if key in environment},
+        "triton_output_path": str(workspace.root / "tritonserver.log"),
+        "perf_analyzer_path": str(perf_analyzer.locate()),
+        "perf_output": True,
+        "perf_output_path": str(workspace.root / "perf_analyzer.log"),
+        "latency_budget": plan.latency_budget_ms,
+        "objectives": ["perf_throughput"],
+        "run_config_search_disable": True,
+        "concurrency": list(plan.sweep.concurrency),
+        "num_configs_per_model": plan.sweep.variants + 1,
+        "skip_detailed_reports": True,
+        "collect_cpu_metrics": True,
+        "profile_models": {
+            model: {
+                "cpu_only": True,
+                "model_config_parameters": model_config_parameters(plan.sweep),
+                "perf_analyzer_flags": _perf_flags(plan, model, workspace),
+            }
+            for model in plan.targets.values()
+        },
+        **_endpoints(),
+    }
+    workspace.config_file.write_text(yaml.safe_dump(config, sort_keys=False))
+    return workspace
+
+
+def run(workspace: Workspace, *, timeout_s: float) -> None:
+    """Run ``model-analyzer profile`` on the workspace's config; its output goes to the log file."""
+    executable = Path(sys.executable).parent / "model-analyzer"
+    if not executable.is_file():
+        raise TuneError(
+            f"Model Analyzer is not installed at {executable}; run `make venv` "
+            "(or `pip install triton-model-analyzer==1.58.0`)"
+        )
+    shutil.rmtree(workspace.export, ignore_errors=True)  # reports are regenerated from the checkpoint
+    command = [str(executable), "profile", "--config-file", str(workspace.config_file)]
+    logger.info("running %s (log: %s)", " ".join(command), workspace.log_file)
+    with workspace.log_file.open("a") as log:
+        try:
+            completed = subprocess.run(  # noqa: S603
+                command, stdout=log, stderr=subprocess.STDOUT, timeout=timeout_s, check=False
+            )
+        except subprocess.TimeoutExpired as e:
+            raise TuneError(
+                f"Model Analyzer ran past {timeout_s:.0f} s; run the same command again to resume from its "
+                f"checkpoint, or choose a smaller sweep (log: {workspace.log_file})"
+            ) from e
+    if completed.returncode != 0:
+        raise TuneError(
+            f"Model Analyzer failed with exit status {completed.returncode}:\n{_tail(workspace.log_file)}"
+        )
+
+
+def _auto_threads(config_path: Path) -> None:
+    text = config_path.read_text()
+    header = "".join(line + "\n" for line in text.splitlines() if line.startswith("#"))
+    config = parse_config(config_path)
+    config.parameters["intra_op_threads"].string_value = "auto"
+    config_path.write_text(header + format_config(config))
+
+
+def _perf_flags(plan: TunePlan, model: str, workspace: Workspace) -> dict:
+    data = write_input_data(model, workspace.repository, workspace.root / "inputs" / f"{model}.json")
+    flags: dict = {
+        "input-data": str(data.path),
+        "measurement-mode": "time_windows",
+        "measurement-interval": plan.sweep.measurement_interval_ms,
+        # A shared 2-core machine rarely gives three windows within 10%; a wider band bounds the time a
+        # measurement can take (each retry lengthens the window).
+        "stability-percentage": 50,
+        "max-trials": 6,
+    }
+    shapes = [arg.removeprefix("--shape=") for arg in data.shape_args]
+    if shapes:
+        flags["shape"] = shapes
+    return flags
+
+
+def _endpoints() -> dict[str, str]:
+    http, grpc, metrics = (pick_free_port(HOST) for _ in range(3))
+    return {
+        "triton_http_endpoint": f"{HOST}:{http}",
+        "triton_grpc_endpoint": f"{HOST}:{grpc}",
+        "triton_metrics_url": f"http://{HOST}:{metrics}/metrics",
+    }
+
+
+def _tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return f"(no log at {path})"

@@ -1,0 +1,82 @@
+"""Command line: ``python -m loadtest.tune`` (``make tune``).
+
+python -m loadtest.tune                                        # quick sweep, both pipelines, p99 <= 500 ms
+python -m loadtest.tune --models image_classifier --latency-budget-ms 300 --adopt
+python -m loadtest.tune --sweep minimal --models efficientnet_lite0_onnx --output reports/tune-check
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shlex
+import sys
+import time
+from pathlib import Path
+
+from loadtest.tune import analyzer, report, results
+from loadtest.tune.adopt import adopt
+from loadtest.tune.plan import SWEEPS, make_plan
+
+DEFAULT_MODELS = ("image_classifier", "text_embedder")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m loadtest.tune",
+        description="Search the local CPU configuration with Model Analyzer under a p99 latency budget.",
+    )
+    parser.add_argument(
+        "--models",
+        nargs="+",
+        default=list(DEFAULT_MODELS),
+        help="ensembles (their exported step is tuned) or exported models (default: %(default)s)",
+    )
+    parser.add_argument("--sweep", choices=sorted(SWEEPS), default="quick", help="what is searched")
+    parser.add_argument("--latency-budget-ms", type=float, default=500.0, help="p99 constraint (default 500)")
+    parser.add_argument(
+        "--output", type=Path, default=None, help="report folder (default reports/tune-<time>)"
+    )
+    parser.add_argument(
+        "--work", type=Path, default=Path("build", "tune"), help="work folder with checkpoints"
+    )
+    parser.add_argument("--source", type=Path, default=Path("model_repository"))
+    parser.add_argument("--timeout-s", type=float, default=3600.0, help="stop Model Analyzer after this long")
+    parser.add_argument(
+        "--adopt",
+        action="store_true",
+        help="write each winner to model_repository/<model>/local_cpu.pbtxt for `tritonlocal derive`",
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    args = build_parser().parse_args(argv)
+    command = "python -m loadtest.tune " + shlex.join(sys.argv[1:] if argv is None else argv)
+    output = args.output or Path("reports", time.strftime("tune-%Y%m%d-%H%M%S"))
+    try:
+        plan = make_plan(
+            args.models, sweep=args.sweep, latency_budget_ms=args.latency_budget_ms, source=args.source
+        )
+        started = time.monotonic()
+        workspace = analyzer.prepare(plan, args.work)
+        print(f"tuning {', '.join(plan.targets.values())} with Model Analyzer; log: {workspace.log_file}")
+        analyzer.run(workspace, timeout_s=args.timeout_s)
+        measured = results.read_measurements(workspace.export, workspace.output_repository)
+    except (ValueError, analyzer.TuneError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    outcomes = results.outcomes(measured, list(plan.targets.values()))
+    adopted = (
+        adopt(outcomes, plan.source, command=command, latency_budget_ms=plan.latency_budget_ms)
+        if args.adopt
+        else []
+    )
+    output.mkdir(parents=True, exist_ok=True)
+    copied = report.copy_model_analyzer_outputs(workspace.export, output)
+    facts = report.RunFacts(command=command, elapsed_s=time.monotonic() - started, adopted=adopted)
+    summary = report.write_summary(output, plan, outcomes, facts, copied)
+    print(summary.read_text())
+    print(f"report: {summary}")
+    return 0

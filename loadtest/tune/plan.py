@@ -1,0 +1,151 @@
+"""What a tuning searches: the sweep per model, the load, the latency budget, and Model Analyzer's config.
+
+Model Analyzer's brute search over an ensemble is not supported (ensembles only take its quick search,
+which varies instance counts and max_batch_size alone), so a pipeline is tuned through the model that
+dominates its cost: the exported encoder behind each ensemble (its ``onnxruntime_onnx`` or
+``pytorch_libtorch`` step), found in the ensemble's config at run time. The sweep is a manual brute
+search over what matters on a CPU: instance count (the cores divided between the instances), the dynamic
+batcher's queue delay and preferred batch sizes. The shipped configuration is Model Analyzer's
+``config_default``, measured in the same run under the same load.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from tritonlocal.repository import ModelEntry, load_repository
+
+
+@dataclass(frozen=True, kw_only=True)
+class Sweep:
+    """The configurations tried for each model (their cross product) and the load they get."""
+
+    name: str
+    instance_counts: tuple[int, ...]
+    max_queue_delays_us: tuple[int, ...]
+    preferred_batch_sizes: tuple[tuple[int, ...], ...]
+    concurrency: tuple[int, ...]
+    measurement_interval_ms: int
+
+    def __post_init__(self) -> None:
+        for label, values in (
+            ("instance_counts", self.instance_counts),
+            ("concurrency", self.concurrency),
+        ):
+            if not values or any(v < 1 for v in values):
+                raise ValueError(f"sweep {self.name}: {label} must be positive numbers, got {values}")
+        if not self.max_queue_delays_us or any(v < 0 for v in self.max_queue_delays_us):
+            raise ValueError(
+                f"sweep {self.name}: max_queue_delays_us must be >= 0, got {self.max_queue_delays_us}"
+            )
+        if not self.preferred_batch_sizes or any(not sizes for sizes in self.preferred_batch_sizes):
+            raise ValueError(f"sweep {self.name}: give at least one non-empty preferred_batch_sizes set")
+        if self.measurement_interval_ms < 500:
+            raise ValueError(
+                f"sweep {self.name}: measurement_interval_ms must be >= 500, "
+                f"got {self.measurement_interval_ms}"
+            )
+
+    @property
+    def variants(self) -> int:
+        """Configurations per model besides the shipped one."""
+        return len(self.instance_counts) * len(self.max_queue_delays_us) * len(self.preferred_batch_sizes)
+
+
+SWEEPS = {
+    # About 15 minutes on 2 cores for image_classifier and text_embedder: 8 variants + shipped per model.
+    "quick": Sweep(
+        name="quick",
+        instance_counts=(1, 2),
+        max_queue_delays_us=(500, 4000),
+        preferred_batch_sizes=((4, 8), (16, 32)),
+        concurrency=(8,),
+        measurement_interval_ms=3000,
+    ),
+    # One variant beside the shipped configuration, seconds of load: what the end-to-end test runs.
+    "minimal": Sweep(
+        name="minimal",
+        instance_counts=(1,),
+        max_queue_delays_us=(1000,),
+        preferred_batch_sizes=((4, 8),),
+        concurrency=(2,),
+        measurement_interval_ms=1000,
+    ),
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class TunePlan:
+    """One tuning: which pipelines, which sweep, which latency budget."""
+
+    pipelines: tuple[str, ...]
+    sweep: Sweep
+    latency_budget_ms: float
+    source: Path = Path("model_repository")
+    targets: dict[str, str] = field(default_factory=dict)  # pipeline -> the model profiled for it
+
+    def __post_init__(self) -> None:
+        if not self.pipelines:
+            raise ValueError("name at least one model to tune, e.g. --models image_classifier")
+        if self.latency_budget_ms <= 0:
+            raise ValueError(f"latency_budget_ms must be positive, got {self.latency_budget_ms}")
+
+    def fingerprint(self, models: dict[str, ModelEntry]) -> str:
+        """Changes when the plan or a profiled model's config does: the checkpoint's key for resuming."""
+        configs = {name: str(models[name].config) for name in sorted(self.targets.values())}
+        text = json.dumps(
+            [asdict(self.sweep), self.latency_budget_ms, sorted(self.targets.items()), configs],
+            sort_keys=True,
+        )
+        return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def make_plan(
+    pipelines: list[str], *, sweep: str, latency_budget_ms: float, source: Path = Path("model_repository")
+) -> TunePlan:
+    """Resolve each named model to the model profiled for it (an ensemble's exported encoder)."""
+    if sweep not in SWEEPS:
+        raise ValueError(f"unknown sweep {sweep!r}; choose one of {', '.join(SWEEPS)}")
+    models = load_repository(source)
+    targets = {name: profiled_model(name, models) for name in pipelines}
+    return TunePlan(
+        pipelines=tuple(pipelines),
+        sweep=SWEEPS[sweep],
+        latency_budget_ms=latency_budget_ms,
+        source=source,
+        targets=targets,
+    )
+
+
+def profiled_model(name: str, models: dict[str, ModelEntry]) -> str:
+    """``name`` itself when it runs an exported file, else the exported step of the ensemble ``name``."""
+    if name not in models:
+        raise ValueError(f"no model {name!r} in the repository; models: {', '.join(sorted(models))}")
+    entry = models[name]
+    if entry.is_native:
+        return name
+    if entry.kind == "ensemble":
+        native = [step for step in entry.ensemble_steps() if step in models and models[step].is_native]
+        if len(native) == 1:
+            return native[0]
+        raise ValueError(
+            f"ensemble {name!r} has {len(native)} exported steps ({', '.join(native) or 'none'}); "
+            "name the one to tune instead"
+        )
+    raise ValueError(
+        f"{name!r} is a {entry.kind} model; tune an exported model or an ensemble with one exported step"
+    )
+
+
+def model_config_parameters(sweep: Sweep) -> dict:
+    """Model Analyzer's manual sweep (a list at a leaf is swept; the cross product is measured)."""
+    return {
+        "instance_group": [[{"kind": "KIND_CPU", "count": count}] for count in sweep.instance_counts],
+        "dynamic_batching": {
+            "max_queue_delay_microseconds": list(sweep.max_queue_delays_us),
+            "preferred_batch_size": [list(sizes) for sizes in sweep.preferred_batch_sizes],
+        },
+    }

@@ -1,0 +1,121 @@
+"""Read Model Analyzer's results and choose each model's winner under the latency budget.
+
+Model Analyzer writes one row per measurement to ``results/metrics-model-inference.csv`` (its
+``Satisfies Constraints`` column applies the p99 budget) and each variant's config.pbtxt to its output
+model repository; the settings of a row are read from that config with Triton's schema, never from the
+CSV's display strings. The winner is the measurement with the highest throughput among those within
+the budget, as Model Analyzer ranks them; the shipped configuration is ``<model>_config_default``.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from pathlib import Path
+
+from tritonclient.grpc.model_config_pb2 import ModelConfig
+
+from tritonlocal.repository import parse_config
+
+RESULTS_CSV = Path("results") / "metrics-model-inference.csv"
+SHIPPED_SUFFIX = "_config_default"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Measurement:
+    """One perf_analyzer measurement of one configuration, with the settings that configuration has."""
+
+    model: str
+    variant: str
+    concurrency: int
+    throughput_per_s: float
+    p99_ms: float
+    within_budget: bool
+    instances: int
+    max_queue_delay_us: int
+    preferred_batch_sizes: tuple[int, ...]
+    max_batch_size: int
+
+    @property
+    def shipped(self) -> bool:
+        return self.variant.endswith(SHIPPED_SUFFIX)
+
+    def settings(self) -> str:
+        preferred = ",".join(str(s) for s in self.preferred_batch_sizes) or "-"
+        return (
+            f"{self.instances} instance(s), queue delay {self.max_queue_delay_us} us, "
+            f"preferred batch {preferred}, max batch {self.max_batch_size}"
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelOutcome:
+    model: str
+    measurements: list[Measurement]
+    winner: Measurement | None  # None: no configuration met the budget
+    shipped: Measurement | None  # None: the shipped configuration was not measured
+
+    @property
+    def ratio(self) -> float | None:
+        """Winner's throughput over the shipped configuration's (1.0 when the shipped one wins)."""
+        if self.winner is None or self.shipped is None or self.shipped.throughput_per_s <= 0:
+            return None
+        return self.winner.throughput_per_s / self.shipped.throughput_per_s
+
+
+def read_measurements(export: Path, output_repository: Path) -> list[Measurement]:
+    """Every row of Model Analyzer's inference table, with its variant's settings."""
+    path = Path(export) / RESULTS_CSV
+    if not path.is_file():
+        raise FileNotFoundError(f"Model Analyzer wrote no results table at {path}; see its log")
+    with path.open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    measurements = []
+    for row in rows:
+        variant = row["Model Config Path"]
+        config = parse_config(Path(output_repository) / variant / "config.pbtxt")
+        measurements.append(
+            Measurement(
+                model=row["Model"],
+                variant=variant,
+                concurrency=int(row["Concurrency"]),
+                throughput_per_s=float(row["Throughput (infer/sec)"]),
+                p99_ms=float(row["p99 Latency (ms)"]),
+                within_budget=row["Satisfies Constraints"].strip().lower() == "yes",
+                **_settings(config),
+            )
+        )
+    return measurements
+
+
+def outcomes(measurements: list[Measurement], models: list[str]) -> list[ModelOutcome]:
+    """Each model's winner within the budget and its shipped configuration's best measurement."""
+    result = []
+    for model in models:
+        rows = [m for m in measurements if m.model == model]
+        within = [m for m in rows if m.within_budget]
+        shipped_rows = [m for m in rows if m.shipped]
+        shipped_within = [m for m in shipped_rows if m.within_budget]
+        result.append(
+            ModelOutcome(
+                model=model,
+                measurements=sorted(rows, key=lambda m: -m.throughput_per_s),
+                winner=max(within, key=_rank) if within else None,
+                shipped=max(shipped_within or shipped_rows, key=_rank) if shipped_rows else None,
+            )
+        )
+    return result
+
+
+def _rank(measurement: Measurement) -> tuple[float, bool]:
+    # Highest throughput; on an exact tie, the shipped configuration (no change without a gain).
+    return (measurement.throughput_per_s, measurement.shipped)
+
+
+def _settings(config: ModelConfig) -> dict:
+    return {
+        "instances": sum(max(1, group.count) for group in config.instance_group) or 1,
+        "max_queue_delay_us": int(config.dynamic_batching.max_queue_delay_microseconds),
+        "preferred_batch_sizes": tuple(config.dynamic_batching.preferred_batch_size),
+        "max_batch_size": int(config.max_batch_size),
+    }
