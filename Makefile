@@ -57,7 +57,7 @@ bench: $(EXPORTED) ## benchmark, quick mode (~5 min on 2 cores): reports/<run id
 bench-full: $(EXPORTED) ## benchmark, full mode (under 30 min)
 	$(PY) -m loadtest.bench --mode full
 
-tune: $(EXPORTED) ## Model Analyzer searches the local CPU configs under a p99 budget (~15 min): reports/tune-<time>/
+tune: $(EXPORTED) ## Model Analyzer searches the local CPU configs under a p99 budget (~10 min): reports/tune-<time>/
 	$(PY) -m loadtest.tune $(TUNE_ARGS)
 
 serve: $(EXPORTED) ## serve the local repository on 127.0.0.1:8000/8001/8002 until Ctrl-C

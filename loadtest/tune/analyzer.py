@@ -15,6 +15,7 @@ afresh:
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 import subprocess
@@ -29,7 +30,7 @@ from loadtest.tune.plan import TunePlan, model_config_parameters
 from tritonlocal import perf_analyzer
 from tritonlocal.derive import derive_repository
 from tritonlocal.installation import find_installation, prepare_backend_directory, server_environment
-from tritonlocal.ports import pick_free_port
+from tritonlocal.ports import pick_free_port, port_in_use
 from tritonlocal.repository import format_config, load_repository, parse_config
 
 logger = logging.getLogger(__name__)
@@ -117,7 +118,7 @@ def prepare(plan: TunePlan, work_root: Path) -> Workspace:
             }
             for model in plan.targets.values()
         },
-        **_endpoints(),
+        **_endpoints(workspace.root / "ports.json"),
     }
     workspace.config_file.write_text(yaml.safe_dump(config, sort_keys=False))
     return workspace
@@ -175,8 +176,15 @@ def _perf_flags(plan: TunePlan, model: str, workspace: Workspace) -> dict:
     return flags
 
 
-def _endpoints() -> dict[str, str]:
-    http, grpc, metrics = (pick_free_port(HOST) for _ in range(3))
+def _endpoints(remembered: Path) -> dict[str, str]:
+    """Loopback ports for the server, the same on every run of one plan while they stay free: Model
+    Analyzer's checkpoint keys a measurement by its perf_analyzer command, metrics URL included, so new
+    ports would measure everything again."""
+    ports: list[int] = json.loads(remembered.read_text()) if remembered.is_file() else []
+    if len(ports) != 3 or any(port_in_use(HOST, port) for port in ports):
+        ports = [pick_free_port(HOST) for _ in range(3)]
+        remembered.write_text(json.dumps(ports))
+    http, grpc, metrics = ports
     return {
         "triton_http_endpoint": f"{HOST}:{http}",
         "triton_grpc_endpoint": f"{HOST}:{grpc}",

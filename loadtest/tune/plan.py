@@ -56,7 +56,7 @@ class Sweep:
 
 
 SWEEPS = {
-    # About 15 minutes on 2 cores for image_classifier and text_embedder: 8 variants + shipped per model.
+    # About 10 minutes on 2 cores for image_classifier and text_embedder: 8 variants + shipped per model.
     "quick": Sweep(
         name="quick",
         instance_counts=(1, 2),
