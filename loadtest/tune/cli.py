@@ -37,6 +37,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--latency-budget-ms", type=float, default=1000.0, help="p99 constraint (default 1000)"
     )
     parser.add_argument(
+        "--min-gain",
+        type=float,
+        default=0.05,
+        help="a variant replaces the shipped configuration only if this much faster (default 0.05 = 5%%)",
+    )
+    parser.add_argument(
         "--output", type=Path, default=None, help="report folder (default reports/tune-<time>)"
     )
     parser.add_argument(
@@ -59,7 +65,11 @@ def main(argv: list[str] | None = None) -> int:
     output = args.output or Path("reports", time.strftime("tune-%Y%m%d-%H%M%S"))
     try:
         plan = make_plan(
-            args.models, sweep=args.sweep, latency_budget_ms=args.latency_budget_ms, source=args.source
+            args.models,
+            sweep=args.sweep,
+            latency_budget_ms=args.latency_budget_ms,
+            min_gain=args.min_gain,
+            source=args.source,
         )
         started = time.monotonic()
         workspace = analyzer.prepare(plan, args.work)
@@ -69,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, analyzer.TuneError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    outcomes = results.outcomes(measured, list(plan.targets.values()))
+    outcomes = results.outcomes(measured, list(plan.targets.values()), min_gain=plan.min_gain)
     adopted = (
         adopt(outcomes, plan.source, command=command, latency_budget_ms=plan.latency_budget_ms)
         if args.adopt

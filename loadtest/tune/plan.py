@@ -16,6 +16,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from tritonlocal.derive import derive_local_config
 from tritonlocal.repository import ModelEntry, load_repository
 
 
@@ -84,6 +85,7 @@ class TunePlan:
     pipelines: tuple[str, ...]
     sweep: Sweep
     latency_budget_ms: float
+    min_gain: float = 0.05  # a variant must beat the shipped throughput by this fraction to win
     source: Path = Path("model_repository")
     targets: dict[str, str] = field(default_factory=dict)  # pipeline -> the model profiled for it
 
@@ -92,10 +94,16 @@ class TunePlan:
             raise ValueError("name at least one model to tune, e.g. --models image_classifier")
         if self.latency_budget_ms <= 0:
             raise ValueError(f"latency_budget_ms must be positive, got {self.latency_budget_ms}")
+        if not 0 <= self.min_gain < 1:
+            raise ValueError(f"min_gain is a fraction in [0, 1), e.g. 0.05 for 5%; got {self.min_gain}")
 
     def fingerprint(self, models: dict[str, ModelEntry]) -> str:
-        """Changes when the plan or a profiled model's config does: the checkpoint's key for resuming."""
-        configs = {name: str(models[name].config) for name in sorted(self.targets.values())}
+        """Changes when the plan or a profiled model's local config (adopted overlay included) does: the
+        key of the checkpoint a re-run resumes from. The decision rule (min_gain) is not part of it."""
+        configs = {
+            name: str(derive_local_config(models[name], gpu_available=False, intra_op_threads=None))
+            for name in sorted(self.targets.values())
+        }
         text = json.dumps(
             [asdict(self.sweep), self.latency_budget_ms, sorted(self.targets.items()), configs],
             sort_keys=True,
@@ -104,7 +112,12 @@ class TunePlan:
 
 
 def make_plan(
-    pipelines: list[str], *, sweep: str, latency_budget_ms: float, source: Path = Path("model_repository")
+    pipelines: list[str],
+    *,
+    sweep: str,
+    latency_budget_ms: float,
+    min_gain: float = 0.05,
+    source: Path = Path("model_repository"),
 ) -> TunePlan:
     """Resolve each named model to the model profiled for it (an ensemble's exported encoder)."""
     if sweep not in SWEEPS:
@@ -115,6 +128,7 @@ def make_plan(
         pipelines=tuple(pipelines),
         sweep=SWEEPS[sweep],
         latency_budget_ms=latency_budget_ms,
+        min_gain=min_gain,
         source=source,
         targets=targets,
     )

@@ -50,7 +50,8 @@ def write_summary(
         f"perf_analyzer (manual brute search, sweep `{sweep.name}`, concurrency {concurrency}, "
         f"{sweep.measurement_interval_ms} ms windows) "
         f"on {os.cpu_count()} cores in {facts.elapsed_s / 60:.1f} min. Objective: throughput; constraint: "
-        f"p99 latency <= {plan.latency_budget_ms:g} ms. The shipped configuration (`*_config_default`, what "
+        f"p99 latency <= {plan.latency_budget_ms:g} ms; a variant wins only with a gain of at least "
+        f"{plan.min_gain:.0%}. The shipped configuration (`*_config_default`, what "
         "`python -m tritonlocal derive` serves) was measured in the same run.",
         "",
         "## Winners",
@@ -109,8 +110,17 @@ def _verdicts(plan: TunePlan, by_model: dict[str, ModelOutcome]) -> list[str]:
                 f"- {pipeline}: no configuration of {model} kept p99 within {plan.latency_budget_ms:g} ms; "
                 "raise `--latency-budget-ms` or lower the load."
             )
+        elif outcome.tie and outcome.fastest is not None and outcome.shipped is not None:
+            gain = outcome.fastest.throughput_per_s / outcome.shipped.throughput_per_s
+            lines.append(
+                f"- {pipeline}: winner: the shipped configuration of {model}, a tie: the fastest variant "
+                f"`{outcome.fastest.variant}` reached {gain:.2f}x, less than the {plan.min_gain:.0%} gain "
+                "a change needs (`--min-gain`) on this noisy machine."
+            )
         elif outcome.winner.shipped:
-            lines.append(f"- {pipeline}: winner: the shipped configuration of {model} (a tie keeps it).")
+            lines.append(
+                f"- {pipeline}: winner: the shipped configuration of {model}, fastest within the budget."
+            )
         else:
             lines.append(
                 f"- {pipeline}: winner: `{outcome.winner.variant}` ({outcome.winner.settings()}), "

@@ -4,7 +4,9 @@ Model Analyzer writes one row per measurement to ``results/metrics-model-inferen
 ``Satisfies Constraints`` column applies the p99 budget) and each variant's config.pbtxt to its output
 model repository; the settings of a row are read from that config with Triton's schema, never from the
 CSV's display strings. The winner is the measurement with the highest throughput among those within
-the budget, as Model Analyzer ranks them; the shipped configuration is ``<model>_config_default``.
+the budget, as Model Analyzer ranks them, unless it beats the shipped configuration
+(``<model>_config_default``) by less than the plan's ``min_gain``: on a shared machine that is a tie, and a
+tie keeps what is shipped.
 """
 
 from __future__ import annotations
@@ -52,8 +54,14 @@ class Measurement:
 class ModelOutcome:
     model: str
     measurements: list[Measurement]
-    winner: Measurement | None  # None: no configuration met the budget
+    fastest: Measurement | None  # the fastest within the budget; None: no configuration met it
+    winner: Measurement | None  # fastest, or the shipped one when fastest gains less than min_gain
     shipped: Measurement | None  # None: the shipped configuration was not measured
+
+    @property
+    def tie(self) -> bool:
+        """The fastest variant gained too little over the shipped configuration to replace it."""
+        return self.fastest is not None and self.winner is not None and self.fastest is not self.winner
 
     @property
     def ratio(self) -> float | None:
@@ -88,7 +96,7 @@ def read_measurements(export: Path, output_repository: Path) -> list[Measurement
     return measurements
 
 
-def outcomes(measurements: list[Measurement], models: list[str]) -> list[ModelOutcome]:
+def outcomes(measurements: list[Measurement], models: list[str], *, min_gain: float) -> list[ModelOutcome]:
     """Each model's winner within the budget and its shipped configuration's best measurement."""
     result = []
     for model in models:
@@ -96,11 +104,18 @@ def outcomes(measurements: list[Measurement], models: list[str]) -> list[ModelOu
         within = [m for m in rows if m.within_budget]
         shipped_rows = [m for m in rows if m.shipped]
         shipped_within = [m for m in shipped_rows if m.within_budget]
+        fastest = max(within, key=_rank) if within else None
+        winner = fastest
+        if fastest is not None and shipped_within:
+            shipped_best = max(shipped_within, key=_rank)
+            if fastest.throughput_per_s < shipped_best.throughput_per_s * (1 + min_gain):
+                winner = shipped_best
         result.append(
             ModelOutcome(
                 model=model,
                 measurements=sorted(rows, key=lambda m: -m.throughput_per_s),
-                winner=max(within, key=_rank) if within else None,
+                fastest=fastest,
+                winner=winner,
                 shipped=max(shipped_within or shipped_rows, key=_rank) if shipped_rows else None,
             )
         )

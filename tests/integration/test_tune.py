@@ -69,11 +69,27 @@ def test_a_minimal_tuning_names_a_winner_within_the_budget_and_resumes_from_its_
         "a tuning without --adopt wrote"
     )
 
-    # The same command again measures nothing: every configuration comes from the checkpoint.
+    # The same command again takes every configuration from the checkpoint, except one whose window Model
+    # Analyzer lengthened (unstable on a busy machine): its checkpoint keys that measurement by the
+    # lengthened perf_analyzer command, so the original command is measured again.
+    lengthened = len(_lengthened(log))
     again = _run(command)
     assert again.returncode == 0, again.stderr[-3000:] + log.read_text()[-3000:]
-    assert _profiled(log) == 2, log.read_text()[-3000:]
-    assert row in (report / "summary.md").read_text()
+    assert "Loaded checkpoint" in log.read_text()
+    assert _profiled(log) == 2 + lengthened, log.read_text()[-3000:]
+    if not lengthened:
+        assert row in (report / "summary.md").read_text()
+
+
+def _lengthened(log: Path) -> set[str]:
+    """The configurations whose perf_analyzer window Model Analyzer lengthened."""
+    current, found = "", set()
+    for line in log.read_text().splitlines():
+        if "] Profiling efficientnet_lite0_onnx_config" in line:
+            current = line.split("Profiling ", 1)[1].split(":", 1)[0]
+        elif "measurement window is too small" in line:
+            found.add(current)
+    return found
 
 
 def _run(command: list[str]) -> subprocess.CompletedProcess[str]:

@@ -121,7 +121,7 @@ def test_the_winner_is_the_fastest_within_the_budget_not_the_fastest_overall() -
         _measurement("classifier_config_0", 90.0, 900, within=False),
         _measurement("classifier_config_1", 60.0, 400, within=True),
     ]
-    (outcome,) = outcomes(rows, ["classifier"])
+    (outcome,) = outcomes(rows, ["classifier"], min_gain=0.05)
     assert outcome.winner is not None and outcome.winner.variant == "classifier_config_1"
     assert outcome.shipped is not None and outcome.shipped.variant == "classifier_config_default"
     assert outcome.ratio == pytest.approx(1.2)
@@ -133,7 +133,7 @@ def test_a_tie_keeps_the_shipped_configuration_and_adopts_nothing(tmp_path: Path
         _measurement("classifier_config_0", 50.0, 300, within=True),
         _measurement("classifier_config_default", 50.0, 300, within=True),
     ]
-    results = outcomes(rows, ["classifier"])
+    results = outcomes(rows, ["classifier"], min_gain=0.05)
     assert results[0].winner is not None and results[0].winner.shipped
     assert adopt(results, tmp_path / "repo", command="tune", latency_budget_ms=500) == []
     assert not (folder / cpu_tuning.FILENAME).exists()
@@ -141,7 +141,7 @@ def test_a_tie_keeps_the_shipped_configuration_and_adopts_nothing(tmp_path: Path
 
 def test_no_configuration_within_the_budget_means_no_winner() -> None:
     (outcome,) = outcomes(
-        [_measurement("classifier_config_default", 50.0, 900, within=False)], ["classifier"]
+        [_measurement("classifier_config_default", 50.0, 900, within=False)], ["classifier"], min_gain=0.05
     )
     assert outcome.winner is None and outcome.ratio is None
 
@@ -152,10 +152,27 @@ def test_an_adopted_winner_is_what_derive_then_serves(tmp_path: Path) -> None:
         _measurement("classifier_config_default", 50.0, 300, within=True),
         _measurement("classifier_config_3", 70.0, 350, within=True, instances=1),
     ]
-    written = adopt(outcomes(rows, ["classifier"]), tmp_path / "repo", command="tune", latency_budget_ms=500)
+    written = adopt(
+        outcomes(rows, ["classifier"], min_gain=0.05),
+        tmp_path / "repo",
+        command="tune",
+        latency_budget_ms=500,
+    )
     assert written == [tmp_path / "repo" / "classifier" / cpu_tuning.FILENAME]
     entry = load_repository(tmp_path / "repo")["classifier"]
     config = derive_local_config(entry, gpu_available=False, intra_op_threads=None)
     assert [g.count for g in config.instance_group] == [1]
     assert config.dynamic_batching.max_queue_delay_microseconds == 4000
     assert list(config.dynamic_batching.preferred_batch_size) == [16, 32]
+
+
+def test_a_gain_smaller_than_min_gain_is_a_tie_that_keeps_the_shipped_configuration() -> None:
+    rows = [
+        _measurement("classifier_config_default", 100.0, 300, within=True),
+        _measurement("classifier_config_2", 103.0, 280, within=True),
+    ]
+    (tie,) = outcomes(rows, ["classifier"], min_gain=0.05)
+    assert tie.winner is not None and tie.winner.shipped and tie.tie
+    assert tie.fastest is not None and tie.fastest.variant == "classifier_config_2"
+    (change,) = outcomes(rows, ["classifier"], min_gain=0.02)
+    assert change.winner is not None and change.winner.variant == "classifier_config_2" and not change.tie
