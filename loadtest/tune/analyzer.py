@@ -25,7 +25,7 @@ from pathlib import Path
 
 import yaml
 
-from loadtest.perf_inputs import write_input_data
+from loadtest.load.perf_inputs import write_input_data
 from loadtest.tune.plan import TunePlan, model_config_parameters
 from tritonlocal import perf_analyzer
 from tritonlocal.derive import derive_repository
