@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tests.unit.conftest import config_json
 from tritonlocal.derive import derive_repository
 from tritonlocal.repository import load_repository, load_served_module
 from tritonlocal.variants import write_variant
@@ -232,8 +231,10 @@ def test_tokenizer_refuses_invalid_utf8_alone_and_answers_its_neighbours(triton_
     assert good.outputs["INPUT_IDS"].shape == (1, 3) and other.outputs["INPUT_IDS"].shape == (1, 4)
 
 
-def test_tokenizer_with_length_buckets_pads_a_request_to_its_bucket(triton_python_model) -> None:
-    config = json.loads(config_json("text_tokenizer"))
+def test_tokenizer_with_length_buckets_pads_a_request_to_its_bucket(
+    triton_python_model, model_config_json
+) -> None:
+    config = json.loads(model_config_json("text_tokenizer"))
     config["parameters"]["length_buckets"]["string_value"] = "8,16,256"
     model = triton_python_model("text_tokenizer", config=json.dumps(config))
     (response,) = model.execute([_texts(b"word " * 10)])  # 12 tokens -> bucket 16
