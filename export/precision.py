@@ -1,0 +1,324 @@
+"""Precision variants of an exported model: what this machine can run, gated, timed, the fastest served.
+
+A pipeline (export/image.py, export/text.py) lists its :class:`Variant` s per served file: fp32 always,
+bf16 where the CPU has bf16 instructions (or on a GPU), fp16 on a GPU, int8 through onnxruntime's
+quantization. :func:`select_and_write` builds each variant the machine can run beside the destination,
+gates it against eager fp32 on real inputs (:mod:`export.gates`), times every variant that passed
+in-process at each batch size of the pipeline's workload (interleaved rounds, best round kept: this
+machine is shared and noisy), and moves the fastest onto the served file. A failing variant is reported
+with its numbers and never served. ``--precision fp32`` (or any one precision) pins the choice.
+
+"Fastest" is the geometric mean of items/s over the measured batch sizes (1 and 32 by default), so a
+variant must be quick for a lone request and for a full batch. Every decision, with each gate's numbers
+and each timing, is returned as a :class:`Selection`, recorded beside the file (the manifest) and under
+``build/precision/<model>.json``, where :func:`report_section` reads it back for the benchmark report.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from export.common import ExportError, write_text_atomically
+from export.gates import GateResult
+
+logger = logging.getLogger(__name__)
+
+PRECISIONS = ("fp32", "bf16", "fp16", "int8")
+CHOICES = ("auto", *PRECISIONS)
+DEVICES = ("cpu", "cuda")
+RECORD_DIR = Path("build") / "precision"
+RECORD_FORMAT = 1
+TIMING_ROUNDS = 3
+TIMING_MIN_S = 0.5
+
+Runner = Callable[[Any], Any]
+Batch = tuple[Any, int]  # (runner input, number of items in it)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Capabilities:
+    """What the exporting machine can compute fast: CPU instruction flags and a CUDA device."""
+
+    cpu_flags: frozenset[str]
+    cuda: bool
+
+    @property
+    def cpu_bf16(self) -> bool:
+        return bool({"avx512_bf16", "amx_bf16"} & self.cpu_flags)
+
+    @property
+    def cpu_vnni(self) -> bool:
+        return bool({"avx512_vnni", "avx_vnni", "amx_int8"} & self.cpu_flags)
+
+    @classmethod
+    def detect(cls, cpuinfo: Path = Path("/proc/cpuinfo")) -> Capabilities:
+        import torch
+
+        return cls(cpu_flags=cpu_flags(cpuinfo), cuda=torch.cuda.is_available())
+
+    def as_dict(self) -> dict[str, bool]:
+        return {"cpu_bf16": self.cpu_bf16, "cpu_vnni": self.cpu_vnni, "cuda": self.cuda}
+
+
+def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
+    """The ``flags`` of the first processor in /proc/cpuinfo (empty where there is no such file)."""
+    try:
+        text = Path(cpuinfo).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        logger.warning("cannot read %s; assuming no bf16/VNNI instructions", cpuinfo)
+        return frozenset()
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "flags":
+            return frozenset(value.split())
+    return frozenset()
+
+
+def why_unavailable(precision: str, device: str, capabilities: Capabilities) -> str | None:
+    """Why a (precision, device) variant cannot run fast here, or None when it can."""
+    if device == "cuda" and not capabilities.cuda:
+        return "no CUDA device"
+    if precision == "fp16" and device != "cuda":
+        return "fp16 runs only on a GPU here (CPUs without fp16 arithmetic emulate it slowly)"
+    if precision == "bf16" and device == "cpu" and not capabilities.cpu_bf16:
+        return "the CPU has no bf16 instructions (avx512_bf16 / amx_bf16)"
+    return None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Variant:
+    """One way to write a served file. ``build(path)`` writes it and returns a runner on the written file."""
+
+    name: str
+    precision: str
+    device: str
+    build: Callable[[Path], Runner]
+
+    def __post_init__(self) -> None:
+        if self.precision not in PRECISIONS or self.device not in DEVICES:
+            raise ValueError(
+                f"variant {self.name!r}: precision must be one of {PRECISIONS} and device one of "
+                f"{DEVICES}, got {self.precision!r} on {self.device!r}"
+            )
+
+
+@dataclass(kw_only=True)
+class Candidate:
+    """What happened to one variant."""
+
+    variant: str
+    precision: str
+    device: str
+    status: str  # served | passed | failed gate | build failed | not runnable here | not requested
+    reason: str = ""
+    gate: GateResult | None = None
+    items_per_s: dict[int, float] = field(default_factory=dict)
+
+    @property
+    def score(self) -> float:
+        """Geometric mean of items/s over the batch sizes measured (0 when untimed)."""
+        rates = list(self.items_per_s.values())
+        if not rates or min(rates) <= 0:
+            return 0.0
+        return math.exp(sum(math.log(r) for r in rates) / len(rates))
+
+    def as_dict(self) -> dict:
+        return {
+            "variant": self.variant,
+            "precision": self.precision,
+            "device": self.device,
+            "status": self.status,
+            "reason": self.reason,
+            "gate": self.gate.as_dict() if self.gate else None,
+            "items_per_s": {str(size): rate for size, rate in self.items_per_s.items()},
+        }
+
+
+@dataclass(kw_only=True)
+class Selection:
+    model: str
+    choice: str
+    capabilities: Capabilities
+    candidates: list[Candidate]
+    served: str
+
+    def as_dict(self) -> dict:
+        return {
+            "format": RECORD_FORMAT,
+            "model": self.model,
+            "choice": self.choice,
+            "rule": "fastest passing variant by geometric mean of in-process items/s over the batch sizes",
+            "capabilities": self.capabilities.as_dict(),
+            "served": self.served,
+            "candidates": [candidate.as_dict() for candidate in self.candidates],
+        }
+
+
+def select_and_write(
+    *,
+    model: str,
+    destination: Path,
+    variants: Sequence[Variant],
+    gate: Callable[[Runner], GateResult],
+    workload: dict[int, list[Batch]],
+    choice: str,
+    capabilities: Capabilities,
+    timing_min_s: float = TIMING_MIN_S,
+) -> Selection:
+    """Build, gate and time ``variants``; move the fastest passing one onto ``destination``.
+
+    Raises ExportError (leaving ``destination`` untouched) when no requested variant passes.
+    """
+    if choice not in CHOICES:
+        raise ExportError(f"precision {choice!r} is not one of {CHOICES}; use --precision auto to measure")
+    candidates: list[Candidate] = []
+    built: dict[str, tuple[Path, Runner]] = {}
+    try:
+        for variant in variants:
+            candidate, outcome = _build_and_gate(variant, destination, gate, choice, capabilities)
+            candidates.append(candidate)
+            if outcome is not None:
+                built[variant.name] = outcome
+        passing = [c for c in candidates if c.status == "passed"]
+        if not passing:
+            raise ExportError(
+                f"{model}: no variant passed for --precision {choice}; the old file is kept.\n"
+                + format_table(candidates)
+            )
+        _time(passing, {name: runner for name, (_, runner) in built.items()}, workload, timing_min_s)
+        best = max(passing, key=lambda c: c.score)
+        best.status = "served"
+        os.replace(built.pop(best.variant)[0], destination)
+        os.chmod(destination, 0o644)
+    finally:
+        for path, _ in built.values():
+            path.unlink(missing_ok=True)
+    return Selection(
+        model=model, choice=choice, capabilities=capabilities, candidates=candidates, served=best.variant
+    )
+
+
+def _build_and_gate(
+    variant: Variant,
+    destination: Path,
+    gate: Callable[[Runner], GateResult],
+    choice: str,
+    capabilities: Capabilities,
+) -> tuple[Candidate, tuple[Path, Runner] | None]:
+    candidate = Candidate(variant=variant.name, precision=variant.precision, device=variant.device, status="")
+    if choice not in ("auto", variant.precision):
+        candidate.status, candidate.reason = "not requested", f"--precision {choice}"
+        return candidate, None
+    reason = why_unavailable(variant.precision, variant.device, capabilities)
+    if reason is not None:
+        candidate.status, candidate.reason = "not runnable here", reason
+        return candidate, None
+    handle, name = tempfile.mkstemp(
+        prefix=f".{destination.name}.{variant.name}.", suffix=".tmp", dir=destination.parent
+    )
+    os.close(handle)
+    path = Path(name)
+    try:
+        runner = variant.build(path)
+        candidate.gate = gate(runner)
+    except Exception as e:
+        path.unlink(missing_ok=True)
+        if variant.precision == "fp32":
+            raise  # the reference export itself is broken: fail loudly, as before variants existed
+        candidate.status, candidate.reason = "build failed", f"{type(e).__name__}: {e}"
+        logger.warning("%s: %s", variant.name, candidate.reason)
+        return candidate, None
+    logger.info("%s: %s", variant.name, candidate.gate.summary())
+    if not candidate.gate.passed:
+        path.unlink(missing_ok=True)
+        candidate.status, candidate.reason = "failed gate", "; ".join(candidate.gate.failures)
+        return candidate, None
+    candidate.status = "passed"
+    return candidate, (path, runner)
+
+
+def _time(
+    candidates: list[Candidate], runners: dict[str, Runner], workload: dict[int, list[Batch]], min_s: float
+) -> None:
+    """Items/s of each candidate at each batch size: interleaved rounds, the best round kept."""
+    for _ in range(TIMING_ROUNDS):
+        for candidate in candidates:
+            for size, batches in workload.items():
+                rate = items_per_second(runners[candidate.variant], batches, min_s=min_s)
+                candidate.items_per_s[size] = max(rate, candidate.items_per_s.get(size, 0.0))
+
+
+def items_per_second(runner: Runner, batches: list[Batch], *, min_s: float) -> float:
+    """Run ``batches`` in turn (after one warm-up batch) for at least ``min_s``; items per second."""
+    if not batches:
+        raise ValueError("a timing workload needs at least one batch")
+    runner(batches[0][0])
+    items, started, index = 0, time.perf_counter(), 0
+    while True:
+        batch, count = batches[index % len(batches)]
+        runner(batch)
+        items, index = items + count, index + 1
+        elapsed = time.perf_counter() - started
+        if elapsed >= min_s and index >= len(batches) // 4 + 1:
+            return items / elapsed
+
+
+def format_table(candidates: Sequence[Candidate]) -> str:
+    """A plain-text table of every candidate: status, gate numbers, items/s."""
+    lines = []
+    for c in candidates:
+        speed = ", ".join(f"b{size} {rate:.0f}/s" for size, rate in c.items_per_s.items())
+        gate = c.gate.summary() if c.gate else ""
+        detail = " | ".join(part for part in (speed, gate, c.reason if not c.gate else "") if part)
+        lines.append(f"    {c.variant:<28} {c.status:<18} {detail}")
+    return "\n".join(lines)
+
+
+def write_record(selection: Selection, directory: Path = RECORD_DIR) -> Path:
+    """``<directory>/<model>.json``: the selection, for the benchmark report."""
+    path = Path(directory) / f"{selection.model}.json"
+    write_text_atomically(path, json.dumps(selection.as_dict(), indent=2, sort_keys=True) + "\n")
+    return path
+
+
+def load_records(directory: Path = RECORD_DIR) -> list[dict]:
+    """Every recorded selection under ``directory`` (none when nothing was exported here)."""
+    records = []
+    for path in sorted(Path(directory).glob("*.json")):
+        record = json.loads(path.read_text(encoding="utf-8"))
+        if record.get("format") == RECORD_FORMAT:
+            records.append(record)
+    return records
+
+
+def report_section(directory: Path = RECORD_DIR) -> str:
+    """Markdown for the benchmark report: which variant each model serves, and every gate's numbers."""
+    records = load_records(directory)
+    if not records:
+        return f"No precision records under {directory}: run `python -m export` first."
+    served = ", ".join(f"{r['model']}: {r['served']} (--precision {r['choice']})" for r in records)
+    return f"Served variants: {served}.\n\n{markdown_table(records)}\n"
+
+
+def markdown_table(records: Sequence[dict]) -> str:
+    """The gate numbers and speeds of every recorded variant, as a Markdown table for the report."""
+    rows = [
+        "| model | variant | status | gate numbers | items/s (batch: rate) |",
+        "|---|---|---|---|---|",
+    ]
+    for record in records:
+        for c in record["candidates"]:
+            gate = c["gate"]
+            numbers = ", ".join(f"{k} {v:.4f}" for k, v in gate["metrics"].items()) if gate else c["reason"]
+            speed = ", ".join(f"{size}: {rate:.0f}" for size, rate in c["items_per_s"].items())
+            rows.append(f"| {record['model']} | {c['variant']} | {c['status']} | {numbers} | {speed} |")
+    return "\n".join(rows)

@@ -1,0 +1,83 @@
+"""onnxruntime's int8 and fp16 rewrites, on a tiny two-layer graph: what is quantized, what is kept.
+
+The input is 3-D (batch, sequence, features), so each Linear exports as MatMul + Add, as in the text encoder.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime
+import pytest
+import torch
+from onnx import TensorProto
+
+from export.onnx_variants import convert_fp16, matching_nodes, quantize_int8_dynamic, quantize_int8_static
+
+
+class _TwoLayers(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.first, self.second = torch.nn.Linear(16, 32), torch.nn.Linear(32, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.second(torch.relu(self.first(x)))
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("tiny") / "tiny.onnx"
+    torch.onnx.export(
+        _TwoLayers().eval(),
+        (torch.zeros(2, 3, 16),),
+        str(path),
+        input_names=["X"],
+        output_names=["Y"],
+        dynamic_axes={"X": {0: "batch"}, "Y": {0: "batch"}},
+        opset_version=17,
+        dynamo=False,
+    )
+    return path
+
+
+def _ops(path: Path) -> list[str]:
+    return [node.op_type for node in onnx.load(str(path)).graph.node]
+
+
+def _run(path: Path, x: np.ndarray) -> np.ndarray:
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return session.run(["Y"], {"X": x})[0]
+
+
+def test_dynamic_int8_quantizes_every_matrix_product_but_the_excluded(tiny: Path, tmp_path: Path) -> None:
+    first = matching_nodes(tiny, op_types=("MatMul",), name_contains=("first",))
+    assert len(first) == 1
+    quantize_int8_dynamic(tiny, tmp_path / "all.onnx")
+    quantize_int8_dynamic(tiny, tmp_path / "some.onnx", exclude=first)
+    assert _ops(tmp_path / "all.onnx").count("MatMulInteger") == 2 and "MatMul" not in _ops(
+        tmp_path / "all.onnx"
+    )
+    assert _ops(tmp_path / "some.onnx").count("MatMulInteger") == 1
+    assert _ops(tmp_path / "some.onnx").count("MatMul") == 1  # the excluded first layer stays float
+
+
+def test_static_int8_writes_qdq_pairs_calibrated_on_the_given_inputs(tiny: Path, tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    feeds = [{"X": rng.normal(size=(1, 3, 16)).astype(np.float32)} for _ in range(8)]
+    quantize_int8_static(tiny, tmp_path / "qdq.onnx", calibration=feeds)
+    ops = _ops(tmp_path / "qdq.onnx")
+    assert "QuantizeLinear" in ops and "DequantizeLinear" in ops
+    x = feeds[0]["X"]
+    assert np.abs(_run(tmp_path / "qdq.onnx", x) - _run(tiny, x)).max() < 0.1
+
+
+def test_fp16_keeps_float32_inputs_and_outputs_and_stores_float16_weights(tiny: Path, tmp_path: Path) -> None:
+    convert_fp16(tiny, tmp_path / "half.onnx")
+    graph = onnx.load(str(tmp_path / "half.onnx")).graph
+    assert graph.input[0].type.tensor_type.elem_type == TensorProto.FLOAT
+    assert graph.output[0].type.tensor_type.elem_type == TensorProto.FLOAT
+    weights = [t for t in graph.initializer if len(t.dims) == 2]
+    assert weights and all(t.data_type == TensorProto.FLOAT16 for t in weights)

@@ -1,0 +1,214 @@
+"""Precision variants: the gates compute what they claim, and only a variant that passes is served."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from export import precision
+from export.common import ExportError
+from export.gates import image_gate, nearest_neighbours, overlap, text_gate
+from export.precision import Capabilities, Variant, select_and_write
+
+ZEN4_FLAGS = "fpu sse sse2 avx2 avx512f avx512_bf16 avx512_vnni"
+NO_BF16 = Capabilities(cpu_flags=frozenset({"avx2", "avx512f"}), cuda=False)
+WITH_BF16 = Capabilities(cpu_flags=frozenset({"avx512_bf16", "avx512_vnni"}), cuda=False)
+
+
+# -- gates --------------------------------------------------------------------------------------------------
+def _unit(rows: np.ndarray) -> np.ndarray:
+    return rows / np.linalg.norm(rows, axis=1, keepdims=True)
+
+
+def test_text_gate_passes_identical_embeddings_with_perfect_numbers() -> None:
+    embeddings = _unit(np.random.default_rng(0).normal(size=(20, 8)))
+    result = text_gate(embeddings, embeddings.copy())
+    assert result.passed
+    assert result.metrics["mean_cosine"] == pytest.approx(1.0)
+    assert result.metrics["min_cosine"] == pytest.approx(1.0)
+    assert result.metrics["neighbour_recall_at_5"] == 1.0
+
+
+def test_text_gate_reports_the_worst_cosine_and_fails_below_the_minimum() -> None:
+    reference = np.eye(8)[:7] * 1.0
+    candidate = reference.copy()
+    angle = np.arccos(0.98)  # one row turned to cosine 0.98; the other six unchanged
+    candidate[0] = np.cos(angle) * reference[0] + np.sin(angle) * np.eye(8)[7]
+    result = text_gate(reference, candidate, k=2)
+    assert result.metrics["min_cosine"] == pytest.approx(0.98)
+    assert result.metrics["mean_cosine"] == pytest.approx((6 + 0.98) / 7)
+    assert not result.passed
+    assert any(failure.startswith("min_cosine 0.98000 < 0.99") for failure in result.failures)
+
+
+def test_neighbour_recall_counts_the_share_of_reference_neighbours_kept() -> None:
+    angles = np.deg2rad([0.0, 10.0, 20.0, 100.0])  # unit vectors: 0's nearest is 1, 3's nearest is 2
+    reference = np.stack([np.cos(angles), np.sin(angles)], axis=1)
+    assert nearest_neighbours(reference, 1)[:, 0].tolist() == [1, 0, 1, 2]
+    assert overlap(np.array([[1, 2], [0, 3]]), np.array([[2, 5], [3, 0]])).tolist() == [0.5, 1.0]
+
+
+def test_image_gate_allows_one_top1_change_in_a_hundred_but_not_two() -> None:
+    rng = np.random.default_rng(1)
+    reference = rng.normal(size=(100, 10))
+    one, two = reference.copy(), reference.copy()
+    for logits, rows in ((one, [0]), (two, [0, 1])):
+        for row in rows:
+            first, second = np.argsort(-logits[row])[:2]
+            logits[row, [first, second]] = logits[row, [second, first]]  # swap the top two
+    assert image_gate(reference, one).metrics["top1_agreement"] == pytest.approx(0.99)
+    assert image_gate(reference, one).passed
+    assert image_gate(reference, one).metrics["top5_overlap"] == 1.0  # the same five, reordered
+    failed = image_gate(reference, two)
+    assert failed.metrics["top1_agreement"] == pytest.approx(0.98) and not failed.passed
+
+
+def test_gates_reject_arrays_of_different_shapes() -> None:
+    with pytest.raises(ValueError, match="one shape"):
+        image_gate(np.zeros((3, 10)), np.zeros((4, 10)))
+
+
+# -- capabilities -------------------------------------------------------------------------------------------
+def test_cpu_flags_come_from_the_cpuinfo_flags_line(tmp_path: Path) -> None:
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(f"processor\t: 0\nmodel name\t: Some CPU\nflags\t\t: {ZEN4_FLAGS}\n\n")
+    capabilities = Capabilities(cpu_flags=precision.cpu_flags(cpuinfo), cuda=False)
+    assert capabilities.cpu_bf16 and capabilities.cpu_vnni
+    assert precision.cpu_flags(tmp_path / "missing") == frozenset()
+
+
+def test_bf16_and_fp16_are_unavailable_without_the_hardware_for_them() -> None:
+    assert precision.why_unavailable("bf16", "cpu", NO_BF16) is not None
+    assert precision.why_unavailable("bf16", "cpu", WITH_BF16) is None
+    assert precision.why_unavailable("fp16", "cpu", WITH_BF16) is not None
+    assert "CUDA" in precision.why_unavailable("fp16", "cuda", WITH_BF16)
+    assert precision.why_unavailable("int8", "cpu", NO_BF16) is None
+
+
+# -- selection ----------------------------------------------------------------------------------------------
+def _variant(name: str, kind: str, output: float, built: list[str]) -> Variant:
+    """A variant whose file holds its name and whose runner returns ``output`` for every input."""
+
+    def build(path: Path):
+        built.append(name)
+        path.write_text(name)
+        return lambda batch: np.full((len(batch), 4), output)
+
+    return Variant(name=name, precision=kind, device="cpu", build=build)
+
+
+def _gate(runner) -> object:
+    """Passes when the runner reproduces the reference output 1.0."""
+    reference = np.ones((10, 4))
+    candidate = runner(np.zeros(10))
+    return image_gate(reference + np.arange(4), candidate + np.arange(4) * (candidate[0, 0] == 1.0))
+
+
+@pytest.fixture
+def speeds(monkeypatch: pytest.MonkeyPatch) -> dict[str, float]:
+    """Injected items/s per variant (set by each test), instead of timing on a shared machine."""
+    table: dict[str, float] = {}
+    monkeypatch.setattr(precision, "_time", _fake_time(table))
+    return table
+
+
+def _fake_time(table: dict[str, float]):
+    def time(candidates, runners, workload, min_s) -> None:
+        for candidate in candidates:
+            candidate.items_per_s = {size: table[candidate.variant] for size in workload}
+
+    return time
+
+
+def _select(tmp_path: Path, variants: list[Variant], choice: str = "auto", capabilities=WITH_BF16):
+    destination = tmp_path / "model.onnx"
+    destination.write_text("old")
+    selection = select_and_write(
+        model="m",
+        destination=destination,
+        variants=variants,
+        gate=_gate,
+        workload={1: [(np.zeros(1), 1)], 32: [(np.zeros(32), 32)]},
+        choice=choice,
+        capabilities=capabilities,
+    )
+    return selection, destination
+
+
+def test_the_fastest_variant_that_passes_is_served(tmp_path: Path, speeds: dict) -> None:
+    built: list[str] = []
+    speeds.update({"fp32": 100.0, "bf16": 250.0})
+    variants = [_variant("fp32", "fp32", 1.0, built), _variant("bf16", "bf16", 1.0, built)]
+    selection, destination = _select(tmp_path, variants)
+    assert selection.served == "bf16" and destination.read_text() == "bf16"
+    assert [c.status for c in selection.candidates] == ["passed", "served"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.onnx"]  # no temporary left behind
+
+
+def test_a_broken_variant_fails_its_gate_and_is_never_served(
+    tmp_path: Path, speeds: dict[str, float]
+) -> None:
+    built: list[str] = []
+    speeds.update({"fp32": 100.0, "int8": 1000.0})
+    variants = [_variant("fp32", "fp32", 1.0, built), _variant("int8", "int8", 0.0, built)]
+    selection, destination = _select(tmp_path, variants)
+    broken = selection.candidates[1]
+    assert broken.status == "failed gate" and not broken.gate.passed
+    assert "top1_agreement" in broken.reason and broken.items_per_s == {}
+    assert selection.served == "fp32" and destination.read_text() == "fp32"
+
+
+def test_a_machine_without_bf16_falls_back_to_fp32(tmp_path: Path, speeds: dict) -> None:
+    built: list[str] = []
+    speeds.update({"fp32": 100.0, "bf16": 250.0})
+    variants = [_variant("fp32", "fp32", 1.0, built), _variant("bf16", "bf16", 1.0, built)]
+    selection, destination = _select(tmp_path, variants, capabilities=NO_BF16)
+    assert built == ["fp32"]
+    assert selection.candidates[1].status == "not runnable here" and "bf16" in selection.candidates[1].reason
+    assert destination.read_text() == "fp32"
+
+
+def test_precision_fp32_pins_fp32_even_when_another_is_faster(
+    tmp_path: Path, speeds: dict[str, float]
+) -> None:
+    built: list[str] = []
+    speeds.update({"fp32": 100.0, "bf16": 250.0, "int8": 400.0})
+    variants = [_variant(name, name, 1.0, built) for name in ("fp32", "bf16", "int8")]
+    selection, destination = _select(tmp_path, variants, choice="fp32")
+    assert built == ["fp32"] and destination.read_text() == "fp32"
+    assert [c.status for c in selection.candidates] == ["served", "not requested", "not requested"]
+
+
+def test_when_no_variant_passes_the_old_file_is_kept_and_the_numbers_reported(
+    tmp_path: Path, speeds: dict[str, float]
+) -> None:
+    built: list[str] = []
+    with pytest.raises(ExportError, match=r"no variant passed for --precision int8(.|\n)*top1_agreement 0"):
+        _select(tmp_path, [_variant("int8", "int8", 0.0, built)], choice="int8")
+    assert (tmp_path / "model.onnx").read_text() == "old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.onnx"]
+
+
+def test_the_record_round_trips_into_the_reports_table(tmp_path: Path, speeds: dict) -> None:
+    built: list[str] = []
+    speeds.update({"fp32": 100.0, "int8": 1000.0})
+    variants = [_variant("fp32", "fp32", 1.0, built), _variant("int8", "int8", 0.0, built)]
+    selection, _ = _select(tmp_path, variants)
+    precision.write_record(selection, tmp_path / "records")
+    records = precision.load_records(tmp_path / "records")
+    assert [r["served"] for r in records] == ["fp32"]
+    rows = precision.markdown_table(records).splitlines()
+    served = next(row for row in rows if row.startswith("| m | fp32 | served |"))
+    failed = next(row for row in rows if row.startswith("| m | int8 | failed gate |"))
+    assert "top1_agreement 1.0000" in served and "1: 100, 32: 100" in served
+    assert "top1_agreement 0.0000" in failed
+    assert precision.report_section(tmp_path / "records").startswith(
+        "Served variants: m: fp32 (--precision auto)"
+    )
+
+
+def test_an_unknown_precision_is_refused_with_the_choices(tmp_path: Path) -> None:
+    with pytest.raises(ExportError, match="use --precision auto"):
+        _select(tmp_path, [], choice="int4")
