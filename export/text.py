@@ -39,6 +39,7 @@ from export.common import (
     write_atomically,
     write_manifest,
 )
+from export.precision import Capabilities
 from export.minilm import (
     MiniLMEncoder,
     RaggedSentenceEncoder,
@@ -83,8 +84,14 @@ class TextExportContext:
             raise ValueError("check batch and reference disagree in shape")
 
 
-def export_all(repository: Path, force: bool) -> list[Path]:
-    """Write the text pipeline's files into ``repository``; returns those (re)written."""
+def export_all(
+    repository: Path, force: bool, precision: str = "fp32", capabilities: Capabilities | None = None
+) -> list[Path]:
+    """Write the text pipeline's files into ``repository``; returns those (re)written.
+
+    Only float32 is exported for now; ``precision`` and ``capabilities`` are accepted for the common
+    command line (export/precision.py).
+    """
     context = build_context(Path(repository))
     written = []
     for name, suffix, export in (

@@ -6,6 +6,7 @@ tests/unit/conftest.py, on fake requests exactly as Triton would call execute().
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import io
 import json
@@ -20,8 +21,9 @@ import pytest
 import torch
 from PIL import Image
 
-from export import efficientnet_lite0, image
+from export import efficientnet_lite0, image, image_variants
 from export.common import ExportError, is_up_to_date, write_atomically, write_manifest
+from export.gates import image_gate
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOYABLE = ROOT / "model_repository"
@@ -117,7 +119,9 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[image
     for name in image.CLASSIFIERS:
         (repository / name).mkdir()
         shutil.copyfile(DEPLOYABLE / name / "config.pbtxt", repository / name / "config.pbtxt")
-    return repository, image.export_all(repository=repository, force=False)
+    return repository, image.export_all(
+        repository=repository, force=False, precision="fp32", record_dir=repository / "precision"
+    )
 
 
 def test_export_writes_both_files_after_verifying_them(exported) -> None:
@@ -128,6 +132,8 @@ def test_export_writes_both_files_after_verifying_them(exported) -> None:
         assert result.path.parent == repository / result.model / "1"
         assert result.verification.max_abs_logit_diff <= image.LOGIT_TOLERANCE
         assert result.verification.batch_sizes == [1, len(image.sample_image_paths()), 64]
+        assert result.selection.served.endswith("-fp32")
+        assert result.selection.candidates[0].gate.passed
 
 
 @pytest.mark.parametrize("batch_size", [1, 5])
@@ -155,6 +161,28 @@ def test_onnx_file_has_the_config_tensor_names_and_a_dynamic_batch_axis(exported
     assert (pixels.name, logits.name) == ("PIXELS__0", "LOGITS__0")
     dims = [d.dim_param or d.dim_value for d in pixels.type.tensor_type.shape.dim]
     assert dims == ["batch", 3, 224, 224]
+
+
+def test_the_gate_set_is_hundreds_of_augmented_real_photographs(exported) -> None:
+    repository, results = exported
+    gate = results[0].selection.candidates[0].gate
+    assert gate.samples == len(image.sample_image_paths()) * 2 * len(image_variants.AUGMENTATIONS) >= 200
+    assert gate.metrics["top1_agreement"] == 1.0  # fp32 ONNX against eager fp32
+    assert (repository / "precision" / f"{results[0].model}.json").is_file()
+
+
+def test_a_classifier_with_perturbed_weights_fails_the_gate_on_real_photographs(model) -> None:
+    check = image.check_data(DEPLOYABLE, model)
+    broken = copy.deepcopy(model)
+    with torch.no_grad():
+        for parameter in broken.parameters():
+            parameter.mul_(1 + 0.2 * torch.randn(parameter.shape, generator=torch.Generator().manual_seed(0)))
+    with torch.no_grad():
+        logits = image_variants.run_in_batches(
+            lambda b: broken(torch.from_numpy(b)).numpy(), check.gate_pixels
+        )
+    result = image_gate(check.gate_logits, logits)
+    assert not result.passed and result.metrics["top1_agreement"] < 0.99
 
 
 def test_a_second_export_run_is_a_no_op(exported) -> None:

@@ -1,0 +1,200 @@
+"""Precision variants of the EfficientNet-Lite0 classifier files, and the real images that gate them.
+
+The gate set is the real photographs (skimage's sample images, :func:`export.image.sample_image_paths`)
+and deterministic augmentations of each (flip, crops, brightness, contrast, saturation, rotation, blur,
+downscaling, JPEG recompression), each encoded and run through the served preprocessing: a few hundred
+inputs a reduced-precision variant must classify as eager fp32 does. Static int8 calibrates its
+activation ranges on the unaugmented photographs and their mirror images only.
+
+Variants: ONNX fp32, ONNX int8 (static QDQ, per-channel weights), ONNX fp16 (GPU); TorchScript fp32,
+bf16 channels-last (CPU with bf16 instructions, and GPU), fp16 (GPU). A reduced-precision TorchScript file
+casts its float32 input to its own dtype and its logits back to float32, so the served tensor types
+stay as the config declares them.
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import onnxruntime
+import torch
+from PIL import Image, ImageEnhance, ImageFilter, ImageOps
+from torch import nn
+
+from export.common import TensorSpec
+from export.onnx_variants import convert_fp16, quantize_int8_static
+from export.precision import Capabilities, Runner, Variant
+
+GATE_BATCH = 32
+_CROPS = ((0.0, 0.0), (0.25, 0.0), (0.0, 0.25), (0.25, 0.25), (0.125, 0.125))  # (left, top) of a 75% window
+
+_Augment = Callable[[Image.Image], Image.Image]
+
+
+def _crop(left: float, top: float, share: float = 0.75) -> _Augment:
+    def apply(image: Image.Image) -> Image.Image:
+        w, h = image.size
+        x, y = round(left * w), round(top * h)
+        return image.crop((x, y, x + round(share * w), y + round(share * h)))
+
+    return apply
+
+
+def _downscale(image: Image.Image) -> Image.Image:
+    small = image.resize((max(1, image.width // 3), max(1, image.height // 3)), Image.Resampling.BILINEAR)
+    return small.resize(image.size, Image.Resampling.BILINEAR)
+
+
+def _jpeg(image: Image.Image) -> Image.Image:
+    buffer = io.BytesIO()
+    image.save(buffer, format="JPEG", quality=30)
+    return Image.open(io.BytesIO(buffer.getvalue())).convert("RGB")
+
+
+def _enhance(kind: type, factor: float) -> _Augment:
+    return lambda image: kind(image).enhance(factor)
+
+
+def _rotate(degrees: int) -> _Augment:
+    return lambda image: image.rotate(degrees, resample=Image.Resampling.BILINEAR)
+
+
+AUGMENTATIONS: dict[str, _Augment] = {
+    "original": lambda image: image,
+    **{f"crop{i}": _crop(left, top) for i, (left, top) in enumerate(_CROPS)},
+    "crop_centre_60": _crop(0.2, 0.2, share=0.6),
+    **{f"brightness{f}": _enhance(ImageEnhance.Brightness, f) for f in (0.6, 0.8, 1.2, 1.4)},
+    **{f"contrast{f}": _enhance(ImageEnhance.Contrast, f) for f in (0.7, 1.3)},
+    **{f"saturation{f}": _enhance(ImageEnhance.Color, f) for f in (0.5, 1.5)},
+    **{f"rotate{d}": _rotate(d) for d in (-10, -5, 5, 10)},
+    "blur": lambda image: image.filter(ImageFilter.GaussianBlur(radius=1.5)),
+    "downscale3": _downscale,
+    "jpeg30": _jpeg,
+}
+
+
+def augmented_images(paths: list[Path]) -> tuple[list[str], list[bytes]]:
+    """Each photograph under every augmentation, mirrored and not: (names, PNG bytes)."""
+    names, encoded = [], []
+    for path in paths:
+        photo = Image.open(path).convert("RGB")
+        for mirrored in (False, True):
+            base = ImageOps.mirror(photo) if mirrored else photo
+            for name, augment in AUGMENTATIONS.items():
+                buffer = io.BytesIO()
+                augment(base).save(buffer, format="PNG")
+                names.append(f"{path.name}:{'mirror:' if mirrored else ''}{name}")
+                encoded.append(buffer.getvalue())
+    return names, encoded
+
+
+def calibration_mask(names: list[str]) -> np.ndarray:
+    """The gate-set rows static int8 calibrates on: the photographs and their mirror images."""
+    return np.array([name.endswith(":original") for name in names])
+
+
+def timing_workload(
+    photos: np.ndarray, gate_pixels: np.ndarray, *, max_batch: int
+) -> dict[int, list[tuple[np.ndarray, int]]]:
+    """Batch 1: each photograph alone; batch ``max_batch``: consecutive slices of the gate set."""
+    singles = [(photos[i : i + 1], 1) for i in range(len(photos))]
+    full = [
+        (np.ascontiguousarray(gate_pixels[i : i + max_batch]), max_batch)
+        for i in range(0, len(gate_pixels) - max_batch + 1, max_batch)
+    ]
+    return {1: singles, max_batch: full}
+
+
+def run_in_batches(runner: Runner, pixels: np.ndarray, batch: int = GATE_BATCH) -> np.ndarray:
+    return np.concatenate([runner(pixels[i : i + batch]) for i in range(0, len(pixels), batch)])
+
+
+class _Cast(nn.Module):
+    """Runs ``model`` in ``dtype`` (optionally channels-last); float32 in, float32 out."""
+
+    def __init__(self, model: nn.Module, dtype: torch.dtype, channels_last: bool) -> None:
+        super().__init__()
+        self.model, self.dtype, self.channels_last = model, dtype, channels_last
+
+    def forward(self, pixels: torch.Tensor) -> torch.Tensor:
+        x = pixels.to(self.dtype)
+        if self.channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        return self.model(x).float()
+
+
+def torchscript_reduced(
+    model: nn.Module, path: Path, pixels: TensorSpec, *, dtype: torch.dtype, device: str, channels_last: bool
+) -> Runner:
+    """Trace and freeze ``model`` in ``dtype`` on ``device``, save it; a runner on the saved file."""
+    reduced = copy.deepcopy(model).eval().to(device=device, dtype=dtype)
+    if channels_last:
+        reduced = reduced.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+    example = torch.zeros((1, *pixels.dims), dtype=torch.float32, device=device)
+    with torch.no_grad():
+        traced = torch.jit.freeze(torch.jit.trace(_Cast(reduced, dtype, channels_last).eval(), example))
+    torch.jit.save(traced, str(path))
+    loaded = torch.jit.load(str(path), map_location=device).eval()
+
+    def run(batch: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            return loaded(torch.from_numpy(batch).to(device)).cpu().numpy()
+
+    return run
+
+
+def onnx_session_runner(path: Path, pixels: TensorSpec, logits: TensorSpec, *, device: str) -> Runner:
+    providers = ["CUDAExecutionProvider"] if device == "cuda" else ["CPUExecutionProvider"]
+    session = onnxruntime.InferenceSession(str(path), providers=providers)
+    return lambda batch: session.run([logits.name], {pixels.name: batch})[0]
+
+
+def classifier_variants(
+    kind: str,
+    *,
+    model: nn.Module,
+    pixels: TensorSpec,
+    logits: TensorSpec,
+    fp32: Callable[[Path], Runner],
+    fp32_onnx_file: Callable[[], Path],
+    calibration: Callable[[], np.ndarray],
+    capabilities: Capabilities,
+) -> list[Variant]:
+    """The variants of one classifier file; ``fp32`` writes and verifies the float32 file."""
+    if kind == "onnx":
+
+        def int8(path: Path) -> Runner:
+            feeds = ({pixels.name: row[None]} for row in calibration())
+            quantize_int8_static(
+                fp32_onnx_file(), path, calibration=feeds, reduce_range=not capabilities.cpu_vnni
+            )
+            return onnx_session_runner(path, pixels, logits, device="cpu")
+
+        def fp16(path: Path) -> Runner:
+            convert_fp16(fp32_onnx_file(), path)
+            return onnx_session_runner(path, pixels, logits, device="cuda")
+
+        return [
+            Variant(name="onnx-fp32", precision="fp32", device="cpu", build=fp32),
+            Variant(name="onnx-int8-static-qdq", precision="int8", device="cpu", build=int8),
+            Variant(name="onnx-fp16-cuda", precision="fp16", device="cuda", build=fp16),
+        ]
+
+    def reduced(dtype: torch.dtype, device: str) -> Callable[[Path], Runner]:
+        return lambda path: torchscript_reduced(
+            model, path, pixels, dtype=dtype, device=device, channels_last=True
+        )
+
+    bf16, half = torch.bfloat16, torch.float16
+    return [
+        Variant(name="torchscript-fp32", precision="fp32", device="cpu", build=fp32),
+        Variant(
+            name="torchscript-bf16-channels-last", precision="bf16", device="cpu", build=reduced(bf16, "cpu")
+        ),
+        Variant(name="torchscript-bf16-cuda", precision="bf16", device="cuda", build=reduced(bf16, "cuda")),
+        Variant(name="torchscript-fp16-cuda", precision="fp16", device="cuda", build=reduced(half, "cuda")),
+    ]
