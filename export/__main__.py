@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 
 from export.common import ExportError
-from tritonlocal.errors import RepositoryError
 from export.precision import CHOICES, Capabilities
+from tritonlocal.errors import RepositoryError
 
 PIPELINES = ("image", "text")
 

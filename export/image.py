@@ -40,7 +40,7 @@ from export.common import (
     write_manifest,
 )
 from export.gates import GateResult, image_gate
-from export.precision import RECORD_DIR, Capabilities, Selection, format_table, select_and_write, write_record
+from export.precision import RECORD_DIR, Capabilities, Selection, select_and_write, write_record
 from tritonlocal.repository import exported_file, load_model_config, load_served_module
 
 logger = logging.getLogger(__name__)
@@ -88,7 +88,7 @@ class ExportResult:
         return (
             f"{self.model}: wrote {self.path} in {self.seconds:.1f} s, serving {selection.served}; fp32 max "
             f"|logit diff| vs eager {check.max_abs_logit_diff:.2e} (tolerance {LOGIT_TOLERANCE:g}), "
-            f"top-{TOP_K} identical, batch sizes {check.batch_sizes}\n{format_table(selection.candidates)}"
+            f"top-{TOP_K} identical, batch sizes {check.batch_sizes}"
         )
 
 

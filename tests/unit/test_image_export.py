@@ -188,7 +188,9 @@ def test_a_classifier_with_perturbed_weights_fails_the_gate_on_real_photographs(
 def test_a_second_export_run_is_a_no_op(exported) -> None:
     repository, first = exported
     before = {r.path: r.path.stat().st_mtime_ns for r in first}
-    second = image.export_all(repository=repository, force=False)
+    second = image.export_all(
+        repository=repository, force=False, precision="fp32", record_dir=repository / "precision"
+    )
     assert [r.written for r in second] == [False, False]
     assert {r.path: r.path.stat().st_mtime_ns for r in second} == before
     assert all(not p.name.endswith(".tmp") for p in repository.rglob("*"))

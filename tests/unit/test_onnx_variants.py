@@ -1,6 +1,6 @@
 """onnxruntime's int8 and fp16 rewrites, on a tiny two-layer graph: what is quantized, what is kept.
 
-The input is 3-D (batch, sequence, features), so each Linear exports as MatMul + Add, as in the text encoder.
+The input is 2-D (token rows, features), so each Linear exports as one Gemm, as in the ragged text encoder.
 """
 
 from __future__ import annotations
@@ -14,7 +14,12 @@ import pytest
 import torch
 from onnx import TensorProto
 
-from export.onnx_variants import convert_fp16, matching_nodes, quantize_int8_dynamic, quantize_int8_static
+from export.onnx_variants import (
+    convert_fp16,
+    nodes_with_weight_dim,
+    quantize_int8_dynamic,
+    quantize_int8_static,
+)
 
 
 class _TwoLayers(torch.nn.Module):
@@ -32,7 +37,7 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("tiny") / "tiny.onnx"
     torch.onnx.export(
         _TwoLayers().eval(),
-        (torch.zeros(2, 3, 16),),
+        (torch.zeros(2, 16),),
         str(path),
         input_names=["X"],
         output_names=["Y"],
@@ -53,8 +58,8 @@ def _run(path: Path, x: np.ndarray) -> np.ndarray:
 
 
 def test_dynamic_int8_quantizes_every_matrix_product_but_the_excluded(tiny: Path, tmp_path: Path) -> None:
-    first = matching_nodes(tiny, op_types=("MatMul",), name_contains=("first",))
-    assert len(first) == 1
+    first = nodes_with_weight_dim(tiny, op_types=("Gemm", "MatMul"), dim=16)  # weight [32, 16]
+    assert len(first) == 1 and "first" in first[0]
     quantize_int8_dynamic(tiny, tmp_path / "all.onnx")
     quantize_int8_dynamic(tiny, tmp_path / "some.onnx", exclude=first)
     assert _ops(tmp_path / "all.onnx").count("MatMulInteger") == 2 and "MatMul" not in _ops(
@@ -62,11 +67,13 @@ def test_dynamic_int8_quantizes_every_matrix_product_but_the_excluded(tiny: Path
     )
     assert _ops(tmp_path / "some.onnx").count("MatMulInteger") == 1
     assert _ops(tmp_path / "some.onnx").count("MatMul") == 1  # the excluded first layer stays float
+    x = np.random.default_rng(0).normal(size=(4, 16)).astype(np.float32)
+    assert np.abs(_run(tmp_path / "some.onnx", x) - _run(tiny, x)).max() < 0.05
 
 
 def test_static_int8_writes_qdq_pairs_calibrated_on_the_given_inputs(tiny: Path, tmp_path: Path) -> None:
     rng = np.random.default_rng(0)
-    feeds = [{"X": rng.normal(size=(1, 3, 16)).astype(np.float32)} for _ in range(8)]
+    feeds = [{"X": rng.normal(size=(1, 16)).astype(np.float32)} for _ in range(8)]
     quantize_int8_static(tiny, tmp_path / "qdq.onnx", calibration=feeds)
     ops = _ops(tmp_path / "qdq.onnx")
     assert "QuantizeLinear" in ops and "DequantizeLinear" in ops

