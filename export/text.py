@@ -170,6 +170,7 @@ def gate_inputs(context: TextExportContext) -> dict:
         context.gate_set.update(
             reference=reference_embeddings(context.encoder, context.tokenizer, sentences),
             batches=text_variants.gate_batches(context.tokenizer, sentences),
+            alone=text_variants.gate_batches(context.tokenizer, sentences, size=1),
             workload=text_variants.timing_workload(context.tokenizer, sentences),
         )
     return context.gate_set
@@ -213,7 +214,11 @@ def _export_if_stale(
     gate_set = gate_inputs(context)
 
     def gate(runner: Runner) -> GateResult:
-        return text_gate(gate_set["reference"], text_variants.embed(runner, gate_set["batches"]))
+        return text_gate(
+            gate_set["reference"],
+            text_variants.embed(runner, gate_set["batches"]),
+            alone=text_variants.embed(runner, gate_set["alone"]),
+        )
 
     destination.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="fp32-onnx-") as folder:

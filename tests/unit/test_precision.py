@@ -43,6 +43,16 @@ def test_text_gate_reports_the_worst_cosine_and_fails_below_the_minimum() -> Non
     assert any(failure.startswith("min_cosine 0.98000 < 0.99") for failure in result.failures)
 
 
+def test_text_gate_fails_a_variant_whose_embedding_depends_on_its_batch() -> None:
+    embeddings = _unit(np.random.default_rng(2).normal(size=(20, 8)))
+    alone = embeddings.copy()
+    alone[3] = _unit(alone[3:4] + 0.05)[0]  # the same sentence, embedded alone, moves a little
+    result = text_gate(embeddings, embeddings, alone=alone)
+    assert result.metrics["min_cosine_batched_vs_alone"] < 0.9999
+    assert not result.passed and "min_cosine_batched_vs_alone" in result.failures[0]
+    assert text_gate(embeddings, embeddings, alone=embeddings.copy()).passed
+
+
 def test_neighbour_recall_counts_the_share_of_reference_neighbours_kept() -> None:
     angles = np.deg2rad([0.0, 10.0, 20.0, 100.0])  # unit vectors: 0's nearest is 1, 3's nearest is 2
     reference = np.stack([np.cos(angles), np.sin(angles)], axis=1)
