@@ -247,6 +247,7 @@ def export_classifier(
             ),
             choice=precision,
             capabilities=capabilities,
+            keep_dir=record_dir / config.name,
         )
     seconds = time.perf_counter() - started
     verification = outcome[0] if outcome else None

@@ -11,8 +11,8 @@ with its numbers and never served. ``--precision fp32`` (or any one precision) p
 "Fastest" is the geometric mean of items/s over the measured batch sizes (1 and 32 by default), so a
 variant must be quick for a lone request and for a full batch. Every decision, with each gate's numbers
 and each timing, is returned as a :class:`Selection`, recorded beside the file (the manifest) and under
-``build/precision/<model>.json``; :func:`load_records` reads them back and :func:`report_section` renders
-them for the benchmark report.
+``build/precision/<model>.json`` (the fp32 file kept beside it when another precision is served);
+:func:`served_variant`, :func:`kept_file` and :func:`report_section` read them back for the benchmark.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ RECORD_DIR = Path("build") / "precision"
 RECORD_FORMAT = 1
 TIMING_ROUNDS = 3
 TIMING_MIN_S = 0.5
+KEPT_PRECISIONS = ("fp32",)  # the benchmark compares the served file with the fp32 one
 
 Runner = Callable[[Any], Any]
 Batch = tuple[Any, int]  # (runner input, number of items in it)
@@ -123,6 +124,7 @@ class Candidate:
     reason: str = ""
     gate: GateResult | None = None
     items_per_s: dict[int, float] = field(default_factory=dict)
+    kept_file: str | None = None  # name of this variant's file kept beside the record (not served)
 
     @property
     def score(self) -> float:
@@ -141,6 +143,7 @@ class Candidate:
             "reason": self.reason,
             "gate": self.gate.as_dict() if self.gate else None,
             "items_per_s": {str(size): rate for size, rate in self.items_per_s.items()},
+            "kept_file": self.kept_file,
         }
 
 
@@ -173,10 +176,13 @@ def select_and_write(
     workload: dict[int, list[Batch]],
     choice: str,
     capabilities: Capabilities,
+    keep_dir: Path | None = None,
     timing_min_s: float = TIMING_MIN_S,
 ) -> Selection:
     """Build, gate and time ``variants``; move the fastest passing one onto ``destination``.
 
+    When another precision is served, the passing fp32 file is kept in ``keep_dir`` (as
+    ``<variant><suffix>``) so that the benchmark can serve it beside the chosen one (:func:`kept_file`).
     Raises ExportError (leaving ``destination`` untouched) when no requested variant passes.
     """
     if choice not in CHOICES:
@@ -201,12 +207,26 @@ def select_and_write(
         logger.info("%s: serving %s\n%s", model, best.variant, format_table(candidates))
         os.replace(built.pop(best.variant)[0], destination)
         os.chmod(destination, 0o644)
+        if keep_dir is not None:
+            _keep(passing, built, keep_dir, destination.suffix)
     finally:
         for path, _ in built.values():
             path.unlink(missing_ok=True)
     return Selection(
         model=model, choice=choice, capabilities=capabilities, candidates=candidates, served=best.variant
     )
+
+
+def _keep(passing: list[Candidate], built: dict[str, tuple[Path, Runner]], folder: Path, suffix: str) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for old in folder.glob(f"*{suffix}"):
+        old.unlink()  # files kept by an earlier export: they describe other weights or code
+    for candidate in passing:
+        if candidate.precision in KEPT_PRECISIONS and candidate.variant in built:
+            name = f"{candidate.variant}{suffix}"
+            os.replace(built.pop(candidate.variant)[0], folder / name)
+            os.chmod(folder / name, 0o644)
+            candidate.kept_file = name
 
 
 def _build_and_gate(
@@ -302,15 +322,40 @@ def load_records(directory: Path = RECORD_DIR) -> list[dict]:
     return records
 
 
-def report_section(records: Sequence[dict]) -> str:
-    """Markdown for the benchmark report: which variant each model serves, and every gate's numbers.
-
-    The benchmark runner stores :func:`load_records` in its results; the report renders them with this.
-    """
+def report_section(directory: Path = RECORD_DIR) -> str:
+    """Markdown for the benchmark report: which variant each model serves, and every gate's numbers."""
+    records = load_records(directory)
     if not records:
-        return f"No precision records (they are written under {RECORD_DIR} by `python -m export`)."
+        return f"No precision records under {directory}: `python -m export` writes them."
     served = ", ".join(f"{r['model']}: {r['served']} (--precision {r['choice']})" for r in records)
     return f"Served variants: {served}.\n\n{markdown_table(records)}\n"
+
+
+def _record(model: str, directory: Path) -> dict | None:
+    path = Path(directory) / f"{model}.json"
+    if not path.is_file():
+        return None
+    record = json.loads(path.read_text(encoding="utf-8"))
+    return record if record.get("format") == RECORD_FORMAT else None
+
+
+def served_variant(model: str, directory: Path = RECORD_DIR) -> str:
+    """The precision of the file served for ``model`` ("fp32" where the export left no record)."""
+    record = _record(model, directory)
+    if record is None:
+        return "fp32"
+    return next(c["precision"] for c in record["candidates"] if c["status"] == "served")
+
+
+def kept_file(model: str, precision: str, directory: Path = RECORD_DIR) -> Path | None:
+    """The passing ``precision`` file the export kept beside ``model``'s record, if any (none when that
+    precision is the one served: the served file is in the model repository)."""
+    record = _record(model, directory)
+    for candidate in record["candidates"] if record else ():
+        if candidate["precision"] == precision and candidate.get("kept_file"):
+            path = Path(directory) / model / candidate["kept_file"]
+            return path if path.is_file() else None
+    return None
 
 
 def markdown_table(records: Sequence[dict]) -> str:

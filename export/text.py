@@ -248,6 +248,7 @@ def _export_if_stale(
             workload=gate_set["workload"],
             choice=precision,
             capabilities=capabilities,
+            keep_dir=record_dir / config.name,
         )
     vocabulary = context.encoder.embeddings.word_embeddings.num_embeddings
     ids_name = config.input[0].name

@@ -209,13 +209,42 @@ def test_the_record_round_trips_into_the_reports_table(tmp_path: Path, speeds: d
     precision.write_record(selection, tmp_path / "records")
     records = precision.load_records(tmp_path / "records")
     assert [r["served"] for r in records] == ["fp32"]
-    rows = precision.report_section(records).splitlines()
+    assert precision.served_variant("m", tmp_path / "records") == "fp32"
+    rows = precision.report_section(tmp_path / "records").splitlines()
     served = next(row for row in rows if row.startswith("| m | fp32 | served |"))
     failed = next(row for row in rows if row.startswith("| m | int8 | failed gate |"))
     assert "top1_agreement 1.0000" in served and "1: 100, 32: 100" in served
     assert "top1_agreement 0.0000" in failed
-    assert precision.report_section(records).startswith("Served variants: m: fp32 (--precision auto)")
-    assert precision.report_section([]).startswith("No precision records")
+    assert precision.report_section(tmp_path / "records").startswith(
+        "Served variants: m: fp32 (--precision auto)"
+    )
+    assert precision.report_section(tmp_path / "none").startswith("No precision records")
+    assert precision.served_variant("m", tmp_path / "none") == "fp32"
+
+
+def test_the_fp32_file_is_kept_for_the_benchmark_when_another_precision_is_served(
+    tmp_path: Path, speeds: dict
+) -> None:
+    built: list[str] = []
+    speeds.update({"fp32": 100.0, "bf16": 250.0})
+    variants = [_variant("fp32", "fp32", 1.0, built), _variant("bf16", "bf16", 1.0, built)]
+    destination = tmp_path / "model.onnx"
+    selection = select_and_write(
+        model="m",
+        destination=destination,
+        variants=variants,
+        gate=_gate,
+        workload={1: [(np.zeros(1), 1)]},
+        choice="auto",
+        capabilities=WITH_BF16,
+        keep_dir=tmp_path / "records" / "m",
+    )
+    precision.write_record(selection, tmp_path / "records")
+    assert destination.read_text() == "bf16"
+    assert precision.served_variant("m", tmp_path / "records") == "bf16"
+    kept = precision.kept_file("m", "fp32", tmp_path / "records")
+    assert kept == tmp_path / "records" / "m" / "fp32.onnx" and kept.read_text() == "fp32"
+    assert precision.kept_file("m", "bf16", tmp_path / "records") is None
 
 
 def test_an_unknown_precision_is_refused_with_the_choices(tmp_path: Path) -> None:
