@@ -75,10 +75,15 @@ def _ratio(numerator: float | None, denominator: float | None) -> float | None:
     return numerator / denominator if numerator and denominator else None
 
 
+def _rate(row: ArmSummary | None) -> float | None:
+    return row.throughput_per_s if row else None
+
+
 def verdicts(results: dict) -> list[Verdict]:
     shipped, lone = shipped_arm(results, TARGET_CONCURRENCY), shipped_arm(results, 1)
     previous = ragged_arm(results, TARGET_CONCURRENCY, PREVIOUS_ARM)
-    gain = _ratio(shipped and shipped.throughput_per_s, previous and previous.throughput_per_s)
+    gain = _ratio(_rate(shipped), _rate(previous))
+    lone_p50 = lone.p50_ms if lone else None
     p99 = shipped.p99_ms if shipped else None
     minimal = {(m["label"], m["concurrency"]): m["requests_per_s"] for m in results.get("minimal", [])}
     triton = next((v for (label, c), v in minimal.items() if c == 32 and label.startswith("Triton")), None)
@@ -90,21 +95,22 @@ def verdicts(results: dict) -> list[Verdict]:
     on = point_at(batching, model=TEXT_MODEL, protocol="grpc", concurrency=32, arm="batching on")
     off = point_at(batching, model=TEXT_MODEL + "__nobatch", protocol="grpc", concurrency=32)
     on_off = _ratio(throughput(on), throughput(off))
-    batch = (encoder_stats(on).average_batch_size if on and encoder_stats(on) else None) if on else None
+    on_encoder = encoder_stats(on) if on else None
+    batch = on_encoder.average_batch_size if on_encoder else None
     best = best_inprocess(results, runtime=results.get("text_runtime", "onnxruntime"))
-    share = _ratio(shipped and shipped.throughput_per_s, best and best["items_per_s"])
+    best_rate = float(best["items_per_s"]) if best else None
+    share = _ratio(_rate(shipped), best_rate)
     image, image_fp32 = shipped_arm(results, TARGET_CONCURRENCY, IMAGE_MODEL), None
     for row in arm_summary(results, "ragged"):
         if row.concurrency == TARGET_CONCURRENCY and row.served_model.startswith(IMAGE_MODEL + "__"):
             image_fp32 = row
-    image_gain = _ratio(image and image.throughput_per_s, image_fp32 and image_fp32.throughput_per_s)
+    image_gain = _ratio(_rate(image), _rate(image_fp32))
     return [
         _verdict(
             "text c=32 vs the previous configuration",
             f">= {TARGET_GAIN:.0f}x (experiment 8)",
             gain,
-            f"{gain or 0:.2f}x ({_number(shipped and shipped.throughput_per_s, '.1f')} vs "
-            f"{_number(previous and previous.throughput_per_s, '.1f')} req/s)",
+            f"{gain or 0:.2f}x ({_number(_rate(shipped), '.1f')} vs {_number(_rate(previous), '.1f')} req/s)",
             _at_least(gain, TARGET_GAIN),
         ),
         _verdict(
@@ -124,9 +130,9 @@ def verdicts(results: dict) -> list[Verdict]:
         _verdict(
             "text c=1 median latency",
             f"<= {TARGET_LONE_P50_MS:.0f} ms",
-            lone and lone.p50_ms,
-            f"{(lone and lone.p50_ms) or 0:.1f} ms",
-            None if not lone or lone.p50_ms is None else lone.p50_ms <= TARGET_LONE_P50_MS,
+            lone_p50,
+            f"{lone_p50 or 0:.1f} ms",
+            None if lone_p50 is None else lone_p50 <= TARGET_LONE_P50_MS,
         ),
         _verdict(
             "dynamic batching on vs off, c=32",
@@ -139,8 +145,8 @@ def verdicts(results: dict) -> list[Verdict]:
             "served vs in-process (same file)",
             f">= {TARGET_INPROCESS_SHARE:.0%}",
             share,
-            f"{share or 0:.0%} ({_number(shipped and shipped.throughput_per_s, '.1f')} of "
-            f"{_number(best and best['items_per_s'], '.1f')}/s at batch {best and best['batch_size']})",
+            f"{share or 0:.0%} ({_number(_rate(shipped), '.1f')} of {_number(best_rate, '.1f')}/s "
+            f"at batch {best['batch_size'] if best else '-'})",
             _at_least(share, TARGET_INPROCESS_SHARE),
         ),
         _verdict(
