@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -83,6 +84,15 @@ def _statistics(server: LocalTritonServer) -> tuple[int, int]:
     return int(stats["inference_count"]), int(stats["execution_count"])
 
 
+def _metrics_text(server: LocalTritonServer) -> str | None:
+    """The metrics page, or None while the metrics port is not listening yet (it can lag readiness)."""
+    try:
+        with urllib.request.urlopen(server.metrics_url, timeout=5) as response:  # noqa: S310 - loopback
+            return response.read().decode()
+    except urllib.error.URLError:
+        return None
+
+
 def _wait_for(condition, timeout_s: float, what: str):  # noqa: ANN001, ANN202 - small polling helper
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -94,8 +104,7 @@ def _wait_for(condition, timeout_s: float, what: str):  # noqa: ANN001, ANN202 -
 
 
 def test_the_server_exports_every_metric_the_rules_and_dashboard_rely_on(server: LocalTritonServer) -> None:
-    with urllib.request.urlopen(server.metrics_url, timeout=5) as response:  # noqa: S310 - loopback
-        text = response.read().decode()
+    text = _wait_for(lambda: _metrics_text(server), 30, "the metrics endpoint")
     exported = set(re.findall(r"^# TYPE (\w+) ", text, re.M))
     missing = (TRITON_MODEL_METRICS | TRITON_SUMMARY_METRICS) - exported
     assert not missing, f"Triton 2.51 did not export {missing}"
