@@ -78,6 +78,11 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--no-admin-key", action="store_true", help="leave those APIs open to anyone who reaches the port"
     )
+    serve.add_argument(
+        "--allow-failed-models",
+        action="store_true",
+        help="serve the models that load and name the ones that fail (default: fail fast on the first)",
+    )
     serve.add_argument("--startup-timeout-s", type=float, default=180.0)
     serve.add_argument("--log-path", type=Path, default=None)
     serve.set_defaults(handler=_serve)
@@ -92,6 +97,13 @@ def _parser() -> argparse.ArgumentParser:
     variant.add_argument("--kind", choices=KINDS, default="cpu")
     variant.add_argument("--source", type=Path, default=DEPLOYABLE)
     variant.add_argument("--target", type=Path, default=Path("build", "cpu_repository"))
+    variant.add_argument(
+        "--cores",
+        type=int,
+        default=0,
+        help="CPU cores the server will have, divided between each native model's instances "
+        "(default 0: this machine's)",
+    )
     variant.set_defaults(handler=_variant)
 
     monitor = sub.add_parser(
@@ -138,6 +150,7 @@ def _serve(args: argparse.Namespace) -> int:
         generate_admin_key=not args.no_admin_key,
         startup_timeout_s=args.startup_timeout_s,
         log_path=args.log_path,
+        exit_on_error=not args.allow_failed_models,
     )
     stop = _stop_on_signals()
     with LocalTritonServer(config) as server:
@@ -150,6 +163,8 @@ def _serve(args: argparse.Namespace) -> int:
                 f"restricted APIs need the header triton-admin-key; for the clients CLI:\n"
                 f"  export TRITON_ADMIN_KEY={server.admin_key}"
             )
+        for name, reason in server.failed_models.items():
+            print(f"NOT SERVED: {name}: {reason}")
         print(f"log: {server.log_path}   (Ctrl-C to stop)", flush=True)
         if not _run_until(stop, server.is_running):
             print(f"error: tritonserver exited\n{server.log_tail()}", file=sys.stderr)
@@ -209,7 +224,9 @@ def _replicas(args: argparse.Namespace) -> int:
 
 
 def _variant(args: argparse.Namespace) -> int:
-    result = write_variant(args.source, args.target, kind=args.kind)
+    if args.cores < 0:
+        raise SystemExit(f"--cores must be 0 (this machine's) or a positive count, got {args.cores}")
+    result = write_variant(args.source, args.target, kind=args.kind, cores=args.cores or None)
     moved = ", ".join(result.moved_to_cpu) or "none"
     print(f"wrote {args.target} with {len(result.written)} models; moved to the CPU: {moved}")
     return EXIT_OK

@@ -22,6 +22,10 @@ class ServerConfig:
     ``generate_admin_key``: with no ``admin_key``, restrict those APIs anyway with a random key made
     at each start (``LocalTritonServer.admin_key``). Without either, the APIs are open to anyone who
     can reach the port, which is only acceptable on loopback.
+    ``exit_on_error``: True (the default) fails fast: a model that fails to load stops the start with a
+    ``ModelLoadError`` naming it. False serves the models that loaded (``--exit-on-error=false``, and
+    readiness no longer waits for every model) and names the others in
+    ``LocalTritonServer.failed_models``: the policy of the deployments (docs/failure-modes.md).
     """
 
     model_repository: Path
@@ -37,6 +41,7 @@ class ServerConfig:
     admin_key: str | None = None
     generate_admin_key: bool = False
     model_control_mode: str = "none"
+    exit_on_error: bool = True
     extra_args: tuple[str, ...] = field(default_factory=tuple)
 
     def __post_init__(self) -> None:
@@ -79,8 +84,11 @@ class ServerConfig:
             f"--exit-timeout-secs={self.exit_timeout_s}",
             f"--log-verbose={self.log_verbose}",
             f"--model-control-mode={self.model_control_mode}",
-            "--strict-readiness=true",
         ]
+        if self.exit_on_error:
+            args.append("--strict-readiness=true")
+        else:
+            args.extend(["--exit-on-error=false", "--strict-readiness=false"])
         if self.admin_key is not None:
             restriction = f"{ADMIN_HEADER}={self.admin_key}"
             args.append(f"--http-restricted-api={','.join(RESTRICTED_HTTP_APIS)}:{restriction}")

@@ -27,6 +27,7 @@ from tritonlocal.repository import (
     format_config,
     load_repository,
 )
+from tritonlocal.variants import threads_per_instance
 
 logger = logging.getLogger(__name__)
 
@@ -66,7 +67,11 @@ def derive_local_config(
         config.parameters["runtime"].string_value = runtime
         config.parameters["model_filename"].string_value = filename
         adopted = config.parameters["intra_op_threads"].string_value if overlay is not None else ""
-        threads = intra_op_threads or int(adopted or _threads_per_instance(config))
+        # Divide the cores between the instances: several pools that each take every core slow each
+        # other down (two instances of 2 threads on 2 cores ran slower than one).
+        threads = intra_op_threads or int(
+            adopted or threads_per_instance(config, cores=os.cpu_count() or 1)
+        )
         config.parameters["intra_op_threads"].string_value = str(threads)
         bounds = _recorded_input_bounds(entry)
         if bounds:
@@ -183,13 +188,6 @@ def _skip_broken_ensembles(models: dict[str, ModelEntry], result: DeriveResult) 
 
 def _link(source: Path, destination: Path) -> None:
     destination.symlink_to(os.path.relpath(source.resolve(), destination.parent.resolve()))
-
-
-def _threads_per_instance(config: ModelConfig) -> int:
-    """Divide the cores between a model's instances: several pools that each take every core slow
-    each other down (two instances of 2 threads on 2 cores ran slower than one)."""
-    instances = sum(max(1, group.count) for group in config.instance_group) or 1
-    return max(1, (os.cpu_count() or 1) // instances)
 
 
 def gpu_is_available() -> bool:

@@ -61,6 +61,8 @@ class LocalTritonServer:
         self._process: subprocess.Popen | None = None
         self._log_file: IO[bytes] | None = None
         self.log_path: Path | None = None
+        # Models that failed to load while the server serves the others (ServerConfig.exit_on_error=False).
+        self.failed_models: dict[str, str] = {}
 
     # -- addresses -------------------------------------------------------------------------------
     @property
@@ -121,6 +123,9 @@ class LocalTritonServer:
                 self.stop()
                 raise
         atexit.register(self.stop)
+        self.failed_models = self._load_failures()
+        for name, line in self.failed_models.items():
+            logger.warning("serving without %s: %s", name, line)
         logger.info(
             "tritonserver ready: http %s grpc %s (log %s)", self.http_url, self.grpc_url, self.log_path
         )
@@ -244,13 +249,20 @@ class LocalTritonServer:
             log_tail=self.log_tail(),
         )
 
+    def _load_failures(self) -> dict[str, str]:
+        """Model name -> the server's "failed to load" lines for it, for each model that did not load."""
+        log = self.log_path.read_text(errors="replace") if self.log_path else ""
+        failed: dict[str, list[str]] = {}
+        for line in _failure_lines(log):
+            match = _LOAD_FAILURE.match(line)
+            if match:
+                failed.setdefault(match.group(1), []).append(line)
+        return {name: "; ".join(lines) for name, lines in sorted(failed.items())}
+
     def _start_failure(self, headline: str) -> TritonLocalError:
         log = self.log_path.read_text(errors="replace") if self.log_path else ""
         tail = self.log_tail()
-        found = [m.group(0).strip() for m in _LOAD_FAILURE.finditer(log)]
-        failures = [
-            line for line in dict.fromkeys(found) if not any(o != line and o.startswith(line) for o in found)
-        ]
+        failures = _failure_lines(log)
         if failures:
             names = sorted({m.group(1) for m in _LOAD_FAILURE.finditer(log)})
             return ModelLoadError(
@@ -262,6 +274,12 @@ class LocalTritonServer:
         if in_use:
             return PortInUseError(f"{headline}: a port was already in use:\n  " + "\n  ".join(in_use))
         return ServerStartError(headline, log_tail=tail)
+
+
+def _failure_lines(log: str) -> list[str]:
+    """The server's distinct "failed to load" lines (a message repeated inside a longer one counted once)."""
+    found = [m.group(0).strip() for m in _LOAD_FAILURE.finditer(log)]
+    return [line for line in dict.fromkeys(found) if not any(o != line and o.startswith(line) for o in found)]
 
 
 def check_repository(path: Path) -> None:

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from tritonlocal.replicas import TEMPLATE, render_nginx_config
-from tritonlocal.repository import load_repository, parse_config
-from tritonlocal.variants import write_variant
+from tritonlocal.repository import NATIVE_RUNTIMES, load_repository, parse_config
+from tritonlocal.variants import THREAD_PARAMETERS, write_variant
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -88,6 +88,35 @@ def test_the_cpu_variant_of_the_projects_repository_has_no_gpu_instance(tmp_path
         original = load_repository(ROOT / "model_repository")[name].config
         assert entry.config.platform == original.platform and entry.config.backend == original.backend
         assert all(group.kind == group.KIND_CPU for group in entry.config.instance_group), name
+
+
+@pytest.mark.parametrize("cores", [2, 8, 16])
+def test_the_cpu_variant_divides_the_cores_between_each_native_models_instances(
+    tmp_path: Path, cores: int
+) -> None:
+    write_variant(ROOT / "model_repository", tmp_path / "cpu", cores=cores)
+    native = {name: e for name, e in load_repository(tmp_path / "cpu").items() if e.is_native}
+    assert {"efficientnet_lite0_onnx", "efficientnet_lite0_torchscript"} <= set(native)
+    for name, entry in native.items():
+        parameters = {key: value.string_value for key, value in entry.config.parameters.items()}
+        intra, inter = THREAD_PARAMETERS[NATIVE_RUNTIMES[entry.kind][0]]
+        instances = sum(group.count for group in entry.config.instance_group)
+        assert int(parameters[intra]) * instances == cores, (name, parameters)
+        assert parameters[inter] == "1", name
+
+
+def test_the_thread_parameters_are_the_names_each_backend_reads() -> None:
+    assert THREAD_PARAMETERS == {
+        "onnxruntime": ("intra_op_thread_count", "inter_op_thread_count"),
+        "torchscript": ("INTRA_OP_THREAD_COUNT", "INTER_OP_THREAD_COUNT"),
+    }
+    assert {runtime for runtime, _ in NATIVE_RUNTIMES.values()} == set(THREAD_PARAMETERS)
+
+
+def test_more_instances_than_cores_still_get_one_thread_each(repository: Path, tmp_path: Path) -> None:
+    write_variant(repository, tmp_path / "cpu", cores=1)
+    encoder = parse_config(tmp_path / "cpu" / "encoder" / "config.pbtxt")
+    assert encoder.parameters["intra_op_thread_count"].string_value == "1"
 
 
 def test_the_variant_refuses_to_overwrite_its_source(repository: Path) -> None:
