@@ -38,6 +38,7 @@ from tritonlocal.server import LocalTritonServer
 logger = logging.getLogger(__name__)
 
 TEMPLATE = Path("deploy", "nginx", "nginx.conf.template")
+LIMITS = "limits.conf"  # beside the template; the request-size limit shared with docker compose's nginx
 _PLACEHOLDER = re.compile(r"@[A-Z_]+@")
 INSTALL_HINT = "install it with `apt-get install -y nginx` (the Makefile's bootstrap step does this)"
 
@@ -254,6 +255,7 @@ class LocalReplicaSet:
     def _write_nginx_config(self) -> Path:
         assert self._workdir is not None
         conf = self._workdir / "nginx" / "nginx.conf"
+        shutil.copyfile(self.config.template.parent / LIMITS, conf.parent / LIMITS)  # its `include`
         conf.write_text(
             render_nginx_config(
                 self.config.template.read_text(),

@@ -6,6 +6,8 @@ Load goes to 127.0.0.1 only and is bounded in count and time. nginx comes from D
 
 from __future__ import annotations
 
+import http.client
+import re
 import shutil
 import threading
 import time
@@ -140,3 +142,33 @@ def test_losing_a_replica_mid_load_loses_no_acknowledged_request(
     # the client. (Without the drain step, gRPC calls that reach a replica during its shutdown get
     # NOT_FOUND "has no available versions" inside a 200 response, which no proxy can retry.)
     assert outcomes["failed"] == 0, errors[:5]
+
+
+def _body_limit_bytes() -> int:
+    """client_max_body_size from deploy/nginx/limits.conf (the limit both proxies include)."""
+    text = (ROOT / "deploy" / "nginx" / "limits.conf").read_text()
+    match = re.search(r"^client_max_body_size (\d+)m;$", text, re.M)
+    assert match, "deploy/nginx/limits.conf sets no client_max_body_size in megabytes"
+    return int(match.group(1)) * 1024 * 1024
+
+
+def test_a_body_over_the_limit_is_refused_by_the_proxy_with_413(replica_set: LocalReplicaSet) -> None:
+    limit = _body_limit_bytes()
+    host, port = replica_set.http_url.rsplit(":", 1)
+    connection = http.client.HTTPConnection(host, int(port), timeout=10)
+    # Declared size over the limit: nginx answers from the headers, before reading the body.
+    connection.putrequest("POST", f"/v2/models/{MODEL}/infer")
+    connection.putheader("Content-Type", "application/octet-stream")
+    connection.putheader("Content-Length", str(limit + 1))
+    connection.endheaders()
+    response = connection.getresponse()
+    assert response.status == 413, response.read()[:200]
+    connection.close()
+    assert sum(_inference_count(server.http_url) for server in replica_set.servers) == 0
+    # A body at the limit passes the proxy and reaches the server, which judges its content (Triton
+    # answers an empty JSON object with its own parse error).
+    at_limit = http.client.HTTPConnection(host, int(port), timeout=60)
+    at_limit.request("POST", f"/v2/models/{MODEL}/infer", body=b"{" + b" " * (limit - 2) + b"}")
+    answer = at_limit.getresponse()
+    assert answer.status != 413 and b"Unable to parse 'inputs'" in answer.read(), "the server answered"
+    at_limit.close()

@@ -24,9 +24,12 @@ ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
 CPU_OVERRIDE = ROOT / "docker-compose.cpu.yml"
 VERSIONS = ROOT / "deploy" / "versions.env"
-REQUIRED_SERVICES = {"export", "tritonserver", "prometheus", "grafana", "locust-master", "locust-worker"}
+REQUIRED_SERVICES = {
+    "export", "tritonserver", "proxy", "prometheus", "grafana", "locust-master", "locust-worker"
+}  # fmt: skip
 # What a deployment sets from its own environment; values here only stand in for the interpolation.
 RUNTIME_ENV = {"TRITON_ADMIN_KEY": "test-key", "GRAFANA_ADMIN_PASSWORD": "test-password"}
+PROBE_IN_IMAGE = "/opt/tritonserver/model_probe.py"
 _VARIABLE = re.compile(r"\$\{(?P<name>\w+)(?:(?P<op>:?[-?])(?P<arg>[^}]*))?\}")
 
 
@@ -141,30 +144,53 @@ def test_the_triton_image_comes_from_the_one_pinned_tag(compose: dict, versions:
 
 
 def test_other_images_come_from_the_versions_file(raw_compose: dict, versions: dict[str, str]) -> None:
-    for name in ("prometheus", "grafana", "locust-master", "locust-worker"):
+    for name in ("proxy", "prometheus", "grafana", "locust-master", "locust-worker"):
         variable = raw_compose["services"][name]["image"]
         assert re.fullmatch(r"\$\{\w+_IMAGE:\?[^}]+\}", variable), f"{name}: {variable}"
         assert variable[2:].split(":")[0] in versions
     assert raw_compose["services"]["export"]["build"]["args"]["PYTHON_IMAGE"].startswith("${PYTHON_IMAGE:?")
 
 
-def test_the_server_waits_for_the_export_and_is_health_checked_on_readiness(compose: dict) -> None:
+def test_the_server_waits_for_the_export_and_is_health_checked_per_model(compose: dict) -> None:
     server = compose["services"]["tritonserver"]
     assert server["depends_on"]["export"]["condition"] == "service_completed_successfully"
-    test = server["healthcheck"]["test"]
-    assert test[0] == "CMD" and "curl" in test and any(a.endswith("/v2/health/ready") for a in test)
+    assert server["healthcheck"]["test"] == ["CMD", "python3", PROBE_IN_IMAGE]
+    dockerfile = (ROOT / server["build"]["context"] / "Dockerfile").read_text()
+    assert f"COPY model_probe.py {PROBE_IN_IMAGE}" in dockerfile
+    assert server["environment"]["TRITON_ADMIN_KEY"] == RUNTIME_ENV["TRITON_ADMIN_KEY"]
+    required = server["environment"]["TRITON_REQUIRED_MODELS"].split(",")
+    assert required and all((ROOT / "model_repository" / m / "config.pbtxt").is_file() for m in required)
     assert compose["services"]["export"]["restart"] == "no"
     assert compose["services"]["export"]["command"] == ["python", "-m", "export"]
 
 
-def test_the_server_reserves_a_gpu_and_publishes_its_three_ports(compose: dict) -> None:
+def test_the_server_reserves_a_gpu_and_only_the_proxy_publishes_inference_ports(compose: dict) -> None:
     server = compose["services"]["tritonserver"]
     (device,) = server["deploy"]["resources"]["reservations"]["devices"]
     assert device["driver"] == "nvidia" and device["capabilities"] == ["gpu"]
     assert "count" in device or "device_ids" in device
-    published = {p.rsplit(":", 1)[-1] for p in server["ports"]}
-    assert published == {"8000", "8001", "8002"}
+    assert {p.rsplit(":", 1)[-1] for p in server["ports"]} == {"8002"}, "metrics only: clients go via proxy"
+    proxy = compose["services"]["proxy"]
+    assert {p.rsplit(":", 1)[-1] for p in proxy["ports"]} == {"8000", "8001"}
     assert server["shm_size"]
+
+
+def test_the_proxy_enforces_the_shared_request_size_limit(compose: dict) -> None:
+    proxy = compose["services"]["proxy"]
+    assert "./deploy/nginx/limits.conf:/etc/nginx/limits.conf:ro" in proxy["volumes"]
+    assert "./deploy/nginx/compose.conf:/etc/nginx/nginx.conf:ro" in proxy["volumes"]
+    conf = (ROOT / "deploy" / "nginx" / "compose.conf").read_text()
+    assert "include limits.conf;" in conf and "client_max_body_size" not in conf, "one place for the limit"
+    assert "server tritonserver:8000;" in conf and "server tritonserver:8001;" in conf
+    assert "grpc_pass grpc://triton_grpc;" in conf
+    assert re.search(r"^client_max_body_size \d+m;$", (ROOT / "deploy/nginx/limits.conf").read_text(), re.M)
+    assert proxy["depends_on"]["tritonserver"]["condition"] == "service_healthy"
+    assert compose["services"]["locust-master"]["environment"]["LOCUST_HOST"] == "http://proxy:8000"
+
+
+def test_one_model_failing_to_load_does_not_stop_the_server(compose: dict) -> None:
+    command = compose["services"]["tritonserver"]["command"]
+    assert "--exit-on-error=false" in command and "--strict-readiness=false" in command
 
 
 def test_the_server_command_restricts_admin_apis_with_the_launchers_list(compose: dict) -> None:
@@ -222,6 +248,7 @@ def test_the_cpu_override_drops_the_gpu_and_serves_the_cpu_variant(versions: dic
     step = override["services"]["cpu-repository"]
     assert step["command"][:4] == ["python", "-m", "tritonlocal", "variant"]
     assert "--target=build/cpu_repository" in step["command"]
+    assert "--cores=0" in step["command"], "0: the cores the step sees, unless TRITON_CPU_CORES says"
 
 
 def test_the_server_image_installs_every_package_the_python_models_import() -> None:

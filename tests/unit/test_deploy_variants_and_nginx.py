@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tritonlocal.replicas import TEMPLATE, render_nginx_config
+from tritonlocal.replicas import LIMITS, TEMPLATE, render_nginx_config
 from tritonlocal.repository import NATIVE_RUNTIMES, load_repository, parse_config
 from tritonlocal.variants import THREAD_PARAMETERS, write_variant
 
@@ -161,6 +161,7 @@ def test_nginx_accepts_the_rendered_configuration(tmp_path: Path) -> None:
     for sub in ("logs", "tmp"):
         (tmp_path / sub).mkdir()
     conf = tmp_path / "nginx.conf"
+    shutil.copyfile(TEMPLATE.parent / LIMITS, tmp_path / LIMITS)
     conf.write_text(
         render_nginx_config(
             TEMPLATE.read_text(),
