@@ -9,15 +9,19 @@ from __future__ import annotations
 
 import copy
 import re
+import subprocess
 from pathlib import Path
 
 import kubernetes_validate
 import pytest
 import yaml
 
+from tritonlocal.repository import load_repository
+
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "deploy" / "k8s"
 CRD_KINDS = {"PodMonitor", "PrometheusRule"}
+PROBE_IN_IMAGE = "/opt/tritonserver/model_probe.py"
 
 
 def read_versions() -> dict[str, str]:
@@ -68,21 +72,78 @@ def test_kustomization_lists_every_manifest() -> None:
     assert listed == present
 
 
-def test_the_deployment_asks_for_a_gpu_and_probes_readiness_and_liveness() -> None:
+def test_the_deployment_asks_for_a_gpu_and_probes_every_model_with_the_images_check() -> None:
     container = server_container()
     assert container["resources"]["limits"]["nvidia.com/gpu"] == 1
-    assert container["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
-    assert container["livenessProbe"]["httpGet"]["path"] == "/v2/health/live"
-    assert container["startupProbe"]["httpGet"]["path"] == "/v2/health/ready"
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert container[probe]["exec"]["command"] == ["python3", PROBE_IN_IMAGE], probe
+        assert container[probe]["timeoutSeconds"] >= 2 * 2, f"{probe}: room for the check's 2 s timeouts"
+    dockerfile = (ROOT / "deploy" / "tritonserver" / "Dockerfile").read_text()
+    assert f"COPY model_probe.py {PROBE_IN_IMAGE}" in dockerfile
+    env = {e["name"]: e for e in container["env"]}
+    assert "secretKeyRef" in env["TRITON_ADMIN_KEY"]["valueFrom"], "the check reads the restricted index"
+    required = env["TRITON_REQUIRED_MODELS"]["value"].split(",")
+    assert required and all((ROOT / "model_repository" / m / "config.pbtxt").is_file() for m in required)
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports == {"http": 8000, "grpc": 8001, "metrics": 8002}
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
     assert mounts["model-repository"] == "/models" and "--model-repository=/models" in container["args"]
-    volumes = {v["name"]: v for v in by_kind("Deployment")["spec"]["template"]["spec"]["volumes"]}
-    assert (
-        volumes["model-repository"]["persistentVolumeClaim"]["claimName"]
-        == by_kind("PersistentVolumeClaim")["metadata"]["name"]
-    )
+
+
+def test_an_init_container_fills_the_repository_volume_from_the_export_image() -> None:
+    spec = by_kind("Deployment")["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert "emptyDir" in volumes["model-repository"], "per pod, filled by the init container"
+    (init,) = spec["initContainers"]
+    assert init["image"].startswith("triton-batching/export:")
+    assert {m["name"]: m["mountPath"] for m in init["volumeMounts"]} == {"model-repository": "/models"}
+    script = init["command"][-1]
+    copy, export = script.split(" && ")
+    assert copy == "cp -a /workspace/model_repository/. /models/"
+    assert export == "python -m export --repository /models"
+    dockerfile = (ROOT / "deploy" / "export" / "Dockerfile").read_text()
+    assert "COPY model_repository ./model_repository" in dockerfile and "WORKDIR /workspace" in dockerfile
+
+
+def test_the_export_image_carries_every_repository_file_under_git_and_no_exported_file() -> None:
+    rules = _dockerignore(ROOT / "deploy" / "export" / "Dockerfile.dockerignore")
+    tracked = subprocess.run(
+        ["git", "ls-files", "model_repository"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert any(path.endswith("model.py") for path in tracked) and any(p.endswith(".txt") for p in tracked)
+    left_out = [path for path in tracked if not _included(path, rules)]
+    assert not left_out, f"the export image would lack {left_out}"
+    for name, entry in load_repository(ROOT / "model_repository").items():
+        if entry.model_filename:
+            exported = f"model_repository/{name}/1/{entry.model_filename}"
+            assert not _included(exported, rules), f"{exported} is generated, never baked in stale"
+
+
+def _dockerignore(path: Path) -> list[tuple[bool, re.Pattern[str]]]:
+    """(include?, pattern) per rule of a .dockerignore file; the last matching rule wins."""
+    rules = []
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        negated = line.startswith("!")
+        glob = line.lstrip("!")
+        pattern = re.escape(glob).replace(r"\*\*/", "(.*/)?").replace(r"\*\*", ".*").replace(r"\*", "[^/]*")
+        rules.append((negated, re.compile(f"{pattern}(/.*)?")))
+    return rules
+
+
+def _included(path: str, rules: list[tuple[bool, re.Pattern[str]]]) -> bool:
+    included = True
+    for include, pattern in rules:
+        if pattern.fullmatch(path):
+            included = include
+    return included
+
+
+def test_one_model_failing_to_load_leaves_the_others_serving() -> None:
+    args = server_container()["args"]
+    assert "--exit-on-error=false" in args and "--strict-readiness=false" in args
 
 
 def test_the_deployment_runs_the_pinned_triton_release_with_the_composes_flags() -> None:
