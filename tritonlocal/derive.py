@@ -27,7 +27,7 @@ from tritonlocal.repository import (
     format_config,
     load_repository,
 )
-from tritonlocal.variants import threads_per_instance
+from tritonlocal.variants import CPU_ONNXRUNTIME_PARAMETERS, set_default_parameters, threads_per_instance
 
 logger = logging.getLogger(__name__)
 
@@ -83,6 +83,8 @@ def derive_local_config(
                 del group.gpus[:]
         if entry.is_native:
             _keep_smallest_warmup(config)
+            if runtime == "onnxruntime":
+                set_default_parameters(config, CPU_ONNXRUNTIME_PARAMETERS)
     return config
 
 

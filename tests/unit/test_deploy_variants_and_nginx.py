@@ -103,6 +103,10 @@ def test_the_cpu_variant_divides_the_cores_between_each_native_models_instances(
         instances = sum(group.count for group in entry.config.instance_group)
         assert int(parameters[intra]) * instances == cores, (name, parameters)
         assert parameters[inter] == "1", name
+        if NATIVE_RUNTIMES[entry.kind][0] == "onnxruntime":
+            assert parameters["enable_mem_pattern"] == "false", "no memory pattern kept per batch shape"
+        else:
+            assert "enable_mem_pattern" not in parameters, name
 
 
 def test_the_thread_parameters_are_the_names_each_backend_reads() -> None:

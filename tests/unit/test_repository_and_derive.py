@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tritonlocal.derive import RUNNER, derive_repository
+from tritonlocal.derive import RUNNER, derive_local_config, derive_repository
 from tritonlocal.errors import RepositoryError
 from tritonlocal.repository import (
     BATCHING_HELPER,
@@ -188,3 +188,16 @@ def test_a_derived_native_model_gets_the_batching_helper_beside_its_runner(tmp_p
     version = tmp_path / "local" / "classifier" / "1"
     assert (version / "model.py").read_text() == RUNNER.read_text()
     assert (version / BATCHING_HELPER).resolve() == (source / BATCHING_HELPER).resolve()
+
+
+def test_the_local_cpu_runner_gets_onnxruntimes_memory_pattern_off_unless_the_config_sets_it() -> None:
+    models = load_repository(REPOSITORY)
+    onnx = derive_local_config(models["efficientnet_lite0_onnx"], gpu_available=False, intra_op_threads=1)
+    assert onnx.parameters["enable_mem_pattern"].string_value == "false"
+    torchscript = models["efficientnet_lite0_torchscript"]
+    assert (
+        "enable_mem_pattern"
+        not in derive_local_config(torchscript, gpu_available=False, intra_op_threads=1).parameters
+    )
+    on_gpu = derive_local_config(models["efficientnet_lite0_onnx"], gpu_available=True, intra_op_threads=1)
+    assert "enable_mem_pattern" not in on_gpu.parameters
