@@ -1,0 +1,341 @@
+"""Soak benchmark: mixed image and text load at a steady fraction of capacity for a fixed time.
+
+    python -m loadtest.soak --minutes 30 --output reports/soak
+
+1. derives build/local_repository and starts a local tritonserver (loopback, free ports);
+2. calibrates: ``--calibrate-s`` seconds of closed-loop load (both pipelines at once) measure the
+   capacity of image_classifier and text_embedder side by side;
+3. warms up, then soaks: requests arrive at a fixed rate, ``--fraction`` of each measured capacity,
+   for ``--warmup-minutes`` and then ``--minutes``;
+4. every ``--sample-s`` seconds records the resident memory (RSS) of the server and of each
+   Python-backend stub, and the throughput, errors and latency of the interval;
+5. writes ``samples.csv``, ``soak.png`` and ``summary.md`` to ``--output``.
+
+Bounded in time and aimed at 127.0.0.1 only; not a test. The verdict compares the first and last
+minutes after warm-up: resident memory growth (target < 5%), throughput and errors (target zero).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import io
+import logging
+import os
+import random
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+import skimage
+from PIL import Image
+
+from clients.sync_client import TritonClient
+from tritonlocal import LocalTritonServer, ServerConfig
+from tritonlocal.cli import DEPLOYABLE, LOCAL
+from tritonlocal.derive import derive_repository, gpu_is_available
+from tritonlocal.health import live_stubs
+
+logger = logging.getLogger(__name__)
+
+SENTENCES_FILE = Path(__file__).parent / "data" / "sentences.txt"
+PHOTOGRAPHS = ("chelsea.png", "coffee.png", "astronaut.png", "rocket.jpg", "motorcycle_left.png")
+KINDS = ("image", "text")
+PIPELINES = {"image": "image_classifier", "text": "text_embedder"}
+# A request still waiting for a client thread after this long counts as an error (the load is above
+# what the server sustains; a soak at a fraction of capacity should never get there).
+MAX_BACKLOG = 256
+
+
+@dataclass(frozen=True, kw_only=True)
+class SoakConfig:
+    minutes: float
+    warmup_minutes: float = 3.0
+    fraction: float = 0.6
+    sample_s: float = 10.0
+    calibrate_s: float = 60.0
+    in_flight: int = 16
+    output: Path = Path("reports", "soak")
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.minutes > 0 or self.warmup_minutes < 0:
+            raise ValueError(
+                f"minutes must be positive and warmup_minutes not negative, got {self.minutes} and "
+                f"{self.warmup_minutes}"
+            )
+        if not 0 < self.fraction <= 1:
+            raise ValueError(f"fraction of capacity must be in (0, 1], got {self.fraction}")
+        if self.sample_s <= 0 or self.calibrate_s <= 0 or self.in_flight < 1:
+            raise ValueError("sample_s and calibrate_s must be positive and in_flight at least 1")
+
+
+@dataclass(kw_only=True)
+class Tally:
+    """Completions since the last sample, per kind; filled by client threads, drained by the sampler."""
+
+    ok: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
+    errors: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
+    latencies_s: dict[str, list[float]] = field(default_factory=lambda: {k: [] for k in KINDS})
+    error_messages: dict[str, int] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def record(self, kind: str, latency_s: float, error: str | None) -> None:
+        with self.lock:
+            if error is None:
+                self.ok[kind] += 1
+                self.latencies_s[kind].append(latency_s)
+            else:
+                self.errors[kind] += 1
+                self.error_messages[error[:200]] = self.error_messages.get(error[:200], 0) + 1
+
+    def drain(self) -> Tally:
+        with self.lock:
+            taken = Tally(ok=self.ok, errors=self.errors, latencies_s=self.latencies_s)
+            self.ok, self.errors = dict.fromkeys(KINDS, 0), dict.fromkeys(KINDS, 0)
+            self.latencies_s = {k: [] for k in KINDS}
+        return taken
+
+
+class Workload:
+    """Real inputs (photograph crops re-encoded as JPEG, sentences) and thread-local clients."""
+
+    def __init__(self, url: str, *, seed: int) -> None:
+        self.url = url
+        self.images = _image_variants(64, seed=seed)
+        self.sentences = _sentences()
+        self._local = threading.local()
+        self._rng = random.Random(seed)
+
+    def send(self, kind: str) -> None:
+        client = getattr(self._local, "client", None)
+        if client is None:
+            client = self._local.client = TritonClient(self.url, max_in_flight=1)
+        if kind == "image":
+            client.classify([self._rng.choice(self.images)], model=PIPELINES["image"])
+        else:
+            client.embed([self._rng.choice(self.sentences)], model=PIPELINES["text"])
+
+
+def timed(workload: Workload, kind: str, tally: Tally, scheduled: float) -> None:
+    try:
+        workload.send(kind)
+    except Exception as e:  # noqa: BLE001 - every failure is counted and named in the summary
+        tally.record(kind, time.monotonic() - scheduled, f"{kind}: {type(e).__name__}: {e}")
+    else:
+        tally.record(kind, time.monotonic() - scheduled, None)
+
+
+def calibrate(workload: Workload, config: SoakConfig) -> dict[str, float]:
+    """Closed loop, ``in_flight`` requests per kind at once: requests/s each kind completes."""
+    tally = Tally()
+    deadline = time.monotonic() + config.calibrate_s
+
+    def loop(kind: str) -> None:
+        while time.monotonic() < deadline:
+            timed(workload, kind, tally, time.monotonic())
+
+    with ThreadPoolExecutor(max_workers=2 * config.in_flight) as pool:
+        for kind in KINDS:
+            for _ in range(config.in_flight):
+                pool.submit(loop, kind)
+    done = tally.drain()
+    if any(done.errors.values()):
+        logger.warning("errors during calibration: %s", done.errors)
+    return {kind: done.ok[kind] / config.calibrate_s for kind in KINDS}
+
+
+@dataclass(kw_only=True)
+class Pacer:
+    """Sends requests of one kind at a fixed rate (open loop) until ``stop`` is set."""
+
+    kind: str
+    rate_per_s: float
+    workload: Workload
+    tally: Tally
+    pool: ThreadPoolExecutor
+    stop: threading.Event
+    backlog: list[int] = field(default_factory=lambda: [0])
+
+    def run(self) -> None:
+        start = time.monotonic()
+        sent = 0
+        while not self.stop.is_set():
+            scheduled = start + sent / self.rate_per_s
+            if self.stop.wait(max(0.0, scheduled - time.monotonic())):
+                return
+            sent += 1
+            if self.backlog[0] >= MAX_BACKLOG:
+                self.tally.record(self.kind, 0.0, f"{self.kind}: client backlog over {MAX_BACKLOG}")
+                continue
+            self.backlog[0] += 1
+            self.pool.submit(self._one, scheduled)
+
+    def _one(self, scheduled: float) -> None:
+        try:
+            timed(self.workload, self.kind, self.tally, scheduled)
+        finally:
+            self.backlog[0] -= 1
+
+
+def process_rss_mb(server_pid: int) -> dict[str, float]:
+    """Resident memory of the server and of each Python-backend stub (by instance name), in MB."""
+    rss = {"tritonserver": psutil.Process(server_pid).memory_info().rss / 1e6}
+    for instance, pid in live_stubs(server_pid).items():
+        with contextlib.suppress(psutil.Error):
+            rss[instance] = psutil.Process(pid).memory_info().rss / 1e6
+    return rss
+
+
+def sample_row(elapsed_s: float, phase: str, interval_s: float, done: Tally, rss: dict[str, float]) -> dict:
+    row: dict = {"time_s": round(elapsed_s, 1), "phase": phase}
+    for kind in KINDS:
+        latencies = sorted(done.latencies_s[kind])
+        row[f"{kind}_per_s"] = round(done.ok[kind] / interval_s, 2)
+        row[f"{kind}_errors"] = done.errors[kind]
+        row[f"{kind}_p50_ms"] = round(1000 * _quantile(latencies, 0.5), 1)
+        row[f"{kind}_p95_ms"] = round(1000 * _quantile(latencies, 0.95), 1)
+    row["rss_total_mb"] = round(sum(rss.values()), 1)
+    row.update({f"rss_mb:{name}": round(value, 1) for name, value in sorted(rss.items())})
+    return row
+
+
+def run_soak(config: SoakConfig, server: LocalTritonServer, *, log: Callable[[str], None]) -> dict:
+    assert server.pid is not None
+    load_before = os.getloadavg()[0]
+    workload = Workload(f"http://{server.http_url}", seed=config.seed)
+    log(f"calibrating for {config.calibrate_s:.0f} s ({config.in_flight} in flight per pipeline)")
+    capacity = calibrate(workload, config)
+    rates = {kind: max(0.2, config.fraction * capacity[kind]) for kind in KINDS}
+    log("capacity " + ", ".join(f"{k} {v:.1f}/s" for k, v in capacity.items()))
+    log("soak rates " + ", ".join(f"{k} {v:.1f}/s" for k, v in rates.items()))
+    tally, stop, rows = Tally(), threading.Event(), []
+    warmup_s, total_s = 60 * config.warmup_minutes, 60 * (config.warmup_minutes + config.minutes)
+    with ThreadPoolExecutor(max_workers=4 * config.in_flight) as pool:
+        pacers = [
+            threading.Thread(target=pacer.run, daemon=True)
+            for pacer in (
+                Pacer(kind=k, rate_per_s=rates[k], workload=workload, tally=tally, pool=pool, stop=stop)
+                for k in KINDS
+            )
+        ]
+        start = last = time.monotonic()
+        for pacer in pacers:
+            pacer.start()
+        try:
+            while (now := time.monotonic()) - start < total_s:
+                time.sleep(min(config.sample_s, max(0.0, last + config.sample_s - now)))
+                now = time.monotonic()
+                phase = "warmup" if now - start < warmup_s else "soak"
+                row = sample_row(now - start, phase, now - last, tally.drain(), process_rss_mb(server.pid))
+                rows.append(row)
+                last = now
+                log(
+                    f"{row['time_s']:>7.0f} s {phase:<6} images {row['image_per_s']:6.1f}/s "
+                    f"texts {row['text_per_s']:6.1f}/s errors {row['image_errors'] + row['text_errors']} "
+                    f"rss {row['rss_total_mb']:8.1f} MB"
+                )
+        finally:
+            stop.set()
+            for pacer in pacers:
+                pacer.join()
+    return {
+        "capacity": capacity,
+        "rates": rates,
+        "rows": rows,
+        "error_messages": tally.error_messages,
+        "machine": f"{os.cpu_count()} cores; 1-minute load average {load_before:.1f} before the run, "
+        f"{os.getloadavg()[0]:.1f} after (other processes share the machine: throughput is noisy)",
+    }
+
+
+def _quantile(values: list[float], q: float) -> float:
+    return values[min(len(values) - 1, int(q * len(values)))] if values else 0.0
+
+
+def _image_variants(count: int, *, seed: int) -> list[bytes]:
+    """Distinct JPEG crops of the photographs shipped with scikit-image (no two requests alike)."""
+    folder = Path(skimage.__file__).parent / "data"
+    photos = [Image.open(folder / name).convert("RGB") for name in PHOTOGRAPHS if (folder / name).is_file()]
+    if not photos:
+        raise FileNotFoundError(f"none of {PHOTOGRAPHS} is in {folder}; reinstall scikit-image")
+    rng = random.Random(seed)
+    variants = []
+    for index in range(count):
+        photo = photos[index % len(photos)]
+        width, height = photo.size
+        share = rng.uniform(0.6, 1.0)
+        w, h = int(width * share), int(height * share)
+        left, top = rng.randint(0, width - w), rng.randint(0, height - h)
+        buffer = io.BytesIO()
+        photo.crop((left, top, left + w, top + h)).save(buffer, format="JPEG", quality=rng.randint(80, 95))
+        variants.append(buffer.getvalue())
+    return variants
+
+
+def _sentences() -> list[str]:
+    if not SENTENCES_FILE.is_file():
+        raise FileNotFoundError(f"{SENTENCES_FILE} is missing: the soak sends its realistic sentences")
+    lines = [line.strip() for line in SENTENCES_FILE.read_text(encoding="utf-8").splitlines()]
+    return [line for line in lines if line and not line.startswith("#")]
+
+
+def write_csv(rows: list[dict], path: Path) -> None:
+    columns: list[str] = []
+    for row in rows:
+        columns.extend(c for c in row if c not in columns)
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from loadtest.soak_report import write_report  # plotting pulls in matplotlib: only when running
+
+    parser = argparse.ArgumentParser(prog="python -m loadtest.soak", description=__doc__.splitlines()[0])
+    parser.add_argument("--minutes", type=float, required=True, help="soak duration after warm-up")
+    parser.add_argument("--warmup-minutes", type=float, default=3.0)
+    parser.add_argument("--fraction", type=float, default=0.6, help="share of the calibrated capacity")
+    parser.add_argument("--sample-s", type=float, default=10.0)
+    parser.add_argument("--calibrate-s", type=float, default=60.0)
+    parser.add_argument("--in-flight", type=int, default=16, help="per pipeline, during calibration")
+    parser.add_argument("--output", type=Path, default=Path("reports", "soak"))
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    config = SoakConfig(
+        minutes=args.minutes,
+        warmup_minutes=args.warmup_minutes,
+        fraction=args.fraction,
+        sample_s=args.sample_s,
+        calibrate_s=args.calibrate_s,
+        in_flight=args.in_flight,
+        output=args.output,
+    )
+    config.output.mkdir(parents=True, exist_ok=True)
+    derived = derive_repository(DEPLOYABLE, LOCAL, gpu_available=gpu_is_available())
+    missing = [name for name in PIPELINES.values() if name not in derived.written]
+    if missing:
+        parser.error(f"{', '.join(missing)} not served ({derived.skipped}); run `python -m export` first")
+    server_config = ServerConfig(model_repository=LOCAL, log_path=config.output / "server.log")
+    with LocalTritonServer(server_config) as server:
+        result = run_soak(config, server, log=lambda line: print(line, flush=True))
+    write_csv(result["rows"], config.output / "samples.csv")
+    summary = write_report(result, config, command="python -m loadtest.soak " + " ".join(argv or _argv()))
+    print(summary)
+    return 0
+
+
+def _argv() -> list[str]:
+    import sys
+
+    return sys.argv[1:]
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,44 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from loadtest.soak import SoakConfig, Tally, sample_row
+from loadtest.soak_report import growth, windows, write_report
+
+
+def _rows(rss: list[float], *, warmup: int = 2, sample_s: float = 60.0) -> list[dict]:
+    tally = Tally()
+    rows = []
+    for index, value in enumerate(rss):
+        tally.record("image", 0.05, None)
+        tally.record("text", 0.01, None if index else "text: ServerOverloadedError: queue full")
+        phase = "warmup" if index < warmup else "soak"
+        rows.append(sample_row(sample_s * (index + 1), phase, sample_s, tally.drain(), {"a_0_0": value}))
+    return rows
+
+
+def test_growth_compares_the_first_and_last_minutes_after_warmup() -> None:
+    rows = _rows([500, 900, 1000, 1000, 1010, 1020, 1040, 1050])
+    first, last = windows(rows, sample_s=60.0)
+    assert [row["rss_total_mb"] for row in first] == [1000, 1000]
+    assert [row["rss_total_mb"] for row in last] == [1040, 1050]
+    assert growth(first, last, "rss_total_mb") == pytest.approx(0.045)
+
+
+def test_the_summary_states_the_verdict_and_counts_only_errors_after_warmup(tmp_path: Path) -> None:
+    config = SoakConfig(minutes=6, warmup_minutes=2, sample_s=60, output=tmp_path)
+    rows = _rows([500, 900, 1000, 1000, 1010, 1020, 1080, 1100])
+    result = {"capacity": {"image": 10.0, "text": 20.0}, "rates": {"image": 6.0, "text": 12.0}}
+    summary = write_report({**result, "rows": rows, "error_messages": {}}, config, command="soak")
+    assert "grew +9.0% over the soak (over the 5% limit); zero errors." in summary
+    assert "| resident memory, a_0_0 (MB) | 1000.0 | 1090.0 | +9.0% |" in summary
+    assert (tmp_path / "soak.png").stat().st_size > 0 and (tmp_path / "summary.md").read_text() == summary
+
+
+def test_a_soak_needs_a_duration_and_a_fraction_of_capacity() -> None:
+    with pytest.raises(ValueError, match="minutes must be positive"):
+        SoakConfig(minutes=0)
+    with pytest.raises(ValueError, match="fraction of capacity"):
+        SoakConfig(minutes=1, fraction=1.5)
