@@ -10,7 +10,6 @@ smallest warm-up batch; everything else is linked unchanged.
 
 from __future__ import annotations
 
-import copy
 import json
 import logging
 import os
@@ -27,7 +26,12 @@ from tritonlocal.repository import (
     format_config,
     load_repository,
 )
-from tritonlocal.variants import CPU_ONNXRUNTIME_PARAMETERS, set_default_parameters, threads_per_instance
+from tritonlocal.variants import (
+    CPU_ONNXRUNTIME_PARAMETERS,
+    keep_smallest_warmup,
+    set_default_parameters,
+    threads_per_instance,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -82,25 +86,10 @@ def derive_local_config(
                 group.kind = group.KIND_CPU
                 del group.gpus[:]
         if entry.is_native:
-            _keep_smallest_warmup(config)
+            keep_smallest_warmup(config)
             if runtime == "onnxruntime":
                 set_default_parameters(config, CPU_ONNXRUNTIME_PARAMETERS)
     return config
-
-
-def _keep_smallest_warmup(config: ModelConfig) -> None:
-    """Keep only the warm-up samples of the smallest batch size.
-
-    The deployable configs warm up every batch size the batcher forms, for the GPU's per-shape
-    searches and compilations. The CPU runner here has none worth that price: running every size from
-    1 to 64 costs ~2,000 images of compute per instance (15-25 s per instance on 2 cores) at each start.
-    """
-    if not config.model_warmup:
-        return
-    smallest = min(sample.batch_size for sample in config.model_warmup)
-    kept = [copy.deepcopy(sample) for sample in config.model_warmup if sample.batch_size == smallest]
-    del config.model_warmup[:]
-    config.model_warmup.extend(kept)
 
 
 def derive_repository(

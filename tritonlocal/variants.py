@@ -3,8 +3,8 @@
 ``derive`` (tritonlocal/derive.py) turns native models into Python-backend models for the pip-wheel
 server. The container has the native onnxruntime and libtorch backends, so on a host without a GPU
 it needs a different copy: every model unchanged except ``instance_group`` ``KIND_GPU`` -> ``KIND_CPU``
-(and the GPU-only settings that come with it), and each native model's thread pools sized so that its
-instances share the cores instead of each taking all of them. docker-compose.cpu.yml runs this as a
+(and the GPU-only settings that come with it), each native model's thread pools sized so that its
+instances share the cores instead of each taking all of them, and only its smallest warm-up kept. docker-compose.cpu.yml runs this as a
 one-shot step:
 
     python -m tritonlocal variant --kind cpu --source model_repository --target build/cpu_repository
@@ -15,6 +15,7 @@ point back into model_repository/ would dangle.
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import shutil
@@ -81,7 +82,24 @@ def cpu_config(entry: ModelEntry, *, cores: int) -> ModelConfig:
         config.parameters[inter].string_value = "1"
         if runtime == "onnxruntime":
             set_default_parameters(config, CPU_ONNXRUNTIME_PARAMETERS)
+        keep_smallest_warmup(config)
     return config
+
+
+def keep_smallest_warmup(config: ModelConfig) -> None:
+    """Keep only the warm-up samples of the smallest batch size.
+
+    The deployable configs warm up every batch size the batcher forms, for the GPU's per-shape
+    searches and compilations. On a CPU neither onnxruntime nor libtorch without optimized execution
+    has one worth that price: every size from 1 to 64 costs ~2,000 images of compute per instance
+    (15-25 s per instance on 2 cores) at each start.
+    """
+    if not config.model_warmup:
+        return
+    smallest = min(sample.batch_size for sample in config.model_warmup)
+    kept = [copy.deepcopy(sample) for sample in config.model_warmup if sample.batch_size == smallest]
+    del config.model_warmup[:]
+    config.model_warmup.extend(kept)
 
 
 def set_default_parameters(config: ModelConfig, defaults: dict[str, str]) -> None:

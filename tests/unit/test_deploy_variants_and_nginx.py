@@ -103,6 +103,7 @@ def test_the_cpu_variant_divides_the_cores_between_each_native_models_instances(
         instances = sum(group.count for group in entry.config.instance_group)
         assert int(parameters[intra]) * instances == cores, (name, parameters)
         assert parameters[inter] == "1", name
+        assert {w.batch_size for w in entry.config.model_warmup} <= {1}, "no per-shape search on a CPU"
         if NATIVE_RUNTIMES[entry.kind][0] == "onnxruntime":
             assert parameters["enable_mem_pattern"] == "false", "no memory pattern kept per batch shape"
         else:
