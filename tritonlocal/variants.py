@@ -4,8 +4,8 @@
 server. The container has the native onnxruntime and libtorch backends, so on a host without a GPU
 it needs a different copy: every model unchanged except ``instance_group`` ``KIND_GPU`` -> ``KIND_CPU``
 (and the GPU-only settings that come with it), each native model's thread pools sized so that its
-instances share the cores instead of each taking all of them, and only its smallest warm-up kept. docker-compose.cpu.yml runs this as a
-one-shot step:
+instances share the cores instead of each taking all of them, and only its smallest warm-up kept.
+docker-compose.cpu.yml runs this as a one-shot step:
 
     python -m tritonlocal variant --kind cpu --source model_repository --target build/cpu_repository
 
