@@ -126,7 +126,9 @@ def timed(workload: Workload, kind: str, tally: Tally, scheduled: float) -> None
     try:
         workload.send(kind)
     except Exception as e:  # noqa: BLE001 - every failure is counted and named in the summary
-        tally.record(kind, time.monotonic() - scheduled, f"{kind}: {type(e).__name__}: {e}")
+        # The server's words without the input's preview, so that one cause is counted once.
+        message = getattr(e, "server_message", None) or str(e)
+        tally.record(kind, time.monotonic() - scheduled, f"{kind}: {type(e).__name__}: {message}")
     else:
         tally.record(kind, time.monotonic() - scheduled, None)
 
