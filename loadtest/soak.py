@@ -32,19 +32,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
-import skimage
 from PIL import Image
 
+from clients.samples import photograph_paths, sentences
 from clients.sync_client import TritonClient
 from tritonlocal import LocalTritonServer, ServerConfig
-from tritonlocal.cli import DEPLOYABLE, LOCAL
-from tritonlocal.derive import derive_repository, gpu_is_available
 from tritonlocal.health import live_stubs
+from tritonlocal.local_repository import LOCAL, derive_local
 
 logger = logging.getLogger(__name__)
 
-SENTENCES_FILE = Path(__file__).parent / "data" / "sentences.txt"
-PHOTOGRAPHS = ("chelsea.png", "coffee.png", "astronaut.png", "rocket.jpg", "motorcycle_left.png")
 KINDS = ("image", "text")
 PIPELINES = {"image": "image_classifier", "text": "text_embedder"}
 # A request still waiting for a client thread after this long counts as an error (the load is above
@@ -108,7 +105,7 @@ class Workload:
     def __init__(self, url: str, *, seed: int) -> None:
         self.url = url
         self.images = _image_variants(64, seed=seed)
-        self.sentences = _sentences()
+        self.sentences = list(sentences())
         self._local = threading.local()
         self._rng = random.Random(seed)
 
@@ -261,11 +258,8 @@ def _quantile(values: list[float], q: float) -> float:
 
 
 def _image_variants(count: int, *, seed: int) -> list[bytes]:
-    """Distinct JPEG crops of the photographs shipped with scikit-image (no two requests alike)."""
-    folder = Path(skimage.__file__).parent / "data"
-    photos = [Image.open(folder / name).convert("RGB") for name in PHOTOGRAPHS if (folder / name).is_file()]
-    if not photos:
-        raise FileNotFoundError(f"none of {PHOTOGRAPHS} is in {folder}; reinstall scikit-image")
+    """Distinct JPEG crops of the sample photographs (no two requests alike)."""
+    photos = [Image.open(path).convert("RGB") for path in photograph_paths()]
     rng = random.Random(seed)
     variants = []
     for index in range(count):
@@ -278,13 +272,6 @@ def _image_variants(count: int, *, seed: int) -> list[bytes]:
         photo.crop((left, top, left + w, top + h)).save(buffer, format="JPEG", quality=rng.randint(80, 95))
         variants.append(buffer.getvalue())
     return variants
-
-
-def _sentences() -> list[str]:
-    if not SENTENCES_FILE.is_file():
-        raise FileNotFoundError(f"{SENTENCES_FILE} is missing: the soak sends its realistic sentences")
-    lines = [line.strip() for line in SENTENCES_FILE.read_text(encoding="utf-8").splitlines()]
-    return [line for line in lines if line and not line.startswith("#")]
 
 
 def write_csv(rows: list[dict], path: Path) -> None:
@@ -320,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
         output=args.output,
     )
     config.output.mkdir(parents=True, exist_ok=True)
-    derived = derive_repository(DEPLOYABLE, LOCAL, gpu_available=gpu_is_available())
+    derived = derive_local()
     missing = [name for name in PIPELINES.values() if name not in derived.written]
     if missing:
         parser.error(f"{', '.join(missing)} not served ({derived.skipped}); run `python -m export` first")
