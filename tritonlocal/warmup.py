@@ -6,7 +6,9 @@ batcher dispatches whatever it holds when ``max_queue_delay_microseconds`` runs 
 preferred sizes, so it forms every batch size from 1 to ``max_batch_size``; a model without a dynamic
 batcher runs each request as sent, also 1 to ``max_batch_size``. An input with a variable dimension
 (``-1``) multiplies that by the lengths the sender produces (for example a tokenizer's length buckets),
-which only the caller knows: pass them as ``variable_dims``.
+which only the caller knows: pass them as ``variable_dims``. A ragged input (``allow_ragged_batch``)
+reaches the backend as one concatenated vector of any total length: no finite list covers it, and
+:func:`batcher_shapes` says so.
 
     missing = uncovered_shapes(config)            # [] when the warm-up covers every batch the batcher forms
 """
@@ -52,6 +54,12 @@ def batcher_shapes(
     per_input: list[tuple[str, list[tuple[int, ...]]]] = []
     for tensor in config.input:
         dims = tuple(tensor.dims)
+        if tensor.allow_ragged_batch:
+            raise ValueError(
+                f"{config.name}: input {tensor.name} is ragged: the backend sees the requests' lengths "
+                "concatenated, any total up to max_batch_size times the longest, so no warm-up list covers "
+                "every shape; remove the per-shape cost with the backend's parameters instead"
+            )
         if -1 in dims:
             if tensor.name not in variable_dims:
                 raise ValueError(

@@ -94,3 +94,9 @@ def test_local_cpu_server_keeps_only_the_smallest_warmup_and_a_gpu_keeps_all(nam
     smallest = min(sample.batch_size for sample in entry.config.model_warmup)
     assert [sample.batch_size for sample in on_cpu.model_warmup] == [smallest]
     assert list(on_gpu.model_warmup) == list(entry.config.model_warmup)
+
+
+def test_a_ragged_input_is_refused_because_no_warmup_list_covers_it() -> None:
+    ragged = ENCODER.replace("dims: [ -1 ] },", "dims: [ -1 ] allow_ragged_batch: true },", 1)
+    with pytest.raises(ValueError, match="INPUT_IDS is ragged"):
+        batcher_shapes(_config(ragged), variable_dims={"INPUT_IDS": [(8,)], "ATTENTION_MASK": [(8,)]})
