@@ -16,9 +16,11 @@ ROOT = Path(__file__).resolve().parents[2]
     [
         ("derive", "--threads"),
         ("serve", "--no-admin-key"),
+        ("serve", "--allow-failed-models"),
         ("monitor", "--prometheus-port"),
         ("replicas", "--count"),
         ("variant", "--kind"),
+        ("variant", "--cores"),
         ("install-perf-analyzer", "--force"),
     ],
 )
@@ -39,6 +41,16 @@ def test_the_variant_command_writes_the_cpu_copy_and_says_what_moved(
     assert code == 0
     assert "moved to the CPU: efficientnet_lite0_onnx" in capsys.readouterr().out
     assert (target / "minilm_onnx" / "config.pbtxt").is_file()
+
+
+def test_the_variant_command_divides_the_cores_it_is_given(tmp_path: Path) -> None:
+    target = tmp_path / "cpu"
+    assert (
+        main(["variant", "--source", str(ROOT / "model_repository"), "--target", str(target), "--cores", "6"])
+        == 0
+    )
+    config = (target / "efficientnet_lite0_onnx" / "config.pbtxt").read_text()
+    assert 'key: "intra_op_thread_count"\n  value {\n    string_value: "3"' in config
 
 
 def test_a_bad_flag_value_is_a_usage_error() -> None:

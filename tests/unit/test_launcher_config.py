@@ -20,6 +20,16 @@ def test_server_binds_loopback_by_default() -> None:
     assert not any(arg.startswith("--http-restricted-api") for arg in command)
 
 
+def test_fail_fast_is_the_default_and_serving_what_loaded_is_one_flag() -> None:
+    ports = {"http_port": 1, "grpc_port": 2, "metrics_port": 3}
+    default = ServerConfig(model_repository=Path("r"), **ports).command(Path("t"), Path("b"))
+    assert "--strict-readiness=true" in default and not any("--exit-on-error" in a for a in default)
+    partial = ServerConfig(model_repository=Path("r"), exit_on_error=False, **ports).command(
+        Path("t"), Path("b")
+    )
+    assert "--exit-on-error=false" in partial and "--strict-readiness=false" in partial
+
+
 def test_admin_key_restricts_repository_config_shm_and_logging_apis() -> None:
     config = ServerConfig(
         model_repository=Path("r"), http_port=1, grpc_port=2, metrics_port=3, admin_key="s3cret"
