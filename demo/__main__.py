@@ -71,7 +71,12 @@ def main(argv: list[str] | None = None) -> int:
                 url, "image_classifier", "efficientnet_lite0_onnx", images, args, kind="images"
             ),
             *compare_batching(
-                url, "text_embedder", "minilm_onnx", shuffled_sentences(args.requests), args, kind="texts"
+                url,
+                "text_embedder",
+                "minilm_torchscript",
+                shuffled_sentences(args.requests),
+                args,
+                kind="texts",
             ),
         ]
     print_batching(rows)

@@ -44,7 +44,7 @@ PUBLIC_MODELS = (
     "image_classifier",
     "image_classifier_torchscript",
     "text_embedder",
-    "text_embedder_torchscript",
+    "text_embedder_onnx",
 )
 EXPORTED = {  # exported model -> (runtime, pipeline) for the in-process and profiling experiments
     "minilm_onnx": ("onnxruntime", "text"),
@@ -53,7 +53,7 @@ EXPORTED = {  # exported model -> (runtime, pipeline) for the in-process and pro
     "efficientnet_lite0_torchscript": ("torchscript", "image"),
 }
 NOBATCH, INSTANCE_SUFFIX = "__nobatch", "__x{}"
-TEXT_TOKENIZER = "text_tokenizer"
+TEXT_TOKENIZER, TEXT_ONNX_MODEL = "text_tokenizer", "text_embedder_onnx"
 # The configuration before ragged batching: the tokenizer padded each request to one of these lengths
 # and the encoder's batcher merged equal shapes only (experiment 8's first arm reproduces it).
 PREVIOUS_BUCKETS = "8,16,24,32,48,64,96,128,256"
@@ -131,28 +131,30 @@ def served_variants(plan: Plan, source: Path) -> list[Variant]:
 
 
 def ragged_arms(source: Path) -> dict[str, tuple[Variant, str]]:
-    """Experiment 8: arm label -> (variant, served model). The shipped text ensemble, the previous
-    configuration (length buckets, equal-shape batches, fp32), and each change alone: ragged batching
-    with the fp32 file, and the served precision without ragged batching. The fp32 file is the one the
-    export keeps beside its precision record (:mod:`export.precision`); where the served file is fp32
-    already, the arms that differ only in precision are left out."""
+    """Experiment 8: arm label -> (variant, served model). The previous configuration (the ONNX fp32
+    encoder behind length buckets, equal-shape batches: what text_embedder served before), ragged
+    batching alone (text_embedder_onnx as shipped), then the default route's encoder (TorchScript): its
+    fp32 file ragged, its served precision without ragged batching, and as shipped. The fp32 file is the
+    one the export keeps beside its precision record (:mod:`export.precision`); where the served file is
+    fp32 already, the arms that would repeat another are left out."""
     encoder = text_encoder_of(source)
     served = precision.served_variant(encoder)
     fp32 = precision.kept_file(encoder, "fp32")
     equal_shapes = ((TEXT_TOKENIZER, "length_buckets", PREVIOUS_BUCKETS),)
-    fp32_file = ((encoder, "model_filename", str(fp32.resolve())),) if fp32 and served != "fp32" else ()
     arms = {
-        "previous: buckets, equal shapes, fp32": Variant(
-            model=TEXT_MODEL, suffix="__previous", ragged=False, parameters=equal_shapes + fp32_file
+        "previous: ONNX fp32, buckets, equal shapes": Variant(
+            model=TEXT_ONNX_MODEL, suffix="__previous", ragged=False, parameters=equal_shapes
         ),
-        f"buckets, equal shapes, {served}": Variant(
+        "ONNX fp32, ragged": Variant(model=TEXT_ONNX_MODEL),
+        f"{served}, buckets, equal shapes": Variant(
             model=TEXT_MODEL, suffix="__equalshapes", ragged=False, parameters=equal_shapes
         ),
-        "ragged, fp32": Variant(model=TEXT_MODEL, suffix="__raggedfp32", parameters=fp32_file),
-        f"ragged, {served} (shipped)": Variant(model=TEXT_MODEL),
     }
-    if not fp32_file:  # the served file is fp32: the precision arms would repeat the others
-        arms = {label: v for label, v in arms.items() if v.suffix not in ("__equalshapes", "__raggedfp32")}
+    if fp32 is not None and served != "fp32":
+        arms["fp32 of the default route, ragged"] = Variant(
+            model=TEXT_MODEL, suffix="__fp32", parameters=((encoder, "model_filename", str(fp32.resolve())),)
+        )
+    arms[f"{served}, ragged (shipped)"] = Variant(model=TEXT_MODEL)
     return {label: (variant, variant.served_name) for label, variant in arms.items()}
 
 

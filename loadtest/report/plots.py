@@ -103,8 +103,9 @@ def arms_against_concurrency(
 
 
 def _average_batch(point: ServedRun, model: str) -> float:
-    """The average batch size of ``model`` (or its renamed clone) in a run; 0 when it did not run."""
-    stats = point.stats_of(model)
+    """The average batch size of ``model`` (or its renamed clone; for "the encoder", whichever exported
+    encoder the run's ensemble called) in a run; 0 when it did not run."""
+    stats = point.encoder_stats() if model == "the encoder" else point.stats_of(model)
     return stats.average_batch_size if stats else 0.0
 
 

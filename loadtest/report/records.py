@@ -12,6 +12,8 @@ from typing import Any
 
 from loadtest.load.perf import PerfPoint
 
+ENCODERS = ("minilm_onnx", "minilm_torchscript", "efficientnet_lite0_onnx", "efficientnet_lite0_torchscript")
+
 
 @dataclass(kw_only=True, frozen=True)
 class ModelStats:
@@ -65,6 +67,14 @@ class ServedRun:
     @property
     def measured(self) -> bool:
         return self.perf.throughput_per_s > 0
+
+    def encoder_stats(self) -> ModelStats | None:
+        """The statistics of the exported encoder (text or image) the run's ensemble called."""
+        for name in ENCODERS:
+            found = self.stats_of(name)
+            if found and found.executions:
+                return found
+        return None
 
     def stats_of(self, model: str) -> ModelStats | None:
         """The statistics of ``model`` or of its renamed clone (``model__suffix``) in this run."""

@@ -106,7 +106,12 @@ class TritonPythonModel:
         runtime = parameters["runtime"]
         self.runner: _OnnxRunner | _TorchScriptRunner
         if runtime == "onnxruntime":
-            self.runner = _OnnxRunner(path, threads=threads, outputs=self.outputs)
+            self.runner = _OnnxRunner(
+                path,
+                threads=threads,
+                outputs=self.outputs,
+                memory_pattern=parameters.get("enable_mem_pattern", "true").lower() != "false",
+            )
         elif runtime == "torchscript":
             self.runner = _TorchScriptRunner(
                 path,
@@ -233,10 +238,13 @@ def _libtorch_position(names: list[str]):
 
 
 class _OnnxRunner:
-    def __init__(self, path: Path, *, threads: int, outputs: list[str]) -> None:
+    def __init__(self, path: Path, *, threads: int, outputs: list[str], memory_pattern: bool) -> None:
         import onnxruntime as ort
 
         options = ort.SessionOptions()
+        # The onnxruntime backend's enable_mem_pattern parameter: off, a new batch shape does not keep
+        # another planned allocation (bounded growth measured with many shapes, docs/deploy.md).
+        options.enable_mem_pattern = memory_pattern
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
         available = ort.get_available_providers()
