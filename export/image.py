@@ -343,7 +343,8 @@ def export_torchscript(model: torch.nn.Module, path: Path, pixels: TensorSpec, l
     loaded = torch.jit.load(str(path), map_location="cpu").eval()
 
     def run(batch: np.ndarray) -> np.ndarray:
-        with torch.no_grad():
+        # As served: the config sets DISABLE_OPTIMIZED_EXECUTION, which the libtorch backend honours.
+        with torch.no_grad(), torch.jit.optimized_execution(False):
             return loaded(torch.from_numpy(batch)).numpy()
 
     return run

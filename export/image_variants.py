@@ -141,7 +141,8 @@ def torchscript_reduced(
     loaded = torch.jit.load(str(path), map_location=device).eval()
 
     def run(batch: np.ndarray) -> np.ndarray:
-        with torch.no_grad():
+        # As served: the config sets DISABLE_OPTIMIZED_EXECUTION, which the libtorch backend honours.
+        with torch.no_grad(), torch.jit.optimized_execution(False):
             return loaded(torch.from_numpy(batch).to(device)).cpu().numpy()
 
     return run

@@ -190,6 +190,7 @@ def served_stage(plan: Plan, source: Path, work: Path, raw: Path, cores: int, sk
         "text_encoder": encoder,
         "text_runtime": EXPORTED[encoder][0],
         "precision_section": precision.report_section(),
+        "image_precision": precision.served_variant(IMAGE_ENCODER),
     }
     config = ServerConfig(
         model_repository=work / "served",

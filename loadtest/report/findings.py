@@ -104,6 +104,10 @@ def verdicts(results: dict) -> list[Verdict]:
         if row.concurrency == TARGET_CONCURRENCY and row.served_model.startswith(IMAGE_MODEL + "__"):
             image_fp32 = row
     image_gain = _ratio(_rate(image), _rate(image_fp32))
+    image_text = f"{image_gain or 0:.2f}x"
+    image_met = _at_least(image_gain, TARGET_IMAGE_GAIN)
+    if image_gain is None and results.get("image_precision") == "fp32":
+        image_text, image_met = "no reduced precision passed its gate: fp32 is served (1.00x)", False
     return [
         _verdict(
             "text c=32 vs the previous configuration",
@@ -151,9 +155,9 @@ def verdicts(results: dict) -> list[Verdict]:
         _verdict(
             "image c=32, served precision vs fp32",
             f">= {TARGET_IMAGE_GAIN}x",
-            image_gain,
-            f"{image_gain or 0:.2f}x",
-            _at_least(image_gain, TARGET_IMAGE_GAIN),
+            image_gain if image_gain is not None else (1.0 if image_met is False else None),
+            image_text,
+            image_met,
         ),
     ]
 
