@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import socket
 import sys
 import threading
 from collections.abc import Callable
@@ -42,6 +43,7 @@ def load_encoder(path: Path, *, threads: int) -> Encoder:
     import torch
 
     torch.set_num_threads(threads)
+    torch._C._jit_set_profiling_mode(False)  # as served: the config turns JIT profiling off
     module = torch.jit.load(str(path)).eval()
 
     def run(ids: np.ndarray, lengths: np.ndarray) -> np.ndarray:
@@ -61,6 +63,12 @@ def make_server(
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"  # keep-alive, as load generators and Triton use
+
+        def setup(self) -> None:
+            super().setup()
+            # Headers and body leave in two writes; with Nagle's algorithm on, the second waits for the
+            # client's delayed ACK (about 40 ms a request on a keep-alive connection).
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
         def do_GET(self) -> None:  # noqa: N802 - http.server's naming
             ready = self.path in ("/v2/health/ready", f"/v2/models/{model_name}/ready")

@@ -73,6 +73,8 @@ class EncoderRunner:
             import torch
 
             torch.set_num_threads(threads)
+            if not optimized_execution:  # as the libtorch backend does for DISABLE_OPTIMIZED_EXECUTION
+                torch._C._jit_set_profiling_mode(False)
             self.torch = torch
             self.module = torch.jit.load(str(path), map_location="cpu").eval()
 
