@@ -101,7 +101,7 @@ def show_embeddings(url: str) -> None:
         vectors = client.embed(list(SENTENCES))
     similarity = vectors @ vectors.T
     print(
-        "Text embeddings (text_embedder: tokenize -> MiniLM-L6 ONNX -> mean pool), "
+        "Text embeddings (text_embedder: tokenize -> MiniLM-L6 TorchScript, ragged batches, pooled), "
         f"{vectors.shape[1]} floats each"
     )
     for i, j in ((0, 1), (0, 2), (4, 5)):
