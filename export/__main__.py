@@ -25,7 +25,10 @@ PIPELINES = ("image", "text")
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    # The export's own progress at INFO; libraries only from WARNING (onnxruntime's quantizer logs a line
+    # per rescaled bias at INFO on the root logger: hundreds for one model).
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("export").setLevel(logging.INFO)
     capabilities = Capabilities.detect()
     print(f"precision {args.precision}; this machine: {capabilities.as_dict()}")
     for pipeline in (args.only,) if args.only else PIPELINES:
