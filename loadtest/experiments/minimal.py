@@ -19,14 +19,14 @@ from pathlib import Path
 
 from clients import samples
 from loadtest.load.json_load import run_json_load
-from tritonlocal.repository import load_repository
+from tritonlocal.repository import exported_file, load_repository
 
 READY_TIMEOUT_S = 120.0
 
 
 def served_file(repository: Path, encoder: str) -> Path:
     entry = load_repository(repository)[encoder]
-    path = entry.path / "1" / (entry.model_filename or "")
+    path = exported_file(entry.path, entry.config)
     if not path.is_file():
         raise FileNotFoundError(f"{path} is missing; run `python -m export` first")
     return path

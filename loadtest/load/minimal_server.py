@@ -25,32 +25,18 @@ from pathlib import Path
 import numpy as np
 from tokenizers import Tokenizer
 
+from loadtest.load.pipelines import EncoderRunner
+
 logger = logging.getLogger(__name__)
 
 Encoder = Callable[[np.ndarray, np.ndarray], np.ndarray]  # (ids [T] int64, lengths [B] int32) -> [B, H]
 
 
 def load_encoder(path: Path, *, threads: int) -> Encoder:
-    """The exported ragged sentence encoder at ``path`` (.onnx with onnxruntime, .pt with torch.jit)."""
-    if path.suffix == ".onnx":
-        import onnxruntime as ort
-
-        options = ort.SessionOptions()
-        options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
-        session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-        names = [i.name for i in session.get_inputs()]
-        return lambda ids, lengths: session.run(None, {names[0]: ids, names[1]: lengths})[0]
-    import torch
-
-    torch.set_num_threads(threads)
-    torch._C._jit_set_profiling_mode(False)  # as served: the config turns JIT profiling off
-    module = torch.jit.load(str(path)).eval()
-
-    def run(ids: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-        with torch.inference_mode(), torch.jit.optimized_execution(False):
-            return module(torch.from_numpy(ids), torch.from_numpy(lengths)).numpy()
-
-    return run
+    """The exported ragged sentence encoder at ``path`` (.onnx with onnxruntime, .pt with torch.jit),
+    run as the served configuration runs it (the same runner as the in-process experiments)."""
+    runtime = "onnxruntime" if path.suffix == ".onnx" else "torchscript"
+    return EncoderRunner(path, runtime=runtime, threads=threads, optimized_execution=runtime == "onnxruntime")
 
 
 def make_server(
