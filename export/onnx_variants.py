@@ -1,10 +1,10 @@
 """Reduced-precision rewrites of an exported float32 ONNX file, with onnxruntime's own tools.
 
-- int8, dynamic: weights quantized ahead of time (per output channel), activations at run time.
 - int8, static QDQ: weights per channel, activations with ranges calibrated on real inputs (the caller
   passes them), written as QuantizeLinear/DequantizeLinear pairs that onnxruntime fuses into int8 kernels.
 - fp16: every float initializer and op in float16, graph inputs and outputs kept as they were (for GPUs).
 
+The text encoder's int8 is export/per_token_int8.py (activation ranges per token, not per batch).
 None of these checks accuracy: every result goes through a gate (export/gates.py) before it may be served.
 On CPUs without VNNI, u8 x s8 products can saturate in AVX2 kernels, so ``reduce_range`` (7-bit weights)
 is used there, as onnxruntime's documentation advises.
@@ -24,7 +24,6 @@ from onnxruntime.quantization import (
     CalibrationMethod,
     QuantFormat,
     QuantType,
-    quantize_dynamic,
     quantize_static,
 )
 from onnxruntime.quantization.shape_inference import quant_pre_process
@@ -38,48 +37,6 @@ class _Feeds(CalibrationDataReader):
 
     def get_next(self) -> dict[str, np.ndarray] | None:
         return next(self._feeds, None)
-
-
-def nodes_with_weight_dim(model: Path, *, op_types: Sequence[str], dim: int) -> list[str]:
-    """Names of the ``op_types`` nodes with a constant input (a weight) that has a dimension of ``dim``.
-
-    Exported graphs name their nodes by module scope only where modules are called directly (the
-    ragged encoder calls its layers' methods, so its products are plain ``/MatMul_N``); the weight
-    shapes tell the layers apart regardless.
-    """
-    graph = onnx.load(str(model)).graph
-    shapes = {tensor.name: tuple(tensor.dims) for tensor in graph.initializer}
-    shapes |= {
-        node.output[0]: tuple(attribute.t.dims)
-        for node in graph.node
-        if node.op_type == "Constant"
-        for attribute in node.attribute
-        if attribute.name == "value"
-    }
-    return [
-        node.name
-        for node in graph.node
-        if node.op_type in op_types and any(dim in shapes.get(name, ()) for name in node.input)
-    ]
-
-
-def quantize_int8_dynamic(
-    source: Path, destination: Path, *, exclude: Sequence[str] = (), reduce_range: bool = False
-) -> None:
-    """Dynamic int8: per-channel int8 weights, activations quantized at run time.
-
-    onnxruntime rewrites each Gemm as MatMul + Add (the MatMul named ``<gemm>_MatMul``) before it
-    quantizes, so an excluded Gemm is excluded under both names.
-    """
-    exclude = [*exclude, *(f"{name}_MatMul" for name in exclude)]
-    quantize_dynamic(
-        str(source),
-        str(destination),
-        per_channel=True,
-        reduce_range=reduce_range,
-        weight_type=QuantType.QInt8,
-        nodes_to_exclude=list(exclude),
-    )
 
 
 def quantize_int8_static(

