@@ -17,13 +17,7 @@ from export import precision
 from loadtest import environment
 from loadtest.experiments import clients as client_experiments
 from loadtest.experiments import inprocess, minimal, profiling, registry
-from loadtest.experiments.served import (
-    PerfSession,
-    arms_experiment,
-    batching_experiment,
-    instances_experiment,
-    sweeps,
-)
+from loadtest.experiments.served import PerfSession, arms_experiment, sweeps
 from loadtest.experiments.variant_repository import Variant, build_repository
 from loadtest.load import payloads, workers
 from loadtest.load.locust_run import LocustRun, run_locust
@@ -210,16 +204,17 @@ def served_stage(plan: Plan, source: Path, work: Path, raw: Path, cores: int, sk
         )
         grpc_url = f"grpc://{server.grpc_url}"
         texts = samples.shuffled_sentences(plan.client_texts, seed=3)
+        batching_arms = {"batching on": TEXT_MODEL, "batching off": TEXT_MODEL + NOBATCH}
         instance_arms = {
             f"{n} instance{'s' if n > 1 else ''}": TEXT_MODEL + INSTANCE_SUFFIX.format(n)
             for n in plan.instance_counts
         }
         experiments: dict[str, Callable[[], object]] = {
-            "batching": lambda: batching_experiment(
-                session, model=TEXT_MODEL, suffix=NOBATCH, concurrencies=list(plan.batching_concurrency)
+            "batching": lambda: arms_experiment(
+                session, "batching", TEXT_MODEL, batching_arms, concurrencies=list(plan.batching_concurrency)
             ),
-            "instances": lambda: instances_experiment(
-                session, model=TEXT_MODEL, arms=instance_arms, concurrencies=list(plan.instance_concurrency)
+            "instances": lambda: arms_experiment(
+                session, "instances", TEXT_MODEL, instance_arms, concurrencies=list(plan.instance_concurrency)
             ),
             "ragged": lambda: [
                 point
@@ -229,9 +224,9 @@ def served_stage(plan: Plan, source: Path, work: Path, raw: Path, cores: int, sk
                 )
                 for point in arms_experiment(
                     session,
-                    experiment="ragged",
-                    model=model,
-                    arms={label: served for label, (_, served) in arms.items()},
+                    "ragged",
+                    model,
+                    {label: served for label, (_, served) in arms.items()},
                     # The image target is at c=32 only: spare the quick run the c=1 image arms.
                     concurrencies=list(plan.ragged_concurrency) if model == TEXT_MODEL else [32],
                     rounds=plan.ragged_rounds,
