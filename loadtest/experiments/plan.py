@@ -22,6 +22,7 @@ from loadtest.experiments.variant_repository import Variant, build_repository
 from loadtest.load import payloads, workers
 from loadtest.load.locust_run import LocustRun, run_locust
 from loadtest.load.perf import PerfSettings
+from loadtest.load.pipelines import ExportedModel
 from tritonlocal import LocalTritonServer, ServerConfig
 from tritonlocal.repository import load_repository
 
@@ -357,57 +358,40 @@ def central_stage(plan: Plan, source: Path, work: Path, raw: Path, cores: int) -
     }
 
 
+def exported_models(source: Path, threads: int, runtime: str | None = None) -> list[ExportedModel]:
+    """The exported encoders (of ``runtime``, else all), text before image, as run in this process."""
+    return [
+        ExportedModel(
+            repository=source, model=model, runtime=model_runtime, pipeline=pipeline, threads=threads
+        )
+        for model, (model_runtime, pipeline) in EXPORTED.items()
+        if runtime in (None, model_runtime)
+    ]
+
+
 def inprocess_stage(plan: Plan, source: Path, cores: int) -> dict:
     points, costs = [], []
     served_runtime = EXPORTED[text_encoder_of(source)][0]  # the served file is always measured in-process
+    items = {"text": plan.inprocess_texts, "image": plan.inprocess_images}
     for runtime in dict.fromkeys((*plan.inprocess_runtimes, served_runtime)):
-        text_model = TEXT_ENCODER if runtime == "onnxruntime" else "minilm_torchscript"
-        image_model = IMAGE_ENCODER if runtime == "onnxruntime" else "efficientnet_lite0_torchscript"
-        points += inprocess.measure_text(
-            source,
-            model=text_model,
-            runtime=runtime,
-            batch_sizes=plan.inprocess_batches,
-            texts=plan.inprocess_texts,
-            rounds=plan.inprocess_rounds,
-            threads=cores,
-        )
-        points += inprocess.measure_image(
-            source,
-            model=image_model,
-            runtime=runtime,
-            batch_sizes=plan.inprocess_batches,
-            images=plan.inprocess_images,
-            rounds=plan.inprocess_rounds,
-            threads=cores,
-        )
-        for model, pipeline in ((text_model, "text"), (image_model, "image")):
-            costs.append(
-                inprocess.batch_cost(
-                    source,
-                    model=model,
-                    runtime=runtime,
-                    pipeline=pipeline,
-                    repeats=plan.batch_cost_repeats,
-                    threads=cores,
-                )
+        encoders = exported_models(source, cores, runtime)
+        for encoder in encoders:
+            points += inprocess.measure(
+                encoder,
+                batch_sizes=plan.inprocess_batches,
+                items=items[encoder.pipeline],
+                rounds=plan.inprocess_rounds,
             )
+        costs += [inprocess.batch_cost(encoder, repeats=plan.batch_cost_repeats) for encoder in encoders]
     return {"inprocess": points, "inprocess_batch_costs": costs}
 
 
 def profile_stage(plan: Plan, source: Path, raw: Path, cores: int) -> dict:
-    profiles = []
-    for model, (runtime, pipeline) in EXPORTED.items():
-        profiles.append(
+    return {
+        "profiles": [
             profiling.profile_model(
-                source,
-                model=model,
-                runtime=runtime,
-                pipeline=pipeline,
-                batch_size=plan.profile_batch,
-                runs=plan.profile_runs,
-                threads=cores,
-                out_dir=raw / "profiles",
+                encoder, batch_size=plan.profile_batch, runs=plan.profile_runs, out_dir=raw / "profiles"
             )
-        )
-    return {"profiles": profiles}
+            for encoder in exported_models(source, cores)
+        ]
+    }
