@@ -18,6 +18,7 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -69,21 +70,7 @@ def measure(
     encoder: ExportedModel, *, batch_sizes: Sequence[int], items: int, rounds: int
 ) -> list[InProcessPoint]:
     """``items`` texts or images through the encoder's whole pipeline in batches of each size."""
-    run: Callable[[Sequence], object]
-    inputs: Sequence
-    if encoder.pipeline == "text":
-        run = TextPipeline(
-            encoder.repository, encoder_model=encoder.model, runtime=encoder.runtime, threads=encoder.threads
-        )
-        inputs = samples.shuffled_sentences(items, seed=11)
-    else:
-        run = ImagePipeline(
-            encoder.repository,
-            classifier_model=encoder.model,
-            runtime=encoder.runtime,
-            threads=encoder.threads,
-        )
-        inputs = payloads.image_variants(items, seed=11)
+    run, inputs = _pipeline(encoder, items)
     for size in batch_sizes:  # warm-up: allocators, and torch.jit's first specialisations
         run(inputs[:size])
     seconds: dict[int, list[float]] = {size: [] for size in batch_sizes}
@@ -117,6 +104,16 @@ def measure(
             points[-1].items_per_s,
         )
     return points
+
+
+def _pipeline(encoder: ExportedModel, items: int) -> tuple[Callable[[Sequence[Any]], object], Sequence[Any]]:
+    """The encoder's served pipeline and ``items`` real inputs for it."""
+    repository, model, runtime, threads = encoder.repository, encoder.model, encoder.runtime, encoder.threads
+    if encoder.pipeline == "text":
+        text = TextPipeline(repository, encoder_model=model, runtime=runtime, threads=threads)
+        return text, samples.shuffled_sentences(items, seed=11)
+    image = ImagePipeline(repository, classifier_model=model, runtime=runtime, threads=threads)
+    return image, payloads.image_variants(items, seed=11)
 
 
 def batch_cost(encoder: ExportedModel, *, repeats: int) -> BatchCost:

@@ -59,8 +59,11 @@ class ExportedModel:
     threads: int
 
     def __post_init__(self) -> None:
-        if self.pipeline not in PIPELINES:
-            raise ValueError(f"pipeline must be one of {PIPELINES}, got {self.pipeline!r}")
+        if self.runtime not in RUNTIMES or self.pipeline not in PIPELINES:
+            raise ValueError(
+                f"runtime must be one of {RUNTIMES} and pipeline one of {PIPELINES}, "
+                f"got {self.runtime!r} and {self.pipeline!r}"
+            )
 
     @property
     def file(self) -> Path:
