@@ -76,17 +76,20 @@ def _claims(r: dict) -> str:
     return "## Published claims against this run\n\n" + table(("claim", "published", "measured here"), rows)
 
 
+BATCHING_ARMS = (
+    "The same ensemble served twice side by side; the clone has `dynamic_batching` removed from every "
+    "step (derived from the config by `loadtest.experiments.variant_repository`). Arms alternate at "
+    "each concurrency."
+)
+INSTANCE_ARMS = (
+    "`instance_group` count of the encoder set to 1, 2 and 4, intra-op threads divided so that the "
+    "instances together use the core count (at least 1 each, so 4 instances on 2 cores oversubscribe)."
+)
+
+
 def _batching(r: dict, folder: Path) -> str:
-    return _arms_section(
-        r,
-        folder,
-        "batching",
-        "Dynamic batching on vs off (text ensemble)",
-        "The same ensemble served twice side by side; the clone has `dynamic_batching` removed from every "
-        "step (derived from the config by `loadtest.experiments.variant_repository`). Arms alternate at "
-        "each concurrency.",
-        after_table=_on_off_ratios,
-    )
+    title = "Dynamic batching on vs off (text ensemble)"
+    return _arms_section(r, folder, "batching", title, BATCHING_ARMS, after_table=_on_off_ratios)
 
 
 def _on_off_ratios(points: list[ServedRun]) -> str:
@@ -103,14 +106,7 @@ def _on_off_ratios(points: list[ServedRun]) -> str:
 
 
 def _instances(r: dict, folder: Path) -> str:
-    return _arms_section(
-        r,
-        folder,
-        "instances",
-        "Encoder instances (text ensemble)",
-        "`instance_group` count of the encoder set to 1, 2 and 4, intra-op threads divided so that the "
-        "instances together use the core count (at least 1 each, so 4 instances on 2 cores oversubscribe).",
-    )
+    return _arms_section(r, folder, "instances", "Encoder instances (text ensemble)", INSTANCE_ARMS)
 
 
 def _arms_section(
