@@ -187,13 +187,7 @@ def served_stage(plan: Plan, source: Path, work: Path, raw: Path, cores: int, sk
         "precision_section": precision.report_section(),
         "image_precision": precision.served_variant(IMAGE_ENCODER),
     }
-    config = ServerConfig(
-        model_repository=work / "served",
-        log_path=raw / "tritonserver.log",
-        exit_timeout_s=5,
-        startup_timeout_s=600,
-    )
-    with LocalTritonServer(config) as server:
+    with _server(work / "served", raw / "tritonserver.log", startup_timeout_s=600) as server:
         result["versions"] = environment.versions(server.http_url)
         session = PerfSession(
             http_url=server.http_url,
@@ -264,6 +258,14 @@ def served_stage(plan: Plan, source: Path, work: Path, raw: Path, cores: int, sk
     return result
 
 
+def _server(repository: Path, log_path: Path, *, startup_timeout_s: float) -> LocalTritonServer:
+    """A stage's own tritonserver: given time to load the stage's variants, and 5 s to exit."""
+    config = ServerConfig(
+        model_repository=repository, log_path=log_path, exit_timeout_s=5, startup_timeout_s=startup_timeout_s
+    )
+    return LocalTritonServer(config)
+
+
 def _attempt(result: dict, key: str, run: Callable[[], object]) -> None:
     """Run one experiment; a failure is recorded (and reported) and the next experiment still runs."""
     try:
@@ -326,13 +328,7 @@ def central_stage(plan: Plan, source: Path, work: Path, raw: Path, cores: int) -
     """Experiment 3: one server for every image vs N processes each loading the model."""
     images = payloads.image_variants(plan.central_images, seed=7)
     build_repository(source, work / "central", [Variant(model=IMAGE_MODEL)], total_threads=cores)
-    config = ServerConfig(
-        model_repository=work / "central",
-        log_path=raw / "tritonserver_central.log",
-        exit_timeout_s=5,
-        startup_timeout_s=300,
-    )
-    with LocalTritonServer(config) as server:
+    with _server(work / "central", raw / "tritonserver_central.log", startup_timeout_s=300) as server:
         assert server.pid is not None
         central = client_experiments.central_classify(
             f"grpc://{server.grpc_url}", server.pid, IMAGE_MODEL, images, in_flight=plan.central_in_flight
