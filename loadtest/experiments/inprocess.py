@@ -38,6 +38,9 @@ logger = logging.getLogger(__name__)
 
 @dataclass(kw_only=True)
 class InProcessPoint:
+    """One batch size: ``items`` inputs cut into batches of ``batch_size``, items/s and ms per batch of the
+    median round, and each round's items/s."""
+
     pipeline: str
     model: str
     runtime: str

@@ -12,7 +12,6 @@ photographs). Warm-up runs are not profiled.
 from __future__ import annotations
 
 import json
-import logging
 import tempfile
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -24,16 +23,17 @@ from clients import samples
 from loadtest.load import payloads
 from loadtest.load.pipelines import EncoderRunner, ExportedModel, ImagePreprocessor, TextTokenizer
 
-logger = logging.getLogger(__name__)
-
 
 @dataclass(kw_only=True)
 class LayerTime:
+    """One layer (ONNX) or ATen operator (TorchScript): its kernel time in ms per profiled run, its calls
+    per run and its share of the profiled total."""
+
     name: str
     op: str
     total_ms: float
     calls: int
-    share: float  # of the profiled total
+    share: float
 
 
 @dataclass(kw_only=True)
