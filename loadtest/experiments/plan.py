@@ -299,7 +299,6 @@ def _locust(plan: Plan, server: LocalTritonServer, raw: Path, shape: str) -> dic
         http_url=server.http_url,
         grpc_url=server.grpc_url,
         users=plan.locust_users,
-        spawn_rate=plan.locust_users,
         run_time_s=plan.locust_run_time_s,
         shape=shape,
     )

@@ -30,6 +30,9 @@ _PERCENTILES = (50, 90, 95, 99)
 
 @dataclass(kw_only=True, frozen=True)
 class PerfSettings:
+    """How perf_analyzer measures a point: windows of ``measurement_interval_ms``, at most ``max_trials`` of
+    them, stable when three agree within ``stability_percent``; the run is killed after ``timeout_s``."""
+
     measurement_interval_ms: int = 2000
     max_trials: int = 5
     stability_percent: int = 20
