@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
+import dataclasses
 import io
 import logging
 import os
@@ -284,28 +285,35 @@ def write_csv(rows: list[dict], path: Path) -> None:
         writer.writerows(rows)
 
 
+def build_parser() -> argparse.ArgumentParser:
+    """Destinations are SoakConfig's fields; an option left out is absent: SoakConfig's default applies."""
+    parser = argparse.ArgumentParser(
+        prog="python -m loadtest.soak",
+        description=__doc__.splitlines()[0],
+        argument_default=argparse.SUPPRESS,
+    )
+    parser.add_argument("--minutes", type=float, required=True, help="soak duration after warm-up")
+    parser.add_argument("--warmup-minutes", type=float)
+    parser.add_argument("--fraction", type=float, help="share of the calibrated capacity")
+    parser.add_argument("--sample-s", type=float)
+    parser.add_argument("--calibrate-s", type=float)
+    parser.add_argument("--in-flight", type=int, help="per pipeline, during calibration")
+    parser.add_argument("--output", type=Path)
+    return parser
+
+
+def soak_config(args: argparse.Namespace) -> SoakConfig:
+    return SoakConfig(
+        **{f.name: getattr(args, f.name) for f in dataclasses.fields(SoakConfig) if hasattr(args, f.name)}
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     from loadtest.soak_report import write_report  # plotting pulls in matplotlib: only when running
 
-    parser = argparse.ArgumentParser(prog="python -m loadtest.soak", description=__doc__.splitlines()[0])
-    parser.add_argument("--minutes", type=float, required=True, help="soak duration after warm-up")
-    parser.add_argument("--warmup-minutes", type=float, default=3.0)
-    parser.add_argument("--fraction", type=float, default=0.6, help="share of the calibrated capacity")
-    parser.add_argument("--sample-s", type=float, default=10.0)
-    parser.add_argument("--calibrate-s", type=float, default=60.0)
-    parser.add_argument("--in-flight", type=int, default=16, help="per pipeline, during calibration")
-    parser.add_argument("--output", type=Path, default=Path("reports", "soak"))
-    args = parser.parse_args(argv)
+    parser = build_parser()
+    config = soak_config(parser.parse_args(argv))
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    config = SoakConfig(
-        minutes=args.minutes,
-        warmup_minutes=args.warmup_minutes,
-        fraction=args.fraction,
-        sample_s=args.sample_s,
-        calibrate_s=args.calibrate_s,
-        in_flight=args.in_flight,
-        output=args.output,
-    )
     config.output.mkdir(parents=True, exist_ok=True)
     derived = derive_local()
     missing = [name for name in PIPELINES.values() if name not in derived.written]

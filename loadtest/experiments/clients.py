@@ -7,6 +7,7 @@ result that carries the server's statistics for that run (average batch size, qu
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -65,24 +66,8 @@ def sequential_embed(url: str, model: str, texts: list[str]) -> ClientRun:
 
 def async_embed(url: str, model: str, texts: list[str], *, in_flight: int) -> ClientRun:
     """An asyncio client with ``in_flight`` single-text requests outstanding at every moment."""
-    before = statistics_snapshot(url)
-    wall_s = asyncio.run(_async_embed(url, model, texts, in_flight))
-    return ClientRun(
-        label=f"asyncio, {in_flight} in flight",
-        model=model,
-        items=len(texts),
-        in_flight=in_flight,
-        wall_s=wall_s,
-        server=statistics_delta(before, statistics_snapshot(url)),
-    )
-
-
-async def _async_embed(url: str, model: str, texts: list[str], in_flight: int) -> float:
-    async with AsyncTritonClient(url, retry=NO_RETRY, max_in_flight=in_flight, per_request=True) as client:
-        await client.signature(model)
-        started = time.perf_counter()
-        await client.embed(texts, model)
-        return time.perf_counter() - started
+    run, _ = _async_run(url, model, texts, kind="text", in_flight=in_flight, label="asyncio")
+    return run
 
 
 @dataclass(kw_only=True)
@@ -98,17 +83,9 @@ def central_classify(
     url: str, server_pid: int, model: str, images: list[bytes], *, in_flight: int
 ) -> CentralRun:
     """Experiment 3, central side: every image sent to the one server, ``in_flight`` at a time."""
-    before = statistics_snapshot(url)
     sampler = ProcessSampler(select=process_tree(server_pid), interval_s=0.2)
-    with sampler:
-        wall_s, results = asyncio.run(_async_classify(url, model, images, in_flight))
-    run = ClientRun(
-        label=f"central server, {in_flight} in flight",
-        model=model,
-        items=len(images),
-        in_flight=in_flight,
-        wall_s=wall_s,
-        server=statistics_delta(before, statistics_snapshot(url)),
+    run, results = _async_run(
+        url, model, images, kind="image", in_flight=in_flight, label="central server", sampler=sampler
     )
     return CentralRun(
         run=run,
@@ -119,11 +96,37 @@ def central_classify(
     )
 
 
-async def _async_classify(url: str, model: str, images: list[bytes], in_flight: int) -> tuple[float, list]:
+def _async_run(
+    url: str,
+    model: str,
+    items: list,
+    *,
+    kind: str,
+    in_flight: int,
+    label: str,
+    sampler: ProcessSampler | None = None,
+) -> tuple[ClientRun, list]:
+    """``items`` (texts or images) from an asyncio client, one per request, ``in_flight`` outstanding;
+    ``sampler`` watches the server's processes meanwhile."""
+    before = statistics_snapshot(url)
+    with sampler or contextlib.nullcontext():
+        wall_s, results = asyncio.run(_async_send(url, model, items, kind, in_flight))
+    run = ClientRun(
+        label=f"{label}, {in_flight} in flight",
+        model=model,
+        items=len(items),
+        in_flight=in_flight,
+        wall_s=wall_s,
+        server=statistics_delta(before, statistics_snapshot(url)),
+    )
+    return run, results
+
+
+async def _async_send(url: str, model: str, items: list, kind: str, in_flight: int) -> tuple[float, list]:
     async with AsyncTritonClient(url, retry=NO_RETRY, max_in_flight=in_flight, per_request=True) as client:
         await client.signature(model)
         started = time.perf_counter()
-        results = await client.classify(images, model)
+        results = await (client.embed(items, model) if kind == "text" else client.classify(items, model))
         return time.perf_counter() - started, results
 
 

@@ -18,7 +18,7 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -26,11 +26,11 @@ from clients import samples
 from loadtest.load import payloads
 from loadtest.load.pipelines import (
     EncoderRunner,
+    ExportedModel,
     ImagePipeline,
     ImagePreprocessor,
     TextPipeline,
     TextTokenizer,
-    exported_file,
 )
 
 logger = logging.getLogger(__name__)
@@ -38,6 +38,9 @@ logger = logging.getLogger(__name__)
 
 @dataclass(kw_only=True)
 class InProcessPoint:
+    """One batch size: ``items`` inputs cut into batches of ``batch_size``, items/s and ms per batch of the
+    median round, and each round's items/s."""
+
     pipeline: str
     model: str
     runtime: str
@@ -66,88 +69,67 @@ class BatchCost:
         return 32.0 / self.ratio if self.ratio else float("nan")
 
 
-def measure_text(
-    repository: Path,
-    *,
-    model: str,
-    runtime: str,
-    batch_sizes: Sequence[int],
-    texts: int,
-    rounds: int,
-    threads: int,
+def measure(
+    encoder: ExportedModel, *, batch_sizes: Sequence[int], items: int, rounds: int
 ) -> list[InProcessPoint]:
-    pipeline = TextPipeline(repository, encoder_model=model, runtime=runtime, threads=threads)
-    corpus = samples.shuffled_sentences(texts, seed=11)
-    return _measure("text", model, runtime, pipeline, corpus, batch_sizes, rounds)
-
-
-def measure_image(
-    repository: Path,
-    *,
-    model: str,
-    runtime: str,
-    batch_sizes: Sequence[int],
-    images: int,
-    rounds: int,
-    threads: int,
-) -> list[InProcessPoint]:
-    pipeline = ImagePipeline(repository, classifier_model=model, runtime=runtime, threads=threads)
-    return _measure(
-        "image", model, runtime, pipeline, payloads.image_variants(images, seed=11), batch_sizes, rounds
-    )
-
-
-def _measure(
-    kind: str,
-    model: str,
-    runtime: str,
-    run: Callable[[Sequence], object],
-    items: Sequence,
-    batch_sizes: Sequence[int],
-    rounds: int,
-) -> list[InProcessPoint]:
+    """``items`` texts or images through the encoder's whole pipeline in batches of each size."""
+    run, inputs = _pipeline(encoder, items)
     for size in batch_sizes:  # warm-up: allocators, and torch.jit's first specialisations
-        run(items[:size])
+        run(inputs[:size])
     seconds: dict[int, list[float]] = {size: [] for size in batch_sizes}
     for _ in range(rounds):
         for size in batch_sizes:
             started = time.perf_counter()
-            for start in range(0, len(items), size):
-                run(items[start : start + size])
+            for start in range(0, len(inputs), size):
+                run(inputs[start : start + size])
             seconds[size].append(time.perf_counter() - started)
     points = []
     for size in batch_sizes:
         median_s = statistics.median(seconds[size])
-        batches = -(-len(items) // size)
+        batches = -(-len(inputs) // size)
         points.append(
             InProcessPoint(
-                pipeline=kind,
-                model=model,
-                runtime=runtime,
+                pipeline=encoder.pipeline,
+                model=encoder.model,
+                runtime=encoder.runtime,
                 batch_size=size,
-                items=len(items),
-                items_per_s=len(items) / median_s,
+                items=len(inputs),
+                items_per_s=len(inputs) / median_s,
                 ms_per_batch=1000.0 * median_s / batches,
-                rounds=[len(items) / s for s in seconds[size]],
+                rounds=[len(inputs) / s for s in seconds[size]],
             )
         )
-        logger.info("in-process %s %s b=%d: %.1f items/s", model, runtime, size, points[-1].items_per_s)
+        logger.info(
+            "in-process %s %s b=%d: %.1f items/s",
+            encoder.model,
+            encoder.runtime,
+            size,
+            points[-1].items_per_s,
+        )
     return points
 
 
-def batch_cost(
-    repository: Path, *, model: str, runtime: str, pipeline: str, repeats: int, threads: int
-) -> BatchCost:
+def _pipeline(encoder: ExportedModel, items: int) -> tuple[Callable[[Sequence[Any]], object], Sequence[Any]]:
+    """The encoder's served pipeline and ``items`` real inputs for it."""
+    repository, model, runtime, threads = encoder.repository, encoder.model, encoder.runtime, encoder.threads
+    if encoder.pipeline == "text":
+        text = TextPipeline(repository, encoder_model=model, runtime=runtime, threads=threads)
+        return text, samples.shuffled_sentences(items, seed=11)
+    image = ImagePipeline(repository, classifier_model=model, runtime=runtime, threads=threads)
+    return image, payloads.image_variants(items, seed=11)
+
+
+def batch_cost(encoder: ExportedModel, *, repeats: int) -> BatchCost:
     """Forward pass only: one real input repeated to batch 1 and 32 (same shape), median ms per call."""
-    runner = EncoderRunner(exported_file(repository, model, runtime), runtime=runtime, threads=threads)
-    if pipeline == "text":
-        tokens = TextTokenizer(repository)([samples.sentences()[0]])
+    runner = EncoderRunner(encoder.file, runtime=encoder.runtime, threads=encoder.threads)
+    if encoder.pipeline == "text":
+        tokens = TextTokenizer(encoder.repository)([samples.sentences()[0]])
         inputs = list(tokens.arrays)  # a ragged batch: ids back to back, lengths
     else:
-        inputs = [ImagePreprocessor(repository)([samples.photographs()[0]]).astype(np.float32)]
+        inputs = [ImagePreprocessor(encoder.repository)([samples.photographs()[0]]).astype(np.float32)]
     timings = {}
     for size in (1, 32):
-        repeat = np.tile if pipeline == "text" else lambda a, n: np.repeat(a, n, axis=0)
+        repeat = np.tile if encoder.pipeline == "text" else lambda a, n: np.repeat(a, n, axis=0)
         batch = [repeat(array, size) for array in inputs]
         runner(*batch)  # warm-up
         calls_ms = []
@@ -157,5 +139,9 @@ def batch_cost(
             calls_ms.append(1000.0 * (time.perf_counter() - started))
         timings[size] = statistics.median(calls_ms)
     return BatchCost(
-        model=model, runtime=runtime, where="in-process", ms_batch_1=timings[1], ms_batch_32=timings[32]
+        model=encoder.model,
+        runtime=encoder.runtime,
+        where="in-process",
+        ms_batch_1=timings[1],
+        ms_batch_32=timings[32],
     )

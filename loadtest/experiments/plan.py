@@ -17,17 +17,12 @@ from export import precision
 from loadtest import environment
 from loadtest.experiments import clients as client_experiments
 from loadtest.experiments import inprocess, minimal, profiling, registry
-from loadtest.experiments.served import (
-    PerfSession,
-    arms_experiment,
-    batching_experiment,
-    instances_experiment,
-    sweeps,
-)
+from loadtest.experiments.served import PerfSession, arms_experiment, sweeps
 from loadtest.experiments.variant_repository import Variant, build_repository
 from loadtest.load import payloads, workers
 from loadtest.load.locust_run import LocustRun, run_locust
 from loadtest.load.perf import PerfSettings
+from loadtest.load.pipelines import ExportedModel
 from tritonlocal import LocalTritonServer, ServerConfig
 from tritonlocal.repository import load_repository
 
@@ -192,13 +187,7 @@ def served_stage(plan: Plan, source: Path, work: Path, raw: Path, cores: int, sk
         "precision_section": precision.report_section(),
         "image_precision": precision.served_variant(IMAGE_ENCODER),
     }
-    config = ServerConfig(
-        model_repository=work / "served",
-        log_path=raw / "tritonserver.log",
-        exit_timeout_s=5,
-        startup_timeout_s=600,
-    )
-    with LocalTritonServer(config) as server:
+    with _server(work / "served", raw / "tritonserver.log", startup_timeout_s=600) as server:
         result["versions"] = environment.versions(server.http_url)
         session = PerfSession(
             http_url=server.http_url,
@@ -210,16 +199,17 @@ def served_stage(plan: Plan, source: Path, work: Path, raw: Path, cores: int, sk
         )
         grpc_url = f"grpc://{server.grpc_url}"
         texts = samples.shuffled_sentences(plan.client_texts, seed=3)
+        batching_arms = {"batching on": TEXT_MODEL, "batching off": TEXT_MODEL + NOBATCH}
         instance_arms = {
             f"{n} instance{'s' if n > 1 else ''}": TEXT_MODEL + INSTANCE_SUFFIX.format(n)
             for n in plan.instance_counts
         }
         experiments: dict[str, Callable[[], object]] = {
-            "batching": lambda: batching_experiment(
-                session, model=TEXT_MODEL, suffix=NOBATCH, concurrencies=list(plan.batching_concurrency)
+            "batching": lambda: arms_experiment(
+                session, "batching", TEXT_MODEL, batching_arms, concurrencies=list(plan.batching_concurrency)
             ),
-            "instances": lambda: instances_experiment(
-                session, model=TEXT_MODEL, arms=instance_arms, concurrencies=list(plan.instance_concurrency)
+            "instances": lambda: arms_experiment(
+                session, "instances", TEXT_MODEL, instance_arms, concurrencies=list(plan.instance_concurrency)
             ),
             "ragged": lambda: [
                 point
@@ -229,9 +219,9 @@ def served_stage(plan: Plan, source: Path, work: Path, raw: Path, cores: int, sk
                 )
                 for point in arms_experiment(
                     session,
-                    experiment="ragged",
-                    model=model,
-                    arms={label: served for label, (_, served) in arms.items()},
+                    "ragged",
+                    model,
+                    {label: served for label, (_, served) in arms.items()},
                     # The image target is at c=32 only: spare the quick run the c=1 image arms.
                     concurrencies=list(plan.ragged_concurrency) if model == TEXT_MODEL else [32],
                     rounds=plan.ragged_rounds,
@@ -268,6 +258,14 @@ def served_stage(plan: Plan, source: Path, work: Path, raw: Path, cores: int, sk
     return result
 
 
+def _server(repository: Path, log_path: Path, *, startup_timeout_s: float) -> LocalTritonServer:
+    """A stage's own tritonserver: given time to load the stage's variants, and 5 s to exit."""
+    config = ServerConfig(
+        model_repository=repository, log_path=log_path, exit_timeout_s=5, startup_timeout_s=startup_timeout_s
+    )
+    return LocalTritonServer(config)
+
+
 def _attempt(result: dict, key: str, run: Callable[[], object]) -> None:
     """Run one experiment; a failure is recorded (and reported) and the next experiment still runs."""
     try:
@@ -301,7 +299,6 @@ def _locust(plan: Plan, server: LocalTritonServer, raw: Path, shape: str) -> dic
         http_url=server.http_url,
         grpc_url=server.grpc_url,
         users=plan.locust_users,
-        spawn_rate=plan.locust_users,
         run_time_s=plan.locust_run_time_s,
         shape=shape,
     )
@@ -330,13 +327,7 @@ def central_stage(plan: Plan, source: Path, work: Path, raw: Path, cores: int) -
     """Experiment 3: one server for every image vs N processes each loading the model."""
     images = payloads.image_variants(plan.central_images, seed=7)
     build_repository(source, work / "central", [Variant(model=IMAGE_MODEL)], total_threads=cores)
-    config = ServerConfig(
-        model_repository=work / "central",
-        log_path=raw / "tritonserver_central.log",
-        exit_timeout_s=5,
-        startup_timeout_s=300,
-    )
-    with LocalTritonServer(config) as server:
+    with _server(work / "central", raw / "tritonserver_central.log", startup_timeout_s=300) as server:
         assert server.pid is not None
         central = client_experiments.central_classify(
             f"grpc://{server.grpc_url}", server.pid, IMAGE_MODEL, images, in_flight=plan.central_in_flight
@@ -362,57 +353,40 @@ def central_stage(plan: Plan, source: Path, work: Path, raw: Path, cores: int) -
     }
 
 
+def exported_models(source: Path, threads: int, runtime: str | None = None) -> list[ExportedModel]:
+    """The exported encoders (of ``runtime``, else all), text before image, as run in this process."""
+    return [
+        ExportedModel(
+            repository=source, model=model, runtime=model_runtime, pipeline=pipeline, threads=threads
+        )
+        for model, (model_runtime, pipeline) in EXPORTED.items()
+        if runtime in (None, model_runtime)
+    ]
+
+
 def inprocess_stage(plan: Plan, source: Path, cores: int) -> dict:
     points, costs = [], []
     served_runtime = EXPORTED[text_encoder_of(source)][0]  # the served file is always measured in-process
+    items = {"text": plan.inprocess_texts, "image": plan.inprocess_images}
     for runtime in dict.fromkeys((*plan.inprocess_runtimes, served_runtime)):
-        text_model = TEXT_ENCODER if runtime == "onnxruntime" else "minilm_torchscript"
-        image_model = IMAGE_ENCODER if runtime == "onnxruntime" else "efficientnet_lite0_torchscript"
-        points += inprocess.measure_text(
-            source,
-            model=text_model,
-            runtime=runtime,
-            batch_sizes=plan.inprocess_batches,
-            texts=plan.inprocess_texts,
-            rounds=plan.inprocess_rounds,
-            threads=cores,
-        )
-        points += inprocess.measure_image(
-            source,
-            model=image_model,
-            runtime=runtime,
-            batch_sizes=plan.inprocess_batches,
-            images=plan.inprocess_images,
-            rounds=plan.inprocess_rounds,
-            threads=cores,
-        )
-        for model, pipeline in ((text_model, "text"), (image_model, "image")):
-            costs.append(
-                inprocess.batch_cost(
-                    source,
-                    model=model,
-                    runtime=runtime,
-                    pipeline=pipeline,
-                    repeats=plan.batch_cost_repeats,
-                    threads=cores,
-                )
+        encoders = exported_models(source, cores, runtime)
+        for encoder in encoders:
+            points += inprocess.measure(
+                encoder,
+                batch_sizes=plan.inprocess_batches,
+                items=items[encoder.pipeline],
+                rounds=plan.inprocess_rounds,
             )
+        costs += [inprocess.batch_cost(encoder, repeats=plan.batch_cost_repeats) for encoder in encoders]
     return {"inprocess": points, "inprocess_batch_costs": costs}
 
 
 def profile_stage(plan: Plan, source: Path, raw: Path, cores: int) -> dict:
-    profiles = []
-    for model, (runtime, pipeline) in EXPORTED.items():
-        profiles.append(
+    return {
+        "profiles": [
             profiling.profile_model(
-                source,
-                model=model,
-                runtime=runtime,
-                pipeline=pipeline,
-                batch_size=plan.profile_batch,
-                runs=plan.profile_runs,
-                threads=cores,
-                out_dir=raw / "profiles",
+                encoder, batch_size=plan.profile_batch, runs=plan.profile_runs, out_dir=raw / "profiles"
             )
-        )
-    return {"profiles": profiles}
+            for encoder in exported_models(source, cores)
+        ]
+    }

@@ -12,7 +12,6 @@ photographs). Warm-up runs are not profiled.
 from __future__ import annotations
 
 import json
-import logging
 import tempfile
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -22,18 +21,19 @@ import numpy as np
 
 from clients import samples
 from loadtest.load import payloads
-from loadtest.load.pipelines import EncoderRunner, ImagePreprocessor, TextTokenizer, exported_file
-
-logger = logging.getLogger(__name__)
+from loadtest.load.pipelines import EncoderRunner, ExportedModel, ImagePreprocessor, TextTokenizer
 
 
 @dataclass(kw_only=True)
 class LayerTime:
+    """One layer (ONNX) or ATen operator (TorchScript): its kernel time in ms per profiled run, its calls
+    per run and its share of the profiled total."""
+
     name: str
     op: str
     total_ms: float
     calls: int
-    share: float  # of the profiled total
+    share: float
 
 
 @dataclass(kw_only=True)
@@ -48,53 +48,44 @@ class ModelProfile:
 
 
 def profile_model(
-    repository: Path,
-    *,
-    model: str,
-    runtime: str,
-    pipeline: str,
-    batch_size: int,
-    runs: int,
-    threads: int,
-    out_dir: Path,
-    top_n: int = 10,
+    encoder: ExportedModel, *, batch_size: int, runs: int, out_dir: Path, top_n: int = 10
 ) -> ModelProfile:
-    inputs = _real_batch(repository, pipeline, batch_size)
-    path = exported_file(repository, model, runtime)
-    if runtime == "onnxruntime":
-        return _profile_onnx(path, model, inputs, runs=runs, threads=threads, out_dir=out_dir, top_n=top_n)
-    return _profile_torch(path, model, inputs, runs=runs, threads=threads, top_n=top_n)
+    inputs = _real_batch(encoder, batch_size)
+    if encoder.runtime == "onnxruntime":
+        return _profile_onnx(encoder, inputs, runs=runs, out_dir=out_dir, top_n=top_n)
+    return _profile_torch(encoder, inputs, runs=runs, top_n=top_n)
 
 
-def _real_batch(repository: Path, pipeline: str, batch_size: int) -> list[np.ndarray]:
-    if pipeline == "text":
+def _real_batch(encoder: ExportedModel, batch_size: int) -> list[np.ndarray]:
+    if encoder.pipeline == "text":
         texts = samples.shuffled_sentences(batch_size, seed=5)  # mixed lengths, as the server batches them
-        return list(TextTokenizer(repository)(texts).arrays)
+        return list(TextTokenizer(encoder.repository)(texts).arrays)
     images = payloads.image_variants(batch_size, seed=5)
-    return [ImagePreprocessor(repository)(images).astype(np.float32)]
+    return [ImagePreprocessor(encoder.repository)(images).astype(np.float32)]
 
 
 def _profile_onnx(
-    path: Path, model: str, inputs: list[np.ndarray], *, runs: int, threads: int, out_dir: Path, top_n: int
+    encoder: ExportedModel, inputs: list[np.ndarray], *, runs: int, out_dir: Path, top_n: int
 ) -> ModelProfile:
     out_dir.mkdir(parents=True, exist_ok=True)
-    warm = EncoderRunner(path, runtime="onnxruntime", threads=threads)
+    warm = EncoderRunner(encoder.file, runtime="onnxruntime", threads=encoder.threads)
     warm(*inputs)
     with tempfile.TemporaryDirectory() as tmp:
+        prefix = str(Path(tmp) / encoder.model)
         runner = EncoderRunner(
-            path, runtime="onnxruntime", threads=threads, profile_prefix=str(Path(tmp) / model)
+            encoder.file, runtime="onnxruntime", threads=encoder.threads, profile_prefix=prefix
         )
         runner(*inputs)  # the profiled session's own first run (allocations) is dropped below
         for _ in range(runs):
             runner(*inputs)
         trace = Path(runner.session.end_profiling())
-        destination = out_dir / f"profile_{model}.json"
+        destination = out_dir / f"profile_{encoder.model}.json"
         destination.write_bytes(trace.read_bytes())
     top, total_ms = summarise_onnx_trace(
         json.loads(destination.read_text()), runs=runs, skip_runs=1, top_n=top_n
     )
     return ModelProfile(
-        model=model,
+        model=encoder.model,
         runtime="onnxruntime",
         batch_size=len(inputs[0]),
         runs=runs,
@@ -140,11 +131,11 @@ def summarise_onnx_trace(
 
 
 def _profile_torch(
-    path: Path, model: str, inputs: list[np.ndarray], *, runs: int, threads: int, top_n: int
+    encoder: ExportedModel, inputs: list[np.ndarray], *, runs: int, top_n: int
 ) -> ModelProfile:
     from torch.profiler import ProfilerActivity, profile
 
-    runner = EncoderRunner(path, runtime="torchscript", threads=threads)
+    runner = EncoderRunner(encoder.file, runtime="torchscript", threads=encoder.threads)
     for _ in range(3):  # torch.jit specialises and optimises the graph over its first runs
         runner(*inputs)
     with profile(activities=[ProfilerActivity.CPU]) as profiler:
@@ -164,7 +155,7 @@ def _profile_torch(
         for e in ranked
     ]
     return ModelProfile(
-        model=model,
+        model=encoder.model,
         runtime="torchscript",
         batch_size=len(inputs[0]),
         runs=runs,

@@ -17,7 +17,7 @@ STAGES = ("served", "central", "inprocess", "profile")
 class Experiment:
     key: str
     title: str
-    stage: str
+    stage: str = "served"  # one of STAGES
     number: int | None = None  # its number in the report; the sweeps and Locust runs have none
     results: tuple[str, ...] = ()  # the results.json keys it writes, when not its own key
 
@@ -31,32 +31,23 @@ class Experiment:
 
 
 EXPERIMENTS = (
-    Experiment(key="sweeps", title="perf_analyzer sweeps", stage="served"),
-    Experiment(key="batching", number=1, title="Dynamic batching on vs off", stage="served"),
-    Experiment(key="instances", number=2, title="Model instances", stage="served"),
-    Experiment(
-        key="ragged",
-        number=8,
-        title="Length-aware (ragged) batching and precision, arm by arm",
-        stage="served",
-    ),
+    Experiment(key="sweeps", title="perf_analyzer sweeps"),
+    Experiment(key="batching", number=1, title="Dynamic batching on vs off"),
+    Experiment(key="instances", number=2, title="Model instances"),
+    Experiment(key="ragged", number=8, title="Length-aware (ragged) batching and precision, arm by arm"),
     Experiment(
         key="minimal",
         number=9,
         title="Triton against the simplest alternative (one process, one request at a time)",
-        stage="served",
     ),
-    Experiment(
-        key="clients", number=4, title="Sequential synchronous client vs asyncio client", stage="served"
-    ),
+    Experiment(key="clients", number=4, title="Sequential synchronous client vs asyncio client"),
     Experiment(
         key="batchcost",
         number=6,
         title="Cost of a batch of 32 against a batch of 1",
-        stage="served",
         results=("served_batch_costs",),
     ),
-    Experiment(key="locust", title="Locust scenarios", stage="served"),
+    Experiment(key="locust", title="Locust scenarios"),
     Experiment(key="central", number=3, title="Central server vs parallel processes", stage="central"),
     Experiment(
         key="inprocess",

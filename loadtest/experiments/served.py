@@ -9,19 +9,15 @@ the machine's background load hits every arm alike.
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import logging
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from loadtest.load.observe import (
-    ProcessSampler,
-    ProcessUsage,
-    process_tree,
-    statistics_delta,
-    statistics_snapshot,
-)
-from loadtest.load.perf import PerfPoint, PerfSettings, run_perf
+from loadtest.load.observe import ProcessSampler, process_tree, statistics_delta, statistics_snapshot
+from loadtest.load.perf import PerfPoint, PerfSettings, PerfTarget, run_perf
 from loadtest.load.perf_inputs import InputData, write_input_data
 
 logger = logging.getLogger(__name__)
@@ -60,26 +56,30 @@ class PerfSession:
 
     def measure(
         self,
-        *,
         experiment: str,
         arm: str,
         model: str,
+        *,
         protocol: str,
         concurrency: int,
-        served_model: str | None = None,
+        served_model: str = "",
     ) -> ServedPoint:
+        """One perf_analyzer run on ``served_model`` (default ``model``), labelled experiment / arm."""
         served = served_model or model
-        data = self.input_data(model)  # a variant has its original's inputs
-        url = self.grpc_url if protocol == "grpc" else self.http_url
+        target = PerfTarget(
+            model=served,
+            url=self.grpc_url if protocol == "grpc" else self.http_url,
+            protocol=protocol,
+            concurrency=concurrency,
+            inputs=self.input_data(model),  # a variant has its original's inputs
+        )
         before = statistics_snapshot(self.http_url)
         started = time.perf_counter()
-        usage = ProcessUsage()
-        if self.server_pid is not None:
-            with ProcessSampler(select=process_tree(self.server_pid)) as sampler:
-                perf = self._run(served, url, protocol, concurrency, data)
-            usage = sampler.usage
-        else:
-            perf = self._run(served, url, protocol, concurrency, data)
+        sampler = (
+            ProcessSampler(select=process_tree(self.server_pid)) if self.server_pid is not None else None
+        )
+        with sampler or contextlib.nullcontext():
+            perf = run_perf(target, out_dir=self.out_dir, settings=self.settings)
         wall_s = time.perf_counter() - started
         server = statistics_delta(before, statistics_snapshot(self.http_url))
         logger.info(
@@ -100,86 +100,34 @@ class PerfSession:
             perf=perf,
             server=server,
             wall_s=wall_s,
-            server_cpu_cores=usage.mean_cores if self.server_pid is not None else None,
+            server_cpu_cores=sampler.usage.mean_cores if sampler is not None else None,
         )
-
-    def _run(self, served: str, url: str, protocol: str, concurrency: int, data: InputData) -> PerfPoint:
-        return run_perf(
-            model=served,
-            url=url,
-            protocol=protocol,
-            concurrency=concurrency,
-            input_data=data.path,
-            shape_args=data.shape_args,
-            out_dir=self.out_dir,
-            settings=self.settings,
-        )
-
-
-def batching_experiment(
-    session: PerfSession, *, model: str, suffix: str, concurrencies: list[int], protocol: str = "grpc"
-) -> list[ServedPoint]:
-    """Experiment 1: ``model`` with dynamic batching vs its clone without, at each concurrency."""
-    return arms_experiment(
-        session,
-        experiment="batching",
-        model=model,
-        arms={"batching on": model, "batching off": model + suffix},
-        concurrencies=concurrencies,
-        protocol=protocol,
-    )
-
-
-def instances_experiment(
-    session: PerfSession,
-    *,
-    model: str,
-    arms: dict[str, str],
-    concurrencies: list[int],
-    protocol: str = "grpc",
-) -> list[ServedPoint]:
-    """Experiment 2: ``arms`` maps an arm's label to the served clone (e.g. '2 instances' -> model__x2)."""
-    return arms_experiment(
-        session,
-        experiment="instances",
-        model=model,
-        arms=arms,
-        concurrencies=concurrencies,
-        protocol=protocol,
-    )
 
 
 def arms_experiment(
     session: PerfSession,
-    *,
     experiment: str,
     model: str,
     arms: dict[str, str],
+    *,
     concurrencies: list[int],
     rounds: int = 1,
     protocol: str = "grpc",
 ) -> list[ServedPoint]:
     """Each arm (label -> served clone of ``model``) in turn, ``rounds`` times at each concurrency.
 
-    The order is A, B, C, A, B, C... so that background load hits every arm alike.
+    The order is A, B, C, A, B, C... so that background load hits every arm alike. Experiment 1 is
+    ``model`` with dynamic batching against its clone without, experiment 2 its clones with more
+    instances (e.g. '2 instances' -> model__x2).
     """
     if rounds < 1:
         raise ValueError(f"rounds must be at least 1, got {rounds}")
-    points = []
-    for concurrency in concurrencies:
-        for _ in range(rounds):
-            for arm, served in arms.items():
-                points.append(
-                    session.measure(
-                        experiment=experiment,
-                        arm=arm,
-                        model=model,
-                        served_model=served,
-                        protocol=protocol,
-                        concurrency=concurrency,
-                    )
-                )
-    return points
+    return [
+        session.measure(experiment, arm, model, served_model=served, protocol=protocol, concurrency=c)
+        for c in concurrencies
+        for _ in range(rounds)
+        for arm, served in arms.items()
+    ]
 
 
 def sweeps(
@@ -198,21 +146,11 @@ def sweeps(
     known = {
         (p.served_model, p.perf.protocol, p.perf.concurrency): p for p in measured if p.arm == "batching on"
     }
-    points = []
-    for model in models:
-        for protocol in protocols:
-            for concurrency in concurrencies:
-                reused = known.get((model, protocol, concurrency))
-                if reused is not None:
-                    points.append(replace(reused, experiment="sweep", arm="default"))
-                    continue
-                points.append(
-                    session.measure(
-                        experiment="sweep",
-                        arm="default",
-                        model=model,
-                        protocol=protocol,
-                        concurrency=concurrency,
-                    )
-                )
-    return points
+
+    def point(model: str, protocol: str, concurrency: int) -> ServedPoint:
+        reused = known.get((model, protocol, concurrency))
+        if reused is not None:
+            return replace(reused, experiment="sweep", arm="default")
+        return session.measure("sweep", "default", model, protocol=protocol, concurrency=concurrency)
+
+    return [point(*key) for key in itertools.product(models, protocols, concurrencies)]

@@ -19,7 +19,7 @@ class LocustRun:
     http_url: str
     grpc_url: str | None = None
     users: int = 4
-    spawn_rate: float = 4.0
+    spawn_rate: float | None = None  # users started per second; None: every user in the first second
     run_time_s: int = 20
     user_classes: tuple[str, ...] = ()
     shape: str | None = None
@@ -28,7 +28,7 @@ class LocustRun:
     text_model: str = "text_embedder"
 
     def __post_init__(self) -> None:
-        if self.users < 1 or self.spawn_rate <= 0 or self.run_time_s < 1:
+        if self.users < 1 or (self.spawn_rate is not None and self.spawn_rate <= 0) or self.run_time_s < 1:
             raise ValueError(
                 f"users >= 1, spawn_rate > 0 and run_time_s >= 1 are required, "
                 f"got {self.users}, {self.spawn_rate}, {self.run_time_s}"
@@ -47,7 +47,7 @@ class LocustRun:
             "-u",
             str(self.users),
             "-r",
-            str(self.spawn_rate),
+            str(self.spawn_rate or self.users),
             "-t",
             f"{self.run_time_s}s",
             "--stop-timeout",

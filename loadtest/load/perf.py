@@ -18,6 +18,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from loadtest.load.perf_inputs import InputData
 from tritonlocal.perf_analyzer import locate
 
 logger = logging.getLogger(__name__)
@@ -29,6 +30,9 @@ _PERCENTILES = (50, 90, 95, 99)
 
 @dataclass(kw_only=True, frozen=True)
 class PerfSettings:
+    """How perf_analyzer measures a point: windows of ``measurement_interval_ms``, at most ``max_trials`` of
+    them, stable when three agree within ``stability_percent``; the run is killed after ``timeout_s``."""
+
     measurement_interval_ms: int = 2000
     max_trials: int = 5
     stability_percent: int = 20
@@ -73,34 +77,44 @@ class PerfPoint:
         return self.error is None and self.throughput_per_s > 0
 
 
-def perf_command(
-    *,
-    model: str,
-    url: str,
-    protocol: str,
-    concurrency: int,
-    input_data: Path,
-    csv_path: Path,
-    settings: PerfSettings,
-    batch_size: int = 1,
-    shape_args: list[str] | None = None,
-) -> list[str]:
-    if protocol not in PROTOCOLS:
-        raise ValueError(f"protocol must be one of {PROTOCOLS}, got {protocol!r}")
-    if concurrency < 1:
-        raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+@dataclass(kw_only=True, frozen=True)
+class PerfTarget:
+    """What one perf_analyzer run measures: a served model at one concurrency, on real input data."""
+
+    model: str
+    url: str
+    protocol: str
+    concurrency: int
+    inputs: InputData
+    batch_size: int = 1
+
+    def __post_init__(self) -> None:
+        if self.protocol not in PROTOCOLS:
+            raise ValueError(f"protocol must be one of {PROTOCOLS}, got {self.protocol!r}")
+        if self.concurrency < 1:
+            raise ValueError(f"concurrency must be at least 1, got {self.concurrency}")
+
+    @property
+    def stem(self) -> str:
+        """The name of the run's CSV and log files."""
+        batch = f"_b{self.batch_size}" if self.batch_size != 1 else ""
+        return f"{self.model}_{self.protocol}_c{self.concurrency}{batch}"
+
+
+def perf_command(target: PerfTarget, *, csv_path: Path, settings: PerfSettings) -> list[str]:
     return [
         str(locate()),
         "-m",
-        model,
+        target.model,
         "-u",
-        url,
+        target.url,
         "-i",
-        protocol,
-        f"--input-data={input_data}",
-        f"--concurrency-range={concurrency}:{concurrency}",  # an explicit end: one thread per request
+        target.protocol,
+        f"--input-data={target.inputs.path}",
+        # An explicit end: one thread per request.
+        f"--concurrency-range={target.concurrency}:{target.concurrency}",
         "-b",
-        str(batch_size),
+        str(target.batch_size),
         "--measurement-mode=time_windows",
         f"--measurement-interval={settings.measurement_interval_ms}",
         f"--max-trials={settings.max_trials}",
@@ -109,39 +123,21 @@ def perf_command(
         "-v",  # the per-window lines: the fallback when no stable measurement is reached
         "-f",
         str(csv_path),
-        *(shape_args or []),
+        *target.inputs.shape_args,
     ]
 
 
-def run_perf(
-    *,
-    model: str,
-    url: str,
-    protocol: str,
-    concurrency: int,
-    input_data: Path,
-    shape_args: list[str],
-    out_dir: Path,
-    settings: PerfSettings,
-    batch_size: int = 1,
-    label: str = "",
-) -> PerfPoint:
+def run_perf(target: PerfTarget, *, out_dir: Path, settings: PerfSettings) -> PerfPoint:
     """One bounded perf_analyzer run; its CSV and log are kept in ``out_dir``."""
-    stem = f"{label or model}_{protocol}_c{concurrency}" + (f"_b{batch_size}" if batch_size != 1 else "")
-    csv_path, log_path = out_dir / f"{stem}.csv", out_dir / f"{stem}.log"
+    csv_path, log_path = out_dir / f"{target.stem}.csv", out_dir / f"{target.stem}.log"
     out_dir.mkdir(parents=True, exist_ok=True)
-    command = perf_command(
-        model=model,
-        url=url,
-        protocol=protocol,
-        concurrency=concurrency,
-        input_data=input_data,
-        csv_path=csv_path,
-        settings=settings,
-        batch_size=batch_size,
-        shape_args=shape_args,
+    command = perf_command(target, csv_path=csv_path, settings=settings)
+    point = PerfPoint(
+        model=target.model,
+        protocol=target.protocol,
+        concurrency=target.concurrency,
+        batch_size=target.batch_size,
     )
-    point = PerfPoint(model=model, protocol=protocol, concurrency=concurrency, batch_size=batch_size)
     try:
         completed = subprocess.run(
             command, capture_output=True, text=True, timeout=settings.timeout_s, check=False

@@ -24,6 +24,7 @@ from tritonlocal.repository import EXPORTED_FILENAMES, load_model_config, load_s
 TOKENIZER_MODEL = "text_tokenizer"
 PREPROCESS_MODEL = "image_preprocess"
 RUNTIMES = ("onnxruntime", "torchscript")
+PIPELINES = ("text", "image")
 
 
 class PipelineError(Exception):
@@ -42,6 +43,31 @@ def exported_file(repository: Path, model: str, runtime: str) -> Path:
     if not path.is_file():
         raise PipelineError(f"{path} is missing; run `python -m export` first")
     return path
+
+
+@dataclass(kw_only=True, frozen=True)
+class ExportedModel:
+    """An exported encoder as the in-process experiments run it: which file, what it reads, how many threads.
+
+    ``pipeline`` is ``"text"`` (a ragged batch of token ids) or ``"image"`` (preprocessed photographs).
+    """
+
+    repository: Path
+    model: str
+    runtime: str
+    pipeline: str
+    threads: int
+
+    def __post_init__(self) -> None:
+        if self.runtime not in RUNTIMES or self.pipeline not in PIPELINES:
+            raise ValueError(
+                f"runtime must be one of {RUNTIMES} and pipeline one of {PIPELINES}, "
+                f"got {self.runtime!r} and {self.pipeline!r}"
+            )
+
+    @property
+    def file(self) -> Path:
+        return exported_file(self.repository, self.model, self.runtime)
 
 
 class EncoderRunner:

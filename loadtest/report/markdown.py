@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 from loadtest.experiments.registry import experiment
 from loadtest.report import findings, plots, ragged_section
-from loadtest.report.records import model_stats, served_runs
-from loadtest.report.tables import PERF_HEADER, batches, image, perf_row, table
+from loadtest.report.records import ServedRun, model_stats, served_runs
+from loadtest.report.tables import PERF_HEADER, batches, image, perf_row, row_of, table
 
 
 def write_report(folder: Path) -> Path:
@@ -75,13 +76,23 @@ def _claims(r: dict) -> str:
     return "## Published claims against this run\n\n" + table(("claim", "published", "measured here"), rows)
 
 
+BATCHING_ARMS = (
+    "The same ensemble served twice side by side; the clone has `dynamic_batching` removed from every "
+    "step (derived from the config by `loadtest.experiments.variant_repository`). Arms alternate at "
+    "each concurrency."
+)
+INSTANCE_ARMS = (
+    "`instance_group` count of the encoder set to 1, 2 and 4, intra-op threads divided so that the "
+    "instances together use the core count (at least 1 each, so 4 instances on 2 cores oversubscribe)."
+)
+
+
 def _batching(r: dict, folder: Path) -> str:
-    points = served_runs(r, "batching")
-    if not points:
-        return ""
-    plot = plots.arms_against_concurrency(
-        points, folder, "batching.png", "Dynamic batching on vs off (text ensemble)", findings.TEXT_ENCODER
-    )
+    title = "Dynamic batching on vs off (text ensemble)"
+    return _arms_section(r, folder, "batching", title, BATCHING_ARMS, after_table=_on_off_ratios)
+
+
+def _on_off_ratios(points: list[ServedRun]) -> str:
     ratios = []
     for c in sorted({p.perf.concurrency for p in points}):
         on = findings.point_at(
@@ -90,36 +101,35 @@ def _batching(r: dict, folder: Path) -> str:
         off = findings.point_at(
             points, model=findings.TEXT_MODEL + "__nobatch", protocol="grpc", concurrency=c
         )
-        ratios.append(
-            (
-                c,
-                findings.ratio_text(findings.throughput(on), findings.throughput(off)),
-            )
-        )
-    return (
-        experiment("batching").heading + "\n\nThe same ensemble served twice side by side; the clone has "
-        "`dynamic_batching` removed from every step (derived from the config by "
-        "`loadtest.experiments.variant_repository`). "
-        "Arms alternate at each concurrency.\n\n"
-        + table(PERF_HEADER, map(perf_row, points))
-        + "\n\n"
-        + table(("concurrency", "on / off throughput"), ratios)
-        + image(plot)
-    )
+        ratios.append((c, findings.ratio_text(findings.throughput(on), findings.throughput(off))))
+    return "\n\n" + table(("concurrency", "on / off throughput"), ratios)
 
 
 def _instances(r: dict, folder: Path) -> str:
-    points = served_runs(r, "instances")
+    return _arms_section(r, folder, "instances", "Encoder instances (text ensemble)", INSTANCE_ARMS)
+
+
+def _arms_section(
+    r: dict,
+    folder: Path,
+    key: str,
+    plot_title: str,
+    description: str,
+    after_table: Callable[[list[ServedRun]], str] = lambda points: "",
+) -> str:
+    """An arms experiment on the text ensemble: every run, then ``after_table``'s text, then its plot."""
+    points = served_runs(r, key)
     if not points:
         return ""
-    plot = plots.arms_against_concurrency(
-        points, folder, "instances.png", "Encoder instances (text ensemble)", findings.TEXT_ENCODER
-    )
+    plot = plots.arms_against_concurrency(points, folder, f"{key}.png", plot_title, findings.TEXT_ENCODER)
     return (
-        experiment("instances").heading
-        + "\n\n`instance_group` count of the encoder set to 1, 2 and 4, intra-op threads "
-        "divided so that the instances together use the core count (at least 1 each, so 4 instances on "
-        "2 cores oversubscribe).\n\n" + table(PERF_HEADER, map(perf_row, points)) + image(plot)
+        experiment(key).heading
+        + "\n\n"
+        + description
+        + "\n\n"
+        + table(PERF_HEADER, map(perf_row, points))
+        + after_table(points)
+        + image(plot)
     )
 
 
@@ -182,18 +192,8 @@ def _inprocess(r: dict, folder: Path) -> str:
     if target:
         served[f"served {target.served_model} c=32"] = target.perf.throughput_per_s
     plot = plots.inprocess_vs_served(points, served, folder)
-    rows = [
-        (
-            p["pipeline"],
-            p["model"],
-            p["runtime"],
-            p["batch_size"],
-            p["items"],
-            p["items_per_s"],
-            p["ms_per_batch"],
-        )
-        for p in points
-    ]
+    columns = ("pipeline", "model", "runtime", "batch_size", "items", "items_per_s", "ms_per_batch")
+    rows = [row_of(p, *columns) for p in points]
     # The same comparison as the target: the served file's runtime, experiment 8's shipped arm if measured.
     best = findings.best_inprocess(r, runtime=r.get("text_runtime", "onnxruntime"))
     shipped = findings.shipped_arm(r, findings.TARGET_CONCURRENCY)
@@ -221,10 +221,7 @@ def _batch_costs(r: dict) -> str:
         return ""
     rows = [
         (
-            c["model"],
-            c["where"],
-            c["ms_batch_1"],
-            c["ms_batch_32"],
+            *row_of(c, "model", "where", "ms_batch_1", "ms_batch_32"),
             c["ms_batch_32"] / c["ms_batch_1"],
             32 * c["ms_batch_1"] / c["ms_batch_32"],
         )

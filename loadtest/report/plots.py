@@ -9,6 +9,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402 - the backend must be chosen first
+from matplotlib.axes import Axes  # noqa: E402
 
 from loadtest.report.records import ArmSummary, ServedRun  # noqa: E402
 
@@ -33,16 +34,31 @@ def sweep_throughput(points: list[ServedRun], folder: Path) -> str | None:
     if not lines:
         return None
     figure, axis = plt.subplots(figsize=(8, 4.5))
+    _plot_lines(axis, lines)
+    _finish(
+        axis,
+        xlabel="concurrency (requests in flight)",
+        ylabel="inferences / s",
+        title="Throughput against concurrency (perf_analyzer)",
+    )
+    return _save(figure, folder, "sweep_throughput.png")
+
+
+def _plot_lines(axis: Axes, lines: dict[str, list[tuple[int, float]]], prefix: str = "") -> None:
+    """One line per label, its points in x order."""
     for label, xy in sorted(lines.items()):
         xy.sort()
-        axis.plot([x for x, _ in xy], [y for _, y in xy], marker="o", label=label)
+        axis.plot([x for x, _ in xy], [y for _, y in xy], marker="o", label=prefix + label)
+
+
+def _finish(axis: Axes, *, xlabel: str, ylabel: str, title: str) -> None:
+    """Powers of two along x, the labels, a light grid and a small legend."""
     axis.set_xscale("log", base=2)
-    axis.set_xlabel("concurrency (requests in flight)")
-    axis.set_ylabel("inferences / s")
-    axis.set_title("Throughput against concurrency (perf_analyzer)")
+    axis.set_xlabel(xlabel)
+    axis.set_ylabel(ylabel)
+    axis.set_title(title)
     axis.grid(alpha=0.3)
     axis.legend(fontsize=7)
-    return _save(figure, folder, "sweep_throughput.png")
 
 
 def sweep_latency(points: list[ServedRun], folder: Path, model: str) -> str | None:
@@ -66,12 +82,7 @@ def sweep_latency(points: list[ServedRun], folder: Path, model: str) -> str | No
                     marker="o",
                     label=f"{protocol} {percentile[:-3]}",
                 )
-    axis.set_xscale("log", base=2)
-    axis.set_xlabel("concurrency")
-    axis.set_ylabel("latency (ms)")
-    axis.set_title(f"Latency percentiles: {model}")
-    axis.grid(alpha=0.3)
-    axis.legend(fontsize=7)
+    _finish(axis, xlabel="concurrency", ylabel="latency (ms)", title=f"Latency percentiles: {model}")
     return _save(figure, folder, f"latency_{model}.png")
 
 
@@ -132,18 +143,13 @@ def inprocess_vs_served(points: list[dict], served: dict[str, float], folder: Pa
     if not lines:
         return None
     figure, axis = plt.subplots(figsize=(8, 4.5))
-    for label, xy in sorted(lines.items()):
-        xy.sort()
-        axis.plot([x for x, _ in xy], [y for _, y in xy], marker="o", label=f"in-process {label}")
+    _plot_lines(axis, lines, prefix="in-process ")
     for label, value in served.items():
         axis.axhline(value, linestyle="--", color="gray")
         axis.annotate(label, (1, value), fontsize=7, va="bottom")
-    axis.set_xscale("log", base=2)
-    axis.set_xlabel("batch size")
-    axis.set_ylabel("items / s")
-    axis.set_title("In-process limit against the served throughput")
-    axis.grid(alpha=0.3)
-    axis.legend(fontsize=7)
+    _finish(
+        axis, xlabel="batch size", ylabel="items / s", title="In-process limit against the served throughput"
+    )
     return _save(figure, folder, "inprocess.png")
 
 

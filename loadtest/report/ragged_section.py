@@ -11,7 +11,7 @@ from pathlib import Path
 from loadtest.experiments.registry import experiment
 from loadtest.report import findings, plots
 from loadtest.report.records import served_runs
-from loadtest.report.tables import PERF_HEADER, image, perf_row, table
+from loadtest.report.tables import PERF_HEADER, image, perf_row, row_of, table
 
 
 def section(r: dict, folder: Path) -> str:
@@ -78,18 +78,8 @@ def minimal_section(r: dict) -> str:
     runs = r.get("minimal") or []
     if not runs:
         return ""
-    rows = [
-        (
-            m["concurrency"],
-            m["label"],
-            m["requests"],
-            m["failures"],
-            m["requests_per_s"],
-            m["p50_ms"],
-            m["p99_ms"],
-        )
-        for m in runs
-    ]
+    columns = ("concurrency", "label", "requests", "failures", "requests_per_s", "p50_ms", "p99_ms")
+    rows = [row_of(m, *columns) for m in runs]
     header = ("concurrency", "server", "requests", "failures", "req/s", "p50 ms", "p99 ms")
     ratios = []
     for concurrency in sorted({m["concurrency"] for m in runs}):

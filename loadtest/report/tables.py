@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from loadtest.report.records import ModelStats, ServedRun
 
@@ -11,6 +11,11 @@ def table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def row_of(record: Mapping[str, object], *keys: str) -> tuple[object, ...]:
+    """The values of ``keys`` in a results.json record, in that order: a table's row."""
+    return tuple(record[key] for key in keys)
 
 
 def cell(value: object) -> str:

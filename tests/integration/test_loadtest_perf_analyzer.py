@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from loadtest.experiments.served import PerfSession
-from loadtest.load.perf import PerfSettings, parse_csv, run_perf
+from loadtest.load.perf import PerfSettings, PerfTarget, parse_csv, run_perf
 from loadtest.load.perf_inputs import write_input_data
 from tritonlocal import LocalTritonServer
 
@@ -22,16 +22,10 @@ def test_a_short_sweep_writes_a_csv_the_parser_reads(
     data = write_input_data("l2_normalize", ROOT / "model_repository", tmp_path / "in.json", entries=8)
     url = triton_server.grpc_url if protocol == "grpc" else triton_server.http_url
     for concurrency in (1, 4):
-        point = run_perf(
-            model="l2_normalize",
-            url=url,
-            protocol=protocol,
-            concurrency=concurrency,
-            input_data=data.path,
-            shape_args=data.shape_args,
-            out_dir=tmp_path,
-            settings=SHORT,
+        target = PerfTarget(
+            model="l2_normalize", url=url, protocol=protocol, concurrency=concurrency, inputs=data
         )
+        point = run_perf(target, out_dir=tmp_path, settings=SHORT)
         log = (tmp_path / f"l2_normalize_{protocol}_c{concurrency}.log").read_text()
         assert point.ok, log
         assert point.throughput_per_s > 0 and point.p99_ms and point.p99_ms > 0
@@ -52,9 +46,7 @@ def test_a_measured_point_carries_the_servers_batch_statistics(
         settings=SHORT,
         server_pid=triton_server.pid,
     )
-    point = session.measure(
-        experiment="test", arm="default", model="l2_normalize", protocol="grpc", concurrency=4
-    )
+    point = session.measure("test", "default", "l2_normalize", protocol="grpc", concurrency=4)
     assert point.perf.ok
     stats = point.server["l2_normalize"]
     assert stats["failures"] == 0 and stats["executions"] > 0

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from loadtest.load import perf
-from loadtest.load.perf import PerfPoint, PerfSettings, parse_csv, parse_passes
+from loadtest.load.perf import PerfPoint, PerfSettings, PerfTarget, parse_csv, parse_passes
+from loadtest.load.perf_inputs import InputData
 
 RECORDED_CSV = (
     "Concurrency,Inferences/Second,Client Send,Network+Server Send/Recv,Server Queue,Server Compute Input,"
@@ -62,17 +63,12 @@ def test_a_failed_run_reports_the_error_line() -> None:
 
 def test_the_command_is_bounded_and_asks_for_the_99th_percentile(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(perf, "locate", lambda: Path("perf_analyzer"))
-    settings = PerfSettings(measurement_interval_ms=1500, max_trials=4, stability_percent=25)
-    command = perf.perf_command(
-        model="text_embedder",
-        url="127.0.0.1:8001",
-        protocol="grpc",
-        concurrency=32,
-        input_data=Path("in.json"),
-        csv_path=Path("out.csv"),
-        settings=settings,
-        shape_args=["--shape=X:16"],
+    inputs = InputData(path=Path("in.json"), entries=16, kind="text", shape_args=["--shape=X:16"])
+    target = PerfTarget(
+        model="text_embedder", url="127.0.0.1:8001", protocol="grpc", concurrency=32, inputs=inputs
     )
+    settings = PerfSettings(measurement_interval_ms=1500, max_trials=4, stability_percent=25)
+    command = perf.perf_command(target, csv_path=Path("out.csv"), settings=settings)
     for expected in (
         "--percentile=99",
         "--concurrency-range=32:32",
@@ -85,6 +81,7 @@ def test_the_command_is_bounded_and_asks_for_the_99th_percentile(monkeypatch: py
         assert expected in command
     assert command[command.index("-f") + 1] == "out.csv"
     assert command[command.index("-i") + 1] == "grpc"
+    assert target.stem == "text_embedder_grpc_c32"
 
 
 @pytest.mark.parametrize(
@@ -100,15 +97,13 @@ def test_perf_settings_reject_values_that_cannot_measure(kwargs: dict, message: 
         PerfSettings(**kwargs)
 
 
-def test_an_unknown_protocol_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(perf, "locate", lambda: Path("perf_analyzer"))
-    with pytest.raises(ValueError, match="protocol must be one of"):
-        perf.perf_command(
-            model="m",
-            url="u",
-            protocol="https",
-            concurrency=1,
-            input_data=Path("i"),
-            csv_path=Path("o"),
-            settings=PerfSettings(),
-        )
+@pytest.mark.parametrize(
+    ("protocol", "concurrency", "message"),
+    [("https", 1, "protocol must be one of"), ("grpc", 0, "concurrency must be at least 1")],
+)
+def test_a_target_perf_analyzer_cannot_measure_is_refused(
+    protocol: str, concurrency: int, message: str
+) -> None:
+    inputs = InputData(path=Path("i"), entries=1, kind="text")
+    with pytest.raises(ValueError, match=message):
+        PerfTarget(model="m", url="u", protocol=protocol, concurrency=concurrency, inputs=inputs)

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from loadtest.soak import SoakConfig, Tally, sample_row
+from loadtest.soak import SoakConfig, Tally, build_parser, sample_row, soak_config
 from loadtest.soak_report import growth, windows, write_report
 
 
@@ -42,3 +42,8 @@ def test_a_soak_needs_a_duration_and_a_fraction_of_capacity() -> None:
         SoakConfig(minutes=0)
     with pytest.raises(ValueError, match="fraction of capacity"):
         SoakConfig(minutes=1, fraction=1.5)
+
+
+def test_the_command_line_sets_the_options_given_and_keeps_the_configs_defaults() -> None:
+    args = build_parser().parse_args(["--minutes", "2", "--in-flight", "4", "--output", "out/soak"])
+    assert soak_config(args) == SoakConfig(minutes=2.0, in_flight=4, output=Path("out", "soak"))
