@@ -39,7 +39,7 @@ PUBLIC_MODELS = (
     "image_classifier",
     "image_classifier_torchscript",
     "text_embedder",
-    "text_embedder_onnx",
+    "text_embedder_torchscript",
 )
 EXPORTED = {  # exported model -> (runtime, pipeline) for the in-process and profiling experiments
     "minilm_onnx": ("onnxruntime", "text"),
@@ -48,7 +48,7 @@ EXPORTED = {  # exported model -> (runtime, pipeline) for the in-process and pro
     "efficientnet_lite0_torchscript": ("torchscript", "image"),
 }
 NOBATCH, INSTANCE_SUFFIX = "__nobatch", "__x{}"
-TEXT_TOKENIZER, TEXT_ONNX_MODEL = "text_tokenizer", "text_embedder_onnx"
+TEXT_TOKENIZER, TEXT_TORCHSCRIPT_MODEL = "text_tokenizer", "text_embedder_torchscript"
 # The configuration before ragged batching: the tokenizer padded each request to one of these lengths
 # and the encoder's batcher merged equal shapes only (experiment 8's first arm reproduces it).
 PREVIOUS_BUCKETS = "8,16,24,32,48,64,96,128,256"
@@ -126,30 +126,30 @@ def served_variants(plan: Plan, source: Path) -> list[Variant]:
 
 
 def ragged_arms(source: Path) -> dict[str, tuple[Variant, str]]:
-    """Experiment 8: arm label -> (variant, served model). The previous configuration (the ONNX fp32
-    encoder behind length buckets, equal-shape batches: what text_embedder served before), ragged
-    batching alone (text_embedder_onnx as shipped), then the default route's encoder (TorchScript): its
-    fp32 file ragged, its served precision without ragged batching, and as shipped. The fp32 file is the
-    one the export keeps beside its precision record (:mod:`export.precision`); where the served file is
-    fp32 already, the arms that would repeat another are left out."""
+    """Experiment 8: arm label -> (variant, served model). On the default route's encoder: the previous
+    configuration (its fp32 file behind length buckets, equal-shape batches: what text_embedder served
+    before), ragged batching alone (the fp32 file, ragged), the served precision alone (equal shapes),
+    and as shipped; then the TorchScript route as shipped. The fp32 file is the one the export keeps
+    beside its precision record (:mod:`export.precision`); where the served file is fp32 already, the
+    shipped file stands in for it and the arms that would repeat another are left out."""
     encoder = text_encoder_of(source)
     served = precision.served_variant(encoder)
-    fp32 = precision.kept_file(encoder, "fp32")
+    fp32 = precision.kept_file(encoder, "fp32") if served != "fp32" else None
+    fp32_file = ((encoder, "model_filename", str(fp32.resolve())),) if fp32 is not None else ()
     equal_shapes = ((TEXT_TOKENIZER, "length_buckets", PREVIOUS_BUCKETS),)
     arms = {
-        "previous: ONNX fp32, buckets, equal shapes": Variant(
-            model=TEXT_ONNX_MODEL, suffix="__previous", ragged=False, parameters=equal_shapes
-        ),
-        "ONNX fp32, ragged": Variant(model=TEXT_ONNX_MODEL),
-        f"{served}, buckets, equal shapes": Variant(
-            model=TEXT_MODEL, suffix="__equalshapes", ragged=False, parameters=equal_shapes
+        "previous: fp32, buckets, equal shapes": Variant(
+            model=TEXT_MODEL, suffix="__previous", ragged=False, parameters=equal_shapes + fp32_file
         ),
     }
-    if fp32 is not None and served != "fp32":
-        arms["fp32 of the default route, ragged"] = Variant(
-            model=TEXT_MODEL, suffix="__fp32", parameters=((encoder, "model_filename", str(fp32.resolve())),)
+    if fp32_file:
+        arms["fp32, ragged"] = Variant(model=TEXT_MODEL, suffix="__fp32", parameters=fp32_file)
+        arms[f"{served}, buckets, equal shapes"] = Variant(
+            model=TEXT_MODEL, suffix="__equalshapes", ragged=False, parameters=equal_shapes
         )
     arms[f"{served}, ragged (shipped)"] = Variant(model=TEXT_MODEL)
+    other = precision.served_variant(text_encoder_of(source, TEXT_TORCHSCRIPT_MODEL))
+    arms[f"TorchScript route, {other}, ragged"] = Variant(model=TEXT_TORCHSCRIPT_MODEL)
     return {label: (variant, variant.served_name) for label, variant in arms.items()}
 
 
@@ -171,10 +171,10 @@ def image_precision_arms(source: Path) -> dict[str, tuple[Variant, str]]:
     }
 
 
-def text_encoder_of(source: Path) -> str:
-    """The exported encoder the text ensemble calls (its step that is a native model)."""
+def text_encoder_of(source: Path, ensemble: str = TEXT_MODEL) -> str:
+    """The exported encoder a text ensemble calls (its step that is a native model)."""
     models = load_repository(source)
-    return next(step for step in models[TEXT_MODEL].ensemble_steps() if models[step].is_native)
+    return next(step for step in models[ensemble].ensemble_steps() if models[step].is_native)
 
 
 def served_stage(plan: Plan, source: Path, work: Path, raw: Path, cores: int, skip: tuple[str, ...]) -> dict:

@@ -39,7 +39,7 @@ FAMILIES = {
     "efficientnet_lite0_torchscript": "tensor",
     "image_postprocess": "logits",
     "text_embedder": "text",
-    "text_embedder_onnx": "text",
+    "text_embedder_torchscript": "text",
     "text_tokenizer": "text",
     "minilm_onnx": "tokens",
     "minilm_torchscript": "tokens",

