@@ -94,12 +94,12 @@ def test_a_built_repository_serves_originals_and_clones_side_by_side(tmp_path: P
         "text_tokenizer__nobatch",
         "minilm_onnx__nobatch",
     }
-    clone = parse_config(tmp_path / "repo" / "minilm_torchscript__nobatch" / "config.pbtxt")
-    original = parse_config(tmp_path / "repo" / "minilm_torchscript" / "config.pbtxt")
+    clone = parse_config(tmp_path / "repo" / "minilm_onnx__nobatch" / "config.pbtxt")
+    original = parse_config(tmp_path / "repo" / "minilm_onnx" / "config.pbtxt")
     assert clone.backend == "python" and not clone.HasField("dynamic_batching")
     assert original.HasField("dynamic_batching")
-    assert (tmp_path / "repo" / "minilm_torchscript__nobatch" / "1" / "model.py").is_file()
-    assert hashes["minilm_torchscript"] != hashes["minilm_torchscript__nobatch"]
+    assert (tmp_path / "repo" / "minilm_onnx__nobatch" / "1" / "model.py").is_file()
+    assert hashes["minilm_onnx"] != hashes["minilm_onnx__nobatch"]
 
 
 @pytest.mark.parametrize(
