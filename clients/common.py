@@ -10,7 +10,6 @@ from typing import Any, Literal, TypeVar
 import numpy as np
 
 from clients.codec import ImageInput, bytes_rows, describe_image, describe_text, read_image
-from clients.endpoint import Endpoint, parse_url
 from clients.errors import ClientError, InvalidInputError, RequestError
 from clients.model_info import ModelSignature
 from clients.retry import RetryPolicy
@@ -55,41 +54,6 @@ class ClientOptions:
             raise ValueError(f"max_in_flight must be at least 1, got {self.max_in_flight}")
         if not isinstance(self.retry, RetryPolicy):
             raise TypeError(f"retry must be a RetryPolicy, got {type(self.retry).__name__}")
-
-
-class ClientBase:
-    """What TritonClient and AsyncTritonClient share: the endpoint, the options, the signature cache.
-
-    ``url`` picks the protocol by scheme (``http://``, ``grpc://``) unless ``protocol`` is given; the
-    keyword arguments are :class:`ClientOptions`. Subclasses open their transport in ``_open``.
-    """
-
-    def __init__(
-        self,
-        url: str = "http://127.0.0.1:8000",
-        *,
-        protocol: str | None = None,
-        timeout_s: float = 30.0,
-        retry: RetryPolicy | None = None,
-        headers: Mapping[str, str] | None = None,
-        per_request: bool = True,
-        max_in_flight: int = 16,
-        use_shared_memory: bool = False,
-    ) -> None:
-        self.endpoint: Endpoint = parse_url(url, protocol)
-        self.options = ClientOptions(
-            timeout_s=timeout_s,
-            retry=retry or RetryPolicy(),
-            headers=dict(headers or {}),
-            per_request=per_request,
-            max_in_flight=max_in_flight,
-            use_shared_memory=use_shared_memory,
-        )
-        self._signatures: dict[str, ModelSignature] = {}
-        self._open()
-
-    def _open(self) -> None:
-        raise NotImplementedError
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -17,7 +17,8 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -54,7 +55,9 @@ REGISTER_SHM = Op("register_system_shared_memory")
 UNREGISTER_SHM = Op("unregister_system_shared_memory")
 
 
-class _Base:
+class TransportBase:
+    """What the blocking and the asyncio transport share: headers, per-call arguments, tensors."""
+
     def __init__(self, endpoint: Endpoint, headers: Mapping[str, str] | None) -> None:
         self.endpoint = endpoint
         self.module: ModuleType = _MODULES[endpoint.protocol][0]
@@ -85,7 +88,7 @@ class _Base:
         return raw
 
 
-class SyncTransport(_Base):
+class SyncTransport(TransportBase):
     """Blocking calls; safe to use from several threads at once (one tritonclient client per thread)."""
 
     def __init__(self, endpoint: Endpoint, headers: Mapping[str, str] | None = None) -> None:
@@ -104,13 +107,8 @@ class SyncTransport(_Base):
         **kwargs: Any,
     ) -> Any:
         client = self._client(timeout_s)
-        try:
+        with _wrapped_errors(model, input_names):
             raw = getattr(client, op.method)(*args, **self._kwargs(op, timeout_s, kwargs))
-        except Exception as e:
-            wrapped = wrap_error(e, model=model, input_names=input_names)
-            if wrapped is None:
-                raise
-            raise wrapped from e
         return self._finish(op, raw)
 
     def close(self) -> None:
@@ -137,7 +135,7 @@ class SyncTransport(_Base):
         return clients[key]
 
 
-class AsyncTransport(_Base):
+class AsyncTransport(TransportBase):
     """asyncio calls over one tritonclient aio client, created inside the running event loop."""
 
     def __init__(
@@ -158,15 +156,10 @@ class AsyncTransport(_Base):
         **kwargs: Any,
     ) -> Any:
         client = self._get_client()
-        try:
+        with _wrapped_errors(model, input_names):
             raw = await asyncio.wait_for(
                 getattr(client, op.method)(*args, **self._kwargs(op, timeout_s, kwargs)), timeout=timeout_s
             )
-        except Exception as e:
-            wrapped = wrap_error(e, model=model, input_names=input_names)
-            if wrapped is None:
-                raise
-            raise wrapped from e
         return self._finish(op, raw)
 
     async def close(self) -> None:
@@ -183,6 +176,18 @@ class AsyncTransport(_Base):
                     self.endpoint.address, conn_limit=self._connections, conn_timeout=None
                 )
         return self._client
+
+
+@contextmanager
+def _wrapped_errors(model: str | None, input_names: Collection[str]) -> Iterator[None]:
+    """Raise what fails inside as its ``ClientError``, ``from`` the original (see ``wrap_error``)."""
+    try:
+        yield
+    except Exception as e:
+        wrapped = wrap_error(e, model=model, input_names=input_names)
+        if wrapped is None:
+            raise
+        raise wrapped from e
 
 
 def grpc_headers(headers: Mapping[str, str]) -> dict[str, str]:

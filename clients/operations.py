@@ -1,0 +1,330 @@
+"""The client's operations, written once for the blocking and the asyncio client.
+
+Each operation is a generator (a :data:`Task`): it yields the steps it needs done and receives each
+step's result, or has the step's exception raised at the ``yield``. The steps are a server call
+(:class:`Call`), a pause, several tasks at once, and one inference holding one of the client's
+``max_in_flight`` slots. :class:`~clients.TritonClient` carries the steps out with blocking calls and a
+thread pool, :class:`~clients.AsyncTritonClient` awaits them; requests, responses, caching and
+per-item errors live here only. Each public function is one method of both clients.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Generator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import numpy as np
+
+from clients import common as c
+from clients.codec import Classification, ImageInput, check_top_k, coerce_inputs, decode_classifications
+from clients.errors import ClientError, InvalidInputError, RequestError, RestrictedApiError
+from clients.model_info import (
+    ModelSignature,
+    ModelState,
+    classifier_roles,
+    embedder_roles,
+    parse_index,
+    parse_signature,
+)
+from clients.retry import NO_RETRY, RetryPolicy
+from clients.stats import ModelStatistics, parse_statistics
+from clients.transport import (
+    CONFIG,
+    INDEX,
+    INFER,
+    LIVE,
+    METADATA,
+    READY,
+    REGISTER_SHM,
+    STATISTICS,
+    UNREGISTER_SHM,
+    Op,
+)
+
+if TYPE_CHECKING:
+    from clients.base import ClientBase
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+Decode = Callable[[dict[str, np.ndarray]], list[Any]]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Call:
+    """One tritonclient call, retried under ``retry``; ``send(transport)`` makes one attempt."""
+
+    op: Op
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    timeout_s: float
+    retry: RetryPolicy
+
+    @property
+    def what(self) -> str:
+        return f"{self.op.method}{self.args[:1]!r}"
+
+    def send(self, transport: Any) -> Any:
+        """The transport's answer: a value (blocking transport) or an awaitable (asyncio transport)."""
+        return transport.call(self.op, *self.args, timeout_s=self.timeout_s, **self.kwargs)
+
+
+@dataclass(frozen=True)
+class Pause:
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Concurrently:
+    """Run ``tasks`` at the same time; the result is the list of their results, in order."""
+
+    tasks: list[Generator[Any, Any, Any]]
+
+
+@dataclass(frozen=True)
+class InFlight:
+    """Run ``task`` (one inference) within the client's ``max_in_flight`` bound."""
+
+    task: Generator[Any, Any, Any]
+
+
+@dataclass(frozen=True)
+class Done:
+    value: Any
+
+
+Step = Call | Pause | Concurrently | InFlight
+Task = Generator[Step, Any, T]
+
+
+def resume(task: Task[Any], result: Any = None, error: Exception | None = None) -> Step | Done:
+    """The task's next step, given its last step's result or error (none: start it), or Done."""
+    try:
+        return task.throw(error) if error is not None else task.send(result)
+    except StopIteration as stop:
+        return Done(stop.value)
+
+
+# -- server -----------------------------------------------------------------------------------------
+def health(client: ClientBase, *, timeout_s: float | None = None) -> Task[c.Health]:
+    live = yield from _call(client, LIVE, timeout_s=timeout_s)
+    ready = yield from _call(client, READY, timeout_s=timeout_s)
+    return c.Health(live=bool(live), ready=bool(ready))
+
+
+def models(client: ClientBase, *, timeout_s: float | None = None) -> Task[list[ModelState]]:
+    """The repository index: every model the server knows, with its state (READY, UNAVAILABLE...)."""
+    return parse_index((yield from _call(client, INDEX, timeout_s=timeout_s)))
+
+
+def statistics(client: ClientBase, model: str, *, timeout_s: float | None = None) -> Task[ModelStatistics]:
+    """The newest version's statistics for ``model``."""
+    entries = parse_statistics(
+        (yield from _call(client, STATISTICS, model, model=model, timeout_s=timeout_s))
+    )
+    if not entries:
+        raise RequestError("the server returned no statistics", model=model)
+    return max(entries, key=lambda s: int(s.version) if s.version.isdigit() else -1)
+
+
+def all_statistics(client: ClientBase, *, timeout_s: float | None = None) -> Task[list[ModelStatistics]]:
+    return parse_statistics((yield from _call(client, STATISTICS, "", timeout_s=timeout_s)))
+
+
+def signature(client: ClientBase, model: str, *, timeout_s: float | None = None) -> Task[ModelSignature]:
+    """The model's tensors and max batch size, read from the server once and cached."""
+    if model not in client._signatures:
+        metadata = yield from _call(client, METADATA, model, model=model, timeout_s=timeout_s)
+        try:
+            config = yield from _call(client, CONFIG, model, model=model, timeout_s=timeout_s)
+        except RestrictedApiError as e:
+            logger.info("model config of %s is restricted (%s); batching taken from metadata", model, e)
+            config = None
+        client._signatures[model] = parse_signature(metadata, config)
+    return client._signatures[model]
+
+
+# -- inference --------------------------------------------------------------------------------------
+def infer(
+    client: ClientBase, model: str, inputs: Mapping[str, np.ndarray], *, timeout_s: float | None = None
+) -> Task[dict[str, np.ndarray]]:
+    """One request with the given tensors (batch dimension included); returns every output."""
+    spec = yield from signature(client, model, timeout_s=timeout_s)
+    return (yield InFlight(_infer_arrays(client, spec, coerce_inputs(spec, inputs), timeout_s)))
+
+
+def classify(
+    client: ClientBase,
+    images: Sequence[ImageInput],
+    model: str = c.DEFAULT_CLASSIFIER,
+    *,
+    top_k: int | None = None,
+    per_request: bool | None = None,
+    errors: c.Errors = "raise",
+    timeout_s: float | None = None,
+) -> Task[list[Classification]]:
+    """Top classes per image (bytes or paths), in input order.
+
+    On failure raises the first failing image's error (naming its index and file), with every image's
+    result or error on its ``.results``; ``errors="return"`` returns that list instead.
+    """
+    spec = yield from signature(client, model, timeout_s=timeout_s)
+    roles = classifier_roles(spec)
+    check_top_k(top_k, spec.output(roles.labels).dims[-1])
+    results = yield from _run_items(
+        client,
+        spec,
+        roles.image,
+        c.image_items(images),
+        lambda out: decode_classifications(out, roles, top_k),
+        per_request,
+        timeout_s,
+    )
+    return c.settle(results, errors)  # type: ignore[return-value]
+
+
+def embed(
+    client: ClientBase,
+    texts: Sequence[str],
+    model: str = c.DEFAULT_EMBEDDER,
+    *,
+    per_request: bool | None = None,
+    errors: c.Errors = "raise",
+    timeout_s: float | None = None,
+) -> Task[Any]:
+    """Embeddings as an array [len(texts), dim] (``errors="return"``: a list of rows or errors)."""
+    spec = yield from signature(client, model, timeout_s=timeout_s)
+    roles = embedder_roles(spec)
+    results = yield from _run_items(
+        client,
+        spec,
+        roles.text,
+        c.text_items(texts),
+        lambda out: list(out[roles.embedding]),
+        per_request,
+        timeout_s,
+    )
+    settled = c.settle(results, errors)
+    if errors == "return":
+        return settled
+    if not settled:
+        return np.empty((0, *spec.output(roles.embedding).dims), dtype=np.float32)
+    return np.stack(settled)  # type: ignore[arg-type]
+
+
+# -- internals --------------------------------------------------------------------------------------
+def _call(
+    client: ClientBase,
+    op: Op,
+    *args: Any,
+    timeout_s: float | None = None,
+    retry: RetryPolicy | None = None,
+    **kwargs: Any,
+) -> Task[Any]:
+    return (
+        yield Call(
+            op=op,
+            args=args,
+            kwargs=kwargs,
+            timeout_s=timeout_s or client.options.timeout_s,
+            retry=retry or client.options.retry,
+        )
+    )
+
+
+def _infer_arrays(
+    client: ClientBase, spec: ModelSignature, arrays: Mapping[str, np.ndarray], timeout_s: float | None
+) -> Task[dict[str, np.ndarray]]:
+    names = list(arrays)
+    transport = client._transport
+    if not client.options.use_shared_memory:
+        tensors, outputs = c.plain_request(transport, spec, arrays)
+        result = yield from _call(
+            client,
+            INFER,
+            spec.name,
+            tensors,
+            outputs=outputs,
+            model=spec.name,
+            input_names=names,
+            timeout_s=timeout_s,
+        )
+        return c.read_outputs(result, spec)
+    request = c.shared_request(spec, arrays)
+    try:
+        request.create()
+        yield from _call(
+            client, REGISTER_SHM, request.name, request.key, request.byte_size, timeout_s=timeout_s
+        )
+        try:
+            result = yield from _call(
+                client,
+                INFER,
+                spec.name,
+                request.infer_inputs(transport.infer_input),
+                outputs=request.requested_outputs(transport.requested_output),
+                model=spec.name,
+                input_names=names,
+                timeout_s=timeout_s,
+            )
+            return request.read(result)
+        finally:
+            yield from _unregister(client, request.name)
+    finally:
+        request.destroy()
+
+
+def _unregister(client: ClientBase, region: str) -> Task[None]:
+    for delay_s in (*c.UNREGISTER_DELAYS_S, None):
+        try:
+            yield from _call(client, UNREGISTER_SHM, region, retry=NO_RETRY)
+            return
+        except ClientError as e:  # the request's own outcome matters more than a cleanup failure
+            if delay_s is None or not c.region_in_use(e):
+                logger.warning("could not unregister shared memory region %s: %s", region, e)
+                return
+            yield Pause(delay_s)
+
+
+def _run_items(
+    client: ClientBase,
+    spec: ModelSignature,
+    input_name: str,
+    items: c.Items,
+    decode: Decode,
+    per_request: bool | None,
+    timeout_s: float | None,
+) -> Task[list[Any]]:
+    """Per-item results (a decoded row, or a ClientError naming the item) of one classify()/embed()."""
+    results: list[Any] = list(items.payloads)
+    valid = [i for i, p in enumerate(items.payloads) if not isinstance(p, ClientError)]
+
+    def rows(indices: list[int]) -> Task[list[Any]]:
+        arrays = c.rows_tensor(items, indices, input_name)
+        return decode((yield InFlight(_infer_arrays(client, spec, arrays, timeout_s))))
+
+    def one(index: int) -> Task[Any]:
+        try:
+            return (yield from rows([index]))[0]
+        except ClientError as e:
+            return c.mark(e, index, items)
+
+    def group(indices: list[int]) -> Task[list[Any]]:
+        try:
+            decoded = yield from rows(indices)
+        except InvalidInputError:  # one bad item fails its whole request: find which, keep the others
+            return (yield Concurrently([one(i) for i in indices]))
+        except ClientError as e:
+            return [c.mark(e, i, items, shared=True) for i in indices]
+        return c.check_rows(decoded, indices, spec.name)
+
+    if client.options.per_request if per_request is None else per_request:
+        for index, result in zip(valid, (yield Concurrently([one(i) for i in valid])), strict=True):
+            results[index] = result
+    else:
+        groups = c.chunks(valid, c.chunk_size(spec))
+        for indices, decoded in zip(groups, (yield Concurrently([group(g) for g in groups])), strict=True):
+            for index, result in zip(indices, decoded, strict=True):
+                results[index] = result
+    return results
