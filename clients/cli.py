@@ -36,6 +36,16 @@ class UsageError(Exception):
     """Bad arguments found after parsing (a missing file, no texts); exit code 2."""
 
 
+# The exit code of each failure the commands report, the most specific first.
+EXIT_CODES: tuple[tuple[type[Exception], int], ...] = (
+    (UsageError, EXIT_USAGE),
+    (ValueError, EXIT_USAGE),
+    (ServerUnavailableError, EXIT_UNREACHABLE),
+    (ClientError, EXIT_FAILED),
+)
+FAILURES = tuple(kind for kind, _ in EXIT_CODES)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(
@@ -44,20 +54,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with make_client(args) as client:
             return int(args.handler(client, args))
-    except (UsageError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return EXIT_USAGE
-    except ServerUnavailableError as e:
-        print(f"error: server {args.url} unreachable after {e.attempts} attempt(s): {e}", file=sys.stderr)
-        return EXIT_UNREACHABLE
-    except ClientError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return EXIT_FAILED
+    except FAILURES as e:
+        return report_failure(e, args.url)
+
+
+def report_failure(error: Exception, url: str) -> int:
+    """Print ``error`` as ``error: ...`` on stderr and return its exit code (the first of EXIT_CODES)."""
+    message = str(error)
+    if isinstance(error, ServerUnavailableError):
+        message = f"server {url} unreachable after {error.attempts} attempt(s): {error}"
+    print(f"error: {message}", file=sys.stderr)
+    return next(code for kind, code in EXIT_CODES if isinstance(error, kind))
 
 
 def make_client(args: argparse.Namespace) -> TritonClient:
     headers = admin_headers_from_environment()
-    headers.update(_header(h) for h in args.header)
+    headers.update(parse_header(h) for h in args.header)
     return TritonClient(
         args.url,
         protocol=args.protocol,
@@ -225,7 +237,8 @@ def admin_headers_from_environment() -> dict[str, str]:
     return {ADMIN_HEADER: key} if key else {}
 
 
-def _header(text: str) -> tuple[str, str]:
+def parse_header(text: str) -> tuple[str, str]:
+    """One ``--header KEY=VALUE`` as (key, value)."""
     key, sep, value = text.partition("=")
     if not sep or not key.strip():
         raise UsageError(f"--header must be KEY=VALUE, got {text!r}")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import logging
 import os
@@ -22,8 +23,7 @@ from pathlib import Path
 
 from clients.batch.inputs import image_inputs, text_inputs
 from clients.batch.job import JobConfig, JobSummary, run_job
-from clients.cli import DEFAULT_URL, EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE
-from clients.errors import ClientError, ServerUnavailableError
+from clients.cli import DEFAULT_URL, EXIT_FAILED, EXIT_OK, FAILURES, parse_header, report_failure
 from clients.tables import table
 
 EXIT_INTERRUPTED = 130
@@ -36,29 +36,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         inputs = image_inputs(args.images) if args.images else text_inputs(args.texts)
-        headers = dict(_header(h) for h in args.header)
         config = JobConfig(
-            url=args.url,
-            protocol=args.protocol,
-            model=args.model,
-            in_flight=args.in_flight,
-            timeout_s=args.timeout_s,
-            attempts=args.attempts,
-            top_k=args.top_k,
-            limit=args.limit,
-            headers=headers,
+            **{f.name: getattr(args, f.name) for f in dataclasses.fields(JobConfig) if hasattr(args, f.name)},
+            headers=dict(parse_header(h) for h in args.header),
             progress=False if args.no_progress else None,
         )
         summary = asyncio.run(run_job(inputs, args.output, config))
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return EXIT_USAGE
-    except ServerUnavailableError as e:
-        print(f"error: server {args.url} unreachable: {e}", file=sys.stderr)
-        return EXIT_UNREACHABLE
-    except ClientError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return EXIT_FAILED
+    except FAILURES as e:
+        return report_failure(e, args.url)
     except KeyboardInterrupt:
         print(f"interrupted; results so far are in {args.output}; re-run to resume", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -127,10 +112,3 @@ def render(summary: JobSummary, output: Path) -> str:
             ),
         ]
     return "\n".join(lines)
-
-
-def _header(text: str) -> tuple[str, str]:
-    key, sep, value = text.partition("=")
-    if not sep or not key.strip():
-        raise ValueError(f"--header must be KEY=VALUE, got {text!r}")
-    return key.strip(), value
