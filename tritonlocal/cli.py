@@ -12,12 +12,14 @@ python -m tritonlocal install-perf-analyzer
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import signal
 import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from tritonlocal import perf_analyzer
 from tritonlocal.config import ServerConfig
@@ -29,7 +31,13 @@ from tritonlocal.replicas import LocalReplicaSet, ReplicaSetConfig
 from tritonlocal.server import LocalTritonServer
 from tritonlocal.variants import KINDS, write_variant
 
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
+# The exit code of each failure the commands report, the most specific first.
+EXIT_CODES: dict[type[Exception], int] = {TritonLocalError: EXIT_ERROR, ValueError: EXIT_USAGE}
+C = TypeVar("C", bound="DataclassInstance")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,12 +48,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         return int(args.handler(args))
-    except TritonLocalError as e:
+    except tuple(EXIT_CODES) as e:
         print(f"error: {e}", file=sys.stderr)
-        return EXIT_ERROR
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return EXIT_USAGE
+        return next(code for kind, code in EXIT_CODES.items() if isinstance(e, kind))
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -140,16 +145,11 @@ def _derive(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace) -> int:
     if args.repository == LOCAL and not args.no_derive:
         derive_local()
-    config = ServerConfig(
+    config = _config(
+        ServerConfig,
+        args,
         model_repository=args.repository,
-        host=args.host,
-        http_port=args.http_port,
-        grpc_port=args.grpc_port,
-        metrics_port=args.metrics_port,
-        admin_key=args.admin_key,
         generate_admin_key=not args.no_admin_key,
-        startup_timeout_s=args.startup_timeout_s,
-        log_path=args.log_path,
         exit_on_error=not args.allow_failed_models,
     )
     stop = _stop_on_signals()
@@ -178,13 +178,7 @@ def _monitor(args: argparse.Namespace) -> int:
     if repository is None:
         derive_local()
         repository = LOCAL
-    server_config = ServerConfig(
-        model_repository=repository,
-        http_port=args.http_port,
-        grpc_port=args.grpc_port,
-        metrics_port=args.metrics_port,
-        extra_args=(SUMMARY_FLAG,),
-    )
+    server_config = _config(ServerConfig, args, model_repository=repository, extra_args=(SUMMARY_FLAG,))
     stop = _stop_on_signals()
     with LocalTritonServer(server_config) as server:
         target = server.metrics_url.removeprefix("http://").removesuffix("/metrics")
@@ -203,12 +197,7 @@ def _monitor(args: argparse.Namespace) -> int:
 
 
 def _replicas(args: argparse.Namespace) -> int:
-    config = ReplicaSetConfig(
-        model_repository=args.repository,
-        replicas=args.count,
-        http_port=args.http_port,
-        grpc_port=args.grpc_port,
-    )
+    config = _config(ReplicaSetConfig, args, model_repository=args.repository, replicas=args.count)
     stop = _stop_on_signals()
     with LocalReplicaSet(config) as replica_set:
         print(f"nginx  http://{replica_set.http_url}  grpc {replica_set.grpc_url}")
@@ -235,6 +224,12 @@ def _variant(args: argparse.Namespace) -> int:
 def _install(args: argparse.Namespace) -> int:
     print(perf_analyzer.install(force=args.force))
     return EXIT_OK
+
+
+def _config(kind: type[C], args: argparse.Namespace, **given: Any) -> C:
+    """A ``kind`` from ``given`` and from the options named after its fields (``--http-port``)."""
+    named = {f.name: getattr(args, f.name) for f in dataclasses.fields(kind) if hasattr(args, f.name)}
+    return kind(**(named | given))
 
 
 def _stop_on_signals() -> threading.Event:
