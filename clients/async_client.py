@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 from clients import operations as ops
 from clients.base import ClientBase
 from clients.retry import call_with_retry_async
-from clients.transport import AsyncTransport
+from clients.transport import AsyncTransport, Call
 
 T = TypeVar("T")
 
@@ -53,8 +53,8 @@ class AsyncTritonClient(ClientBase):
         return step.value  # type: ignore[no-any-return]
 
     async def _carry_out(self, step: ops.Step) -> Any:
-        if isinstance(step, ops.Call):
-            return await call_with_retry_async(lambda: step.send(self._transport), step.retry, what=step.what)
+        if isinstance(step, Call):
+            return await call_with_retry_async(lambda: self._transport.call(step), step.retry, what=step.what)
         if isinstance(step, ops.Pause):
             return await asyncio.sleep(step.seconds)
         if isinstance(step, ops.Concurrently):

@@ -2,17 +2,18 @@
 
 Each operation is a generator (a :data:`Task`): it yields the steps it needs done and receives each
 step's result, or has the step's exception raised at the ``yield``. The steps are a server call
-(:class:`Call`), a pause, several tasks at once, and one inference holding one of the client's
-``max_in_flight`` slots. :class:`~clients.TritonClient` carries the steps out with blocking calls and a
-thread pool, :class:`~clients.AsyncTritonClient` awaits them; requests, responses, caching and
-per-item errors live here only. Each public function is one method of both clients.
+(:class:`~clients.transport.Call`), a pause, several tasks at once, and one inference holding one of
+the client's ``max_in_flight`` slots. :class:`~clients.TritonClient` carries the steps out with
+blocking calls and a thread pool, :class:`~clients.AsyncTritonClient` awaits them; requests,
+responses, caching and per-item errors live here only. Each public function is one method of both
+clients.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Generator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
@@ -40,6 +41,7 @@ from clients.transport import (
     REGISTER_SHM,
     STATISTICS,
     UNREGISTER_SHM,
+    Call,
     Op,
 )
 
@@ -49,25 +51,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
 Decode = Callable[[dict[str, np.ndarray]], list[Any]]
-
-
-@dataclass(frozen=True, kw_only=True)
-class Call:
-    """One tritonclient call, retried under ``retry``; ``send(transport)`` makes one attempt."""
-
-    op: Op
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any] = field(default_factory=dict)
-    timeout_s: float
-    retry: RetryPolicy
-
-    @property
-    def what(self) -> str:
-        return f"{self.op.method}{self.args[:1]!r}"
-
-    def send(self, transport: Any) -> Any:
-        """The transport's answer: a value (blocking transport) or an awaitable (asyncio transport)."""
-        return transport.call(self.op, *self.args, timeout_s=self.timeout_s, **self.kwargs)
 
 
 @dataclass(frozen=True)
@@ -220,17 +203,20 @@ def _call(
     *args: Any,
     timeout_s: float | None = None,
     retry: RetryPolicy | None = None,
+    model: str | None = None,
+    input_names: Sequence[str] = (),
     **kwargs: Any,
 ) -> Task[Any]:
-    return (
-        yield Call(
-            op=op,
-            args=args,
-            kwargs=kwargs,
-            timeout_s=timeout_s or client.options.timeout_s,
-            retry=retry or client.options.retry,
-        )
+    call = Call(
+        op=op,
+        args=args,
+        kwargs=kwargs,
+        timeout_s=timeout_s or client.options.timeout_s,
+        retry=retry or client.options.retry,
+        model=model,
+        input_names=tuple(input_names),
     )
+    return (yield call)
 
 
 def _infer_arrays(

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 from clients import operations as ops
 from clients.base import ClientBase
 from clients.retry import call_with_retry
-from clients.transport import SyncTransport
+from clients.transport import Call, SyncTransport
 
 T = TypeVar("T")
 
@@ -59,8 +59,8 @@ class TritonClient(ClientBase):
         return step.value  # type: ignore[no-any-return]
 
     def _carry_out(self, step: ops.Step) -> Any:
-        if isinstance(step, ops.Call):
-            return call_with_retry(lambda: step.send(self._transport), step.retry, what=step.what)
+        if isinstance(step, Call):
+            return call_with_retry(lambda: self._transport.call(step), step.retry, what=step.what)
         if isinstance(step, ops.Pause):
             return time.sleep(step.seconds)
         if isinstance(step, ops.Concurrently):

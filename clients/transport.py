@@ -17,9 +17,9 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
@@ -30,6 +30,7 @@ import tritonclient.http.aio as httpaio
 
 from clients.endpoint import Endpoint
 from clients.errors import wrap_error
+from clients.retry import RetryPolicy
 
 _MODULES = {"http": (httpclient, httpaio), "grpc": (grpcclient, grpcaio)}
 GRPC_RESTRICTED_PREFIX = "triton-grpc-protocol-"
@@ -42,6 +43,26 @@ class Op:
     method: str
     json: bool = False
     unwrap: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Call:
+    """One tritonclient call: ``op(*args, **kwargs)``; ``model`` and ``input_names`` explain its failures.
+
+    A transport makes one attempt; the clients retry it under ``retry``.
+    """
+
+    op: Op
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    timeout_s: float
+    retry: RetryPolicy
+    model: str | None = None
+    input_names: tuple[str, ...] = ()
+
+    @property
+    def what(self) -> str:
+        return f"{self.op.method}{self.args[:1]!r}"
 
 
 LIVE = Op("is_server_live")
@@ -70,13 +91,13 @@ class TransportBase:
     def requested_output(self, name: str) -> Any:
         return self.module.InferRequestedOutput(name)
 
-    def _kwargs(self, op: Op, timeout_s: float, extra: dict[str, Any]) -> dict[str, Any]:
-        kwargs = dict(extra)
+    def _kwargs(self, call: Call) -> dict[str, Any]:
+        kwargs = dict(call.kwargs)
         if self.headers:
             kwargs["headers"] = self.headers
         if self.is_grpc:
-            kwargs["client_timeout"] = timeout_s
-            if op.json:
+            kwargs["client_timeout"] = call.timeout_s
+            if call.op.json:
                 kwargs["as_json"] = True
         return kwargs
 
@@ -86,6 +107,17 @@ class TransportBase:
             if op.unwrap:
                 raw = raw.get(op.unwrap, raw)
         return raw
+
+    @contextmanager
+    def _wrapped_errors(self, call: Call) -> Iterator[None]:
+        """Raise what fails inside as its ``ClientError``, ``from`` the original (see ``wrap_error``)."""
+        try:
+            yield
+        except Exception as e:
+            wrapped = wrap_error(e, model=call.model, input_names=call.input_names)
+            if wrapped is None:
+                raise
+            raise wrapped from e
 
 
 class SyncTransport(TransportBase):
@@ -97,19 +129,11 @@ class SyncTransport(TransportBase):
         self._lock = threading.Lock()
         self._created: list[Any] = []
 
-    def call(
-        self,
-        op: Op,
-        *args: Any,
-        timeout_s: float,
-        model: str | None = None,
-        input_names: Collection[str] = (),
-        **kwargs: Any,
-    ) -> Any:
-        client = self._client(timeout_s)
-        with _wrapped_errors(model, input_names):
-            raw = getattr(client, op.method)(*args, **self._kwargs(op, timeout_s, kwargs))
-        return self._finish(op, raw)
+    def call(self, call: Call) -> Any:
+        client = self._client(call.timeout_s)
+        with self._wrapped_errors(call):
+            raw = getattr(client, call.op.method)(*call.args, **self._kwargs(call))
+        return self._finish(call.op, raw)
 
     def close(self) -> None:
         with self._lock:
@@ -146,21 +170,13 @@ class AsyncTransport(TransportBase):
         self._connections = connections
         self._client: Any = None
 
-    async def call(
-        self,
-        op: Op,
-        *args: Any,
-        timeout_s: float,
-        model: str | None = None,
-        input_names: Collection[str] = (),
-        **kwargs: Any,
-    ) -> Any:
+    async def call(self, call: Call) -> Any:
         client = self._get_client()
-        with _wrapped_errors(model, input_names):
+        with self._wrapped_errors(call):
             raw = await asyncio.wait_for(
-                getattr(client, op.method)(*args, **self._kwargs(op, timeout_s, kwargs)), timeout=timeout_s
+                getattr(client, call.op.method)(*call.args, **self._kwargs(call)), timeout=call.timeout_s
             )
-        return self._finish(op, raw)
+        return self._finish(call.op, raw)
 
     async def close(self) -> None:
         client, self._client = self._client, None
@@ -176,18 +192,6 @@ class AsyncTransport(TransportBase):
                     self.endpoint.address, conn_limit=self._connections, conn_timeout=None
                 )
         return self._client
-
-
-@contextmanager
-def _wrapped_errors(model: str | None, input_names: Collection[str]) -> Iterator[None]:
-    """Raise what fails inside as its ``ClientError``, ``from`` the original (see ``wrap_error``)."""
-    try:
-        yield
-    except Exception as e:
-        wrapped = wrap_error(e, model=model, input_names=input_names)
-        if wrapped is None:
-            raise
-        raise wrapped from e
 
 
 def grpc_headers(headers: Mapping[str, str]) -> dict[str, str]:
