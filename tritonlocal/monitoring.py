@@ -24,7 +24,6 @@ import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import IO
 
 from tritonlocal import process as proc
@@ -105,7 +104,7 @@ def find_prometheus(binary: Path | None = None) -> Path:
     return Path(found)
 
 
-class LocalPrometheus:
+class LocalPrometheus(proc.Service):
     """A Prometheus process scraping ``config.scrape_targets``; a context manager."""
 
     def __init__(self, config: PrometheusConfig) -> None:
@@ -157,22 +156,11 @@ class LocalPrometheus:
             shutil.rmtree(self._workdir, ignore_errors=True)
             self._workdir = None
 
-    def __enter__(self) -> LocalPrometheus:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
-
     def is_running(self) -> bool:
         return self._process is not None and self._process.poll() is None
 
     def log_tail(self, lines: int = 30) -> str:
-        path = self.log_path
-        if path is None or not path.exists():
-            return ""
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+        return proc.log_tail(self.log_path, lines)
 
     # -- queries ----------------------------------------------------------------------------------
     def api(self, path: str, **params: str) -> object:

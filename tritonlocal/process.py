@@ -1,4 +1,5 @@
-"""Process-group handling: start a child that cannot outlive us, stop it and all it spawned."""
+"""Process-group handling: start a child that cannot outlive us, stop it and all it spawned; what the
+local services built on such children share (``with`` blocks, their log's tail)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,38 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import IO
+from types import TracebackType
+from typing import IO, TypeVar
 
 import psutil
 
 _PR_SET_PDEATHSIG = 1
+S = TypeVar("S", bound="Service")
+
+
+class Service:
+    """Something that runs processes between ``start()`` and ``stop()``: ``with`` starts it and stops it."""
+
+    def start(self: S) -> S:
+        raise NotImplementedError
+
+    def stop(self) -> object:
+        raise NotImplementedError
+
+    def __enter__(self: S) -> S:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+def log_tail(path: Path | None, lines: int) -> str:
+    """The last ``lines`` lines of the log at ``path``; empty while there is none."""
+    if path is None or not path.exists():
+        return ""
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec

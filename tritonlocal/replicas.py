@@ -25,7 +25,6 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 
 import psutil
 
@@ -124,7 +123,7 @@ def find_nginx(binary: Path | None = None) -> Path:
     return Path(found)
 
 
-class LocalReplicaSet:
+class LocalReplicaSet(proc.Service):
     """``config.replicas`` tritonservers and one nginx in front of them; a context manager."""
 
     def __init__(self, config: ReplicaSetConfig) -> None:
@@ -197,14 +196,6 @@ class LocalReplicaSet:
             if self._workdir is not None:
                 shutil.rmtree(self._workdir, ignore_errors=True)
                 self._workdir = None
-
-    def __enter__(self) -> LocalReplicaSet:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
 
     def access_log(self) -> str:
         path = self._workdir / "nginx" / "logs" / "access.log" if self._workdir else None

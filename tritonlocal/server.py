@@ -15,7 +15,6 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
-from types import TracebackType
 from typing import IO
 
 from tritonlocal import health
@@ -47,7 +46,7 @@ _PORT_FLAGS = {"http_port": "--http-port", "grpc_port": "--grpc-port", "metrics_
 _SPAWNER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tritonlocal-spawner")
 
 
-class LocalTritonServer:
+class LocalTritonServer(proc.Service):
     """A tritonserver process serving ``config.model_repository``.
 
     Use it as a context manager (``with LocalTritonServer(config) as server: ...``) or call
@@ -175,20 +174,9 @@ class LocalTritonServer:
         """Start a background thread that restarts the server when a stub dies; stop() it when done."""
         return health.Supervisor(server=self, interval_s=interval_s).start()
 
-    def __enter__(self) -> LocalTritonServer:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
-
     # -- diagnostics -----------------------------------------------------------------------------
     def log_tail(self, lines: int = 40) -> str:
-        if self.log_path is None or not self.log_path.exists():
-            return ""
-        text = self.log_path.read_text(errors="replace").splitlines()
-        return "\n".join(text[-lines:])
+        return proc.log_tail(self.log_path, lines)
 
     def is_ready(self) -> bool:
         return _http_ok(f"http://{self.http_url}/v2/health/ready")
