@@ -25,18 +25,11 @@ from clients import TritonClient
 from tritonlocal import LocalTritonServer, ServerConfig
 from tritonlocal.derive import derive_repository
 from tritonlocal.health import live_stubs
+from tritonlocal.repository import format_config, load_model_config
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBE = ROOT / "deploy" / "tritonserver" / "model_probe.py"
 IMAGE_PIPELINE = ("image_classifier", "image_preprocess", "efficientnet_lite0_onnx", "image_postprocess")
-BROKEN_CONFIG = """
-name: "broken_tokenizer"
-backend: "python"
-max_batch_size: 8
-input [ { name: "TEXT" data_type: TYPE_STRING dims: [ 1 ] } ]
-output [ { name: "IDS" data_type: TYPE_INT64 dims: [ 4 ] } ]
-instance_group [ { count: 1 kind: KIND_CPU } ]
-"""
 BROKEN_MODEL = """
 import triton_python_backend_utils as pb_utils
 
@@ -54,12 +47,14 @@ class TritonPythonModel:
 def partial_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTritonServer]:
     repository = tmp_path_factory.mktemp("partial") / "repository"
     derive_repository(ROOT / "model_repository", repository, gpu_available=False)
+    broken_config = load_model_config(repository / "text_tokenizer")  # the tokenizer, without its files
+    broken_config.name = "broken_tokenizer"
     for folder in repository.iterdir():
         if folder.name not in IMAGE_PIPELINE:
             shutil.rmtree(folder)
     broken = repository / "broken_tokenizer"
     (broken / "1").mkdir(parents=True)
-    (broken / "config.pbtxt").write_text(BROKEN_CONFIG)
+    (broken / "config.pbtxt").write_text(format_config(broken_config))
     (broken / "1" / "model.py").write_text(BROKEN_MODEL)
     config = ServerConfig(
         model_repository=repository,
