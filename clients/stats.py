@@ -32,6 +32,11 @@ class Duration:
         return cls(count=int(payload.get("count", 0)), total_ns=int(payload.get("ns", 0)))
 
 
+# The durations of a model's inference statistics, as Triton names them; those averaged per request.
+DURATIONS = ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output")
+AVERAGED = ("queue", "compute_input", "compute_infer", "compute_output")
+
+
 @dataclass(frozen=True, kw_only=True)
 class ModelStatistics:
     """One model version's counters since the server started.
@@ -99,12 +104,7 @@ class ModelStatistics:
             version=self.version,
             inferences=self.inferences - earlier.inferences,
             executions=self.executions - earlier.executions,
-            success=self.success.minus(earlier.success),
-            fail=self.fail.minus(earlier.fail),
-            queue=self.queue.minus(earlier.queue),
-            compute_input=self.compute_input.minus(earlier.compute_input),
-            compute_infer=self.compute_infer.minus(earlier.compute_infer),
-            compute_output=self.compute_output.minus(earlier.compute_output),
+            **{name: getattr(self, name).minus(getattr(earlier, name)) for name in DURATIONS},
             batch_executions={size: n for size, n in sorted(histogram.items()) if n},
             last_inference_ms=self.last_inference_ms,
         )
@@ -119,10 +119,7 @@ class ModelStatistics:
             "inferences": self.inferences,
             "executions": self.executions,
             "average_batch_size": round(self.average_batch_size, 3),
-            "queue_us": round(self.queue_us, 1),
-            "compute_input_us": round(self.compute_input_us, 1),
-            "compute_infer_us": round(self.compute_infer_us, 1),
-            "compute_output_us": round(self.compute_output_us, 1),
+            **{f"{name}_us": round(getattr(self, name).average_us, 1) for name in AVERAGED},
             "batch_executions": {str(size): n for size, n in self.batch_executions.items()},
         }
 
@@ -139,12 +136,7 @@ def parse_model_statistics(payload: Mapping[str, Any]) -> ModelStatistics:
         version=str(payload.get("version", "")),
         inferences=int(payload.get("inference_count", 0)),
         executions=int(payload.get("execution_count", 0)),
-        success=Duration.parse(inference.get("success")),
-        fail=Duration.parse(inference.get("fail")),
-        queue=Duration.parse(inference.get("queue")),
-        compute_input=Duration.parse(inference.get("compute_input")),
-        compute_infer=Duration.parse(inference.get("compute_infer")),
-        compute_output=Duration.parse(inference.get("compute_output")),
+        **{name: Duration.parse(inference.get(name)) for name in DURATIONS},
         batch_executions=dict(sorted(histogram.items())),
         last_inference_ms=int(payload.get("last_inference", 0)),
     )
