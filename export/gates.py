@@ -15,7 +15,7 @@ those numbers and never served (see :mod:`export.precision`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
@@ -56,14 +56,7 @@ class GateResult:
         return f"{numbers} ({self.samples} inputs) -> {verdict}"
 
     def as_dict(self) -> dict:
-        return {
-            "gate": self.gate,
-            "samples": self.samples,
-            "metrics": self.metrics,
-            "thresholds": self.thresholds,
-            "passed": self.passed,
-            "failures": self.failures,
-        }
+        return {**asdict(self), "passed": self.passed}
 
 
 def _judge(gate: str, samples: int, metrics: dict[str, float], thresholds: dict[str, float]) -> GateResult:
