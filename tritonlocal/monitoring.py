@@ -98,10 +98,10 @@ class PrometheusConfig:
 
 
 def find_prometheus(binary: Path | None = None) -> Path:
-    found = binary or shutil.which("prometheus")
-    if found is None or not Path(found).is_file():
+    found = proc.find_binary("prometheus", binary)
+    if found is None:
         raise MonitoringError(f"the prometheus binary was not found on PATH; {INSTALL_HINT}")
-    return Path(found)
+    return found
 
 
 class LocalPrometheus(proc.Service):

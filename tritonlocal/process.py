@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -37,6 +38,12 @@ class Service:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
+
+
+def find_binary(name: str, given: Path | None = None, *, fallbacks: Sequence[Path] = ()) -> Path | None:
+    """``given``, else ``name`` on PATH, else the first existing one of ``fallbacks``; None if no file."""
+    found = given or shutil.which(name) or next((path for path in fallbacks if path.is_file()), None)
+    return Path(found) if found is not None and Path(found).is_file() else None
 
 
 def log_tail(path: Path | None, lines: int) -> str:

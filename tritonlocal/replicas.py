@@ -115,12 +115,10 @@ def render_nginx_config(
 
 
 def find_nginx(binary: Path | None = None) -> Path:
-    found = (
-        binary or shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").is_file() else None)
-    )
-    if found is None or not Path(found).is_file():
+    found = proc.find_binary("nginx", binary, fallbacks=[Path("/usr/sbin/nginx")])
+    if found is None:
         raise ReplicaSetError(f"the nginx binary was not found on PATH or in /usr/sbin; {INSTALL_HINT}")
-    return Path(found)
+    return found
 
 
 class LocalReplicaSet(proc.Service):
