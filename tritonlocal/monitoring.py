@@ -98,10 +98,8 @@ class PrometheusConfig:
 
 
 def find_prometheus(binary: Path | None = None) -> Path:
-    found = proc.find_binary("prometheus", binary)
-    if found is None:
-        raise MonitoringError(f"the prometheus binary was not found on PATH; {INSTALL_HINT}")
-    return found
+    missing = MonitoringError(f"the prometheus binary was not found on PATH; {INSTALL_HINT}")
+    return proc.find_binary("prometheus", binary, missing=missing)
 
 
 class LocalPrometheus(proc.Service):

@@ -40,10 +40,12 @@ class Service:
         self.stop()
 
 
-def find_binary(name: str, given: Path | None = None, *, fallbacks: Sequence[Path] = ()) -> Path | None:
-    """``given``, else ``name`` on PATH, else the first existing one of ``fallbacks``; None if no file."""
+def find_binary(name: str, given: Path | None, *, missing: Exception, fallbacks: Sequence[Path] = ()) -> Path:
+    """``given``, else ``name`` on PATH, else the first existing one of ``fallbacks``; raises ``missing``."""
     found = given or shutil.which(name) or next((path for path in fallbacks if path.is_file()), None)
-    return Path(found) if found is not None and Path(found).is_file() else None
+    if found is None or not Path(found).is_file():
+        raise missing
+    return Path(found)
 
 
 def log_tail(path: Path | None, lines: int) -> str:

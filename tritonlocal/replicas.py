@@ -115,10 +115,8 @@ def render_nginx_config(
 
 
 def find_nginx(binary: Path | None = None) -> Path:
-    found = proc.find_binary("nginx", binary, fallbacks=[Path("/usr/sbin/nginx")])
-    if found is None:
-        raise ReplicaSetError(f"the nginx binary was not found on PATH or in /usr/sbin; {INSTALL_HINT}")
-    return found
+    missing = ReplicaSetError(f"the nginx binary was not found on PATH or in /usr/sbin; {INSTALL_HINT}")
+    return proc.find_binary("nginx", binary, missing=missing, fallbacks=[Path("/usr/sbin/nginx")])
 
 
 class LocalReplicaSet(proc.Service):
