@@ -20,28 +20,10 @@ from tritonlocal.repository import (
 REPOSITORY = Path(__file__).resolve().parents[2] / "model_repository"
 COMMITTED_CONFIGS = sorted(REPOSITORY.glob("*/config.pbtxt"))
 
-NATIVE_CONFIG = """
-name: "classifier"
-platform: "onnxruntime_onnx"
-max_batch_size: 16
-input [ { name: "PIXELS__0" data_type: TYPE_FP32 dims: [ 3, 4, 4 ] } ]
-output [ { name: "LOGITS__0" data_type: TYPE_FP32 dims: [ 10 ] } ]
-dynamic_batching { preferred_batch_size: [ 4, 8 ] max_queue_delay_microseconds: 1000 }
-instance_group [ { count: 2 kind: KIND_GPU gpus: [ 0 ] } ]
-"""
-
-ENSEMBLE_CONFIG = """
-name: "pipeline"
-platform: "ensemble"
-max_batch_size: 16
-input [ { name: "IN" data_type: TYPE_FP32 dims: [ 3, 4, 4 ] } ]
-output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 10 ] } ]
-ensemble_scheduling { step [ {
-  model_name: "classifier" model_version: -1
-  input_map { key: "PIXELS__0" value: "IN" }
-  output_map { key: "LOGITS__0" value: "OUT" }
-} ] }
-"""
+# Configs written into test repositories: a native classifier and an ensemble of it.
+CONFIGS = Path(__file__).parent / "configs"
+NATIVE_CONFIG = (CONFIGS / "classifier.pbtxt").read_text()
+ENSEMBLE_CONFIG = (CONFIGS / "pipeline.pbtxt").read_text()
 
 
 def _write(repo: Path, name: str, config: str, files: dict[str, str] | None = None) -> Path:
