@@ -46,7 +46,7 @@ class AsyncTritonClient(ClientBase):
         while not isinstance(step, ops.Done):
             try:
                 result = await self._carry_out(step)
-            except Exception as e:
+            except BaseException as e:  # cancellation too: the task's finally blocks still run
                 step = ops.resume(task, error=e)
             else:
                 step = ops.resume(task, result)

@@ -81,7 +81,7 @@ Step = Call | Pause | Concurrently | InFlight
 Task = Generator[Step, Any, T]
 
 
-def resume(task: Task[Any], result: Any = None, error: Exception | None = None) -> Step | Done:
+def resume(task: Task[Any], result: Any = None, error: BaseException | None = None) -> Step | Done:
     """The task's next step, given its last step's result or error (none: start it), or Done."""
     try:
         return task.throw(error) if error is not None else task.send(result)

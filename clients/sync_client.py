@@ -52,7 +52,7 @@ class TritonClient(ClientBase):
         while not isinstance(step, ops.Done):
             try:
                 result = self._carry_out(step)
-            except Exception as e:
+            except BaseException as e:  # cancellation too: the task's finally blocks still run
                 step = ops.resume(task, error=e)
             else:
                 step = ops.resume(task, result)
