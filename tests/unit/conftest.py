@@ -100,3 +100,32 @@ def triton_python_model(fake_pb_utils) -> Iterator[Callable]:
     yield load
     for name in loaded:
         sys.modules.pop(name, None)
+
+
+@pytest.fixture(scope="session")
+def two_layer_onnx(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny ONNX graph, X [rows, 16] -> Y [rows, 8]: two Linear layers, each exported as one Gemm as in
+    the ragged text encoder, the first with a bias and the second without."""
+    import torch  # here, not at the top: most unit tests need no torch
+
+    class TwoLayers(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            torch.manual_seed(0)
+            self.first, self.second = torch.nn.Linear(16, 32), torch.nn.Linear(32, 8, bias=False)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.second(torch.relu(self.first(x)))
+
+    path = tmp_path_factory.mktemp("two_layers") / "two_layers.onnx"
+    torch.onnx.export(
+        TwoLayers().eval(),
+        (torch.zeros(2, 16),),
+        str(path),
+        input_names=["X"],
+        output_names=["Y"],
+        dynamic_axes={"X": {0: "rows"}, "Y": {0: "rows"}},
+        opset_version=17,
+        dynamo=False,
+    )
+    return path

@@ -10,37 +10,9 @@ from pathlib import Path
 import numpy as np
 import onnx
 import onnxruntime
-import pytest
-import torch
 from onnx import TensorProto
 
 from export.onnx_variants import convert_fp16, quantize_int8_static
-
-
-class _TwoLayers(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        torch.manual_seed(0)
-        self.first, self.second = torch.nn.Linear(16, 32), torch.nn.Linear(32, 8)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.second(torch.relu(self.first(x)))
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("tiny") / "tiny.onnx"
-    torch.onnx.export(
-        _TwoLayers().eval(),
-        (torch.zeros(2, 16),),
-        str(path),
-        input_names=["X"],
-        output_names=["Y"],
-        dynamic_axes={"X": {0: "batch"}, "Y": {0: "batch"}},
-        opset_version=17,
-        dynamo=False,
-    )
-    return path
 
 
 def _ops(path: Path) -> list[str]:
@@ -52,18 +24,22 @@ def _run(path: Path, x: np.ndarray) -> np.ndarray:
     return session.run(["Y"], {"X": x})[0]
 
 
-def test_static_int8_writes_qdq_pairs_calibrated_on_the_given_inputs(tiny: Path, tmp_path: Path) -> None:
+def test_static_int8_writes_qdq_pairs_calibrated_on_the_given_inputs(
+    two_layer_onnx: Path, tmp_path: Path
+) -> None:
     rng = np.random.default_rng(0)
     feeds = [{"X": rng.normal(size=(1, 16)).astype(np.float32)} for _ in range(8)]
-    quantize_int8_static(tiny, tmp_path / "qdq.onnx", calibration=feeds)
+    quantize_int8_static(two_layer_onnx, tmp_path / "qdq.onnx", calibration=feeds)
     ops = _ops(tmp_path / "qdq.onnx")
     assert "QuantizeLinear" in ops and "DequantizeLinear" in ops
     x = feeds[0]["X"]
-    assert np.abs(_run(tmp_path / "qdq.onnx", x) - _run(tiny, x)).max() < 0.1
+    assert np.abs(_run(tmp_path / "qdq.onnx", x) - _run(two_layer_onnx, x)).max() < 0.1
 
 
-def test_fp16_keeps_float32_inputs_and_outputs_and_stores_float16_weights(tiny: Path, tmp_path: Path) -> None:
-    convert_fp16(tiny, tmp_path / "half.onnx")
+def test_fp16_keeps_float32_inputs_and_outputs_and_stores_float16_weights(
+    two_layer_onnx: Path, tmp_path: Path
+) -> None:
+    convert_fp16(two_layer_onnx, tmp_path / "half.onnx")
     graph = onnx.load(str(tmp_path / "half.onnx")).graph
     assert graph.input[0].type.tensor_type.elem_type == TensorProto.FLOAT
     assert graph.output[0].type.tensor_type.elem_type == TensorProto.FLOAT

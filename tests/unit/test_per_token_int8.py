@@ -10,35 +10,8 @@ import numpy as np
 import onnx
 import onnxruntime
 import pytest
-import torch
 
 from export.per_token_int8 import quantize_int8_per_token
-
-
-class _TwoLayers(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        torch.manual_seed(0)
-        self.first, self.second = torch.nn.Linear(16, 32), torch.nn.Linear(32, 8, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.second(torch.relu(self.first(x)))
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("tiny") / "tiny.onnx"
-    torch.onnx.export(
-        _TwoLayers().eval(),
-        (torch.zeros(2, 16),),
-        str(path),
-        input_names=["X"],
-        output_names=["Y"],
-        dynamic_axes={"X": {0: "rows"}, "Y": {0: "rows"}},
-        opset_version=17,
-        dynamo=False,
-    )
-    return path
 
 
 def _run(path: Path, x: np.ndarray) -> np.ndarray:
@@ -56,18 +29,20 @@ def _relative_error(candidate: np.ndarray, reference: np.ndarray) -> float:
     return float(np.abs(candidate - reference).max() / np.abs(reference).max())
 
 
-def test_every_gemm_becomes_an_integer_product_with_and_without_a_bias(tiny: Path, tmp_path: Path) -> None:
+def test_every_gemm_becomes_an_integer_product_with_and_without_a_bias(
+    two_layer_onnx: Path, tmp_path: Path
+) -> None:
     out = tmp_path / "int8.onnx"
-    assert quantize_int8_per_token(tiny, out, calibration=[{"X": _rows(8)}], smoothing=0.5) == 2
+    assert quantize_int8_per_token(two_layer_onnx, out, calibration=[{"X": _rows(8)}], smoothing=0.5) == 2
     ops = [node.op_type for node in onnx.load(str(out)).graph.node]
     assert ops.count("MatMulInteger") == 2 and "Gemm" not in ops and "MatMul" not in ops
     x = _rows(16, seed=1)
-    assert _relative_error(_run(out, x), _run(tiny, x)) < 0.03
+    assert _relative_error(_run(out, x), _run(two_layer_onnx, x)) < 0.03
 
 
-def test_a_row_gets_the_same_answer_alone_and_in_any_batch(tiny: Path, tmp_path: Path) -> None:
+def test_a_row_gets_the_same_answer_alone_and_in_any_batch(two_layer_onnx: Path, tmp_path: Path) -> None:
     out = tmp_path / "int8.onnx"
-    quantize_int8_per_token(tiny, out, calibration=[{"X": _rows(8)}], smoothing=0.5)
+    quantize_int8_per_token(two_layer_onnx, out, calibration=[{"X": _rows(8)}], smoothing=0.5)
     batch = _rows(12, seed=2)
     batch[5] *= 40.0  # a loud neighbour: a per-batch range would coarsen every other row
     together = _run(out, batch)
@@ -75,21 +50,25 @@ def test_a_row_gets_the_same_answer_alone_and_in_any_batch(tiny: Path, tmp_path:
     np.testing.assert_allclose(together, alone, rtol=1e-6, atol=1e-6)
 
 
-def test_smoothing_recovers_the_precision_an_outlier_channel_takes(tiny: Path, tmp_path: Path) -> None:
+def test_smoothing_recovers_the_precision_an_outlier_channel_takes(
+    two_layer_onnx: Path, tmp_path: Path
+) -> None:
     calibration = [{"X": _rows(64, outlier=50.0, seed=3)}]
     x = _rows(64, outlier=50.0, seed=4)
-    reference = _run(tiny, x)
+    reference = _run(two_layer_onnx, x)
     errors = {}
     for smoothing in (0.0, 0.5):
         out = tmp_path / f"int8-{smoothing}.onnx"
-        quantize_int8_per_token(tiny, out, calibration=calibration, smoothing=smoothing)
+        quantize_int8_per_token(two_layer_onnx, out, calibration=calibration, smoothing=smoothing)
         errors[smoothing] = _relative_error(_run(out, x), reference)
     assert errors[0.5] < errors[0.0] / 2, errors
 
 
-def test_reduce_range_keeps_weights_within_seven_bits(tiny: Path, tmp_path: Path) -> None:
+def test_reduce_range_keeps_weights_within_seven_bits(two_layer_onnx: Path, tmp_path: Path) -> None:
     out = tmp_path / "int8-7bit.onnx"
-    quantize_int8_per_token(tiny, out, calibration=[{"X": _rows(8)}], smoothing=0.0, reduce_range=True)
+    quantize_int8_per_token(
+        two_layer_onnx, out, calibration=[{"X": _rows(8)}], smoothing=0.0, reduce_range=True
+    )
     int8_weights = [
         onnx.numpy_helper.to_array(t)
         for t in onnx.load(str(out)).graph.initializer
@@ -97,9 +76,9 @@ def test_reduce_range_keeps_weights_within_seven_bits(tiny: Path, tmp_path: Path
     ]
     assert len(int8_weights) == 2 and all(np.abs(w).max() <= 63 for w in int8_weights)
     x = _rows(16, seed=5)
-    assert _relative_error(_run(out, x), _run(tiny, x)) < 0.05
+    assert _relative_error(_run(out, x), _run(two_layer_onnx, x)) < 0.05
 
 
-def test_smoothing_outside_zero_to_one_is_refused(tiny: Path, tmp_path: Path) -> None:
+def test_smoothing_outside_zero_to_one_is_refused(two_layer_onnx: Path, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="smoothing must be in"):
-        quantize_int8_per_token(tiny, tmp_path / "x.onnx", calibration=[], smoothing=1.5)
+        quantize_int8_per_token(two_layer_onnx, tmp_path / "x.onnx", calibration=[], smoothing=1.5)
