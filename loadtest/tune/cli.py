@@ -34,6 +34,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--sweep", choices=sorted(SWEEPS), default="quick", help="what is searched")
     parser.add_argument(
+        "--concurrency",
+        type=int,
+        nargs="+",
+        default=None,
+        help="requests in flight each configuration is measured at: the load you serve "
+        "(default: the sweep's, 8 for quick)",
+    )
+    parser.add_argument(
         "--latency-budget-ms", type=float, default=1000.0, help="p99 constraint (default 1000)"
     )
     parser.add_argument(
@@ -67,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         plan = make_plan(
             args.models,
             sweep=args.sweep,
+            concurrency=args.concurrency,
             latency_budget_ms=args.latency_budget_ms,
             min_gain=args.min_gain,
             source=args.source,

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from tritonlocal.derive import derive_local_config
@@ -116,17 +117,22 @@ def make_plan(
     *,
     sweep: str,
     latency_budget_ms: float,
+    concurrency: Sequence[int] | None = None,
     min_gain: float = 0.05,
     source: Path = Path("model_repository"),
 ) -> TunePlan:
-    """Resolve each named model to the model profiled for it (an ensemble's exported encoder)."""
+    """Resolve each named model to the model profiled for it (an ensemble's exported encoder);
+    ``concurrency`` replaces the sweep's load (the batcher's best settings depend on it)."""
     if sweep not in SWEEPS:
         raise ValueError(f"unknown sweep {sweep!r}; choose one of {', '.join(SWEEPS)}")
     models = load_repository(source)
     targets = {name: profiled_model(name, models) for name in pipelines}
+    chosen = SWEEPS[sweep]
+    if concurrency:
+        chosen = replace(chosen, concurrency=tuple(concurrency))
     return TunePlan(
         pipelines=tuple(pipelines),
-        sweep=SWEEPS[sweep],
+        sweep=chosen,
         latency_budget_ms=latency_budget_ms,
         min_gain=min_gain,
         source=source,

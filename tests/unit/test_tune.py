@@ -100,6 +100,17 @@ def test_an_ensemble_is_tuned_through_its_exported_step() -> None:
     assert plan.targets == {"image_classifier": "efficientnet_lite0_onnx"}
 
 
+def test_the_load_to_tune_for_replaces_the_sweeps_concurrency_and_changes_the_plan() -> None:
+    default = make_plan(["text_embedder"], sweep="quick", latency_budget_ms=250, source=REPOSITORY)
+    at_32 = make_plan(
+        ["text_embedder"], sweep="quick", latency_budget_ms=250, concurrency=[32], source=REPOSITORY
+    )
+    assert default.sweep.concurrency == (8,) and at_32.sweep.concurrency == (32,)
+    assert at_32.sweep.instance_counts == default.sweep.instance_counts
+    models = load_repository(REPOSITORY)
+    assert at_32.fingerprint(models) != default.fingerprint(models)  # a resumed run never mixes two loads
+
+
 def test_a_python_model_cannot_be_tuned() -> None:
     with pytest.raises(ValueError, match="python model"):
         make_plan(["image_preprocess"], sweep="minimal", latency_budget_ms=500, source=REPOSITORY)
