@@ -138,6 +138,18 @@ def load_repository(root: Path) -> dict[str, ModelEntry]:
     return models
 
 
+def exported_step(models: dict[str, ModelEntry], ensemble: str) -> str:
+    """The one step of ``ensemble`` that runs an exported file (the encoder behind a pipeline)."""
+    if ensemble not in models or models[ensemble].kind != "ensemble":
+        raise RepositoryError(f"{ensemble!r} is not an ensemble of the repository")
+    native = [step for step in models[ensemble].ensemble_steps() if step in models and models[step].is_native]
+    if len(native) != 1:
+        raise RepositoryError(
+            f"ensemble {ensemble!r} has {len(native)} exported steps ({', '.join(native) or 'none'}), not one"
+        )
+    return native[0]
+
+
 def load_served_module(path: Path, *, name: str) -> ModuleType:
     """Import a served ``.py`` file by path, for its pure functions (no sys.path edit).
 

@@ -24,7 +24,7 @@ from loadtest.load.locust_run import LocustRun, run_locust
 from loadtest.load.perf import PerfSettings
 from loadtest.load.pipelines import ExportedModel
 from tritonlocal import LocalTritonServer, ServerConfig
-from tritonlocal.repository import load_repository
+from tritonlocal.repository import exported_step, load_repository
 
 logger = logging.getLogger(__name__)
 
@@ -173,8 +173,7 @@ def image_precision_arms(source: Path) -> dict[str, tuple[Variant, str]]:
 
 def text_encoder_of(source: Path, ensemble: str = TEXT_MODEL) -> str:
     """The exported encoder a text ensemble calls (its step that is a native model)."""
-    models = load_repository(source)
-    return next(step for step in models[ensemble].ensemble_steps() if models[step].is_native)
+    return exported_step(load_repository(source), ensemble)
 
 
 def served_stage(plan: Plan, source: Path, work: Path, raw: Path, cores: int, skip: tuple[str, ...]) -> dict:

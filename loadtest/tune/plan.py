@@ -18,7 +18,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from tritonlocal.derive import derive_local_config
-from tritonlocal.repository import ModelEntry, load_repository
+from tritonlocal.errors import RepositoryError
+from tritonlocal.repository import ModelEntry, exported_step, load_repository
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -148,13 +149,10 @@ def profiled_model(name: str, models: dict[str, ModelEntry]) -> str:
     if entry.is_native:
         return name
     if entry.kind == "ensemble":
-        native = [step for step in entry.ensemble_steps() if step in models and models[step].is_native]
-        if len(native) == 1:
-            return native[0]
-        raise ValueError(
-            f"ensemble {name!r} has {len(native)} exported steps ({', '.join(native) or 'none'}); "
-            "name the one to tune instead"
-        )
+        try:
+            return exported_step(models, name)
+        except RepositoryError as e:
+            raise ValueError(f"{e}; name the one to tune instead") from e
     raise ValueError(
         f"{name!r} is a {entry.kind} model; tune an exported model or an ensemble with one exported step"
     )

@@ -11,6 +11,7 @@ from tritonlocal.errors import RepositoryError
 from tritonlocal.repository import (
     BATCHING_HELPER,
     exported_file,
+    exported_step,
     load_model_config,
     load_repository,
     load_served_module,
@@ -183,3 +184,12 @@ def test_the_local_cpu_runner_gets_onnxruntimes_memory_pattern_off_unless_the_co
     )
     on_gpu = derive_local_config(models["efficientnet_lite0_onnx"], gpu_available=True, intra_op_threads=1)
     assert "enable_mem_pattern" not in on_gpu.parameters
+
+
+def test_each_pipeline_names_the_one_exported_model_it_calls() -> None:
+    models = load_repository(REPOSITORY)
+    assert exported_step(models, "text_embedder") == "minilm_onnx"
+    assert exported_step(models, "text_embedder_torchscript") == "minilm_torchscript"
+    assert exported_step(models, "image_classifier") == "efficientnet_lite0_onnx"
+    with pytest.raises(RepositoryError, match="not an ensemble"):
+        exported_step(models, "minilm_onnx")
