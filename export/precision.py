@@ -93,6 +93,10 @@ def why_unavailable(precision: str, device: str, capabilities: Capabilities) -> 
         return "fp16 runs only on a GPU here (CPUs without fp16 arithmetic emulate it slowly)"
     if precision == "bf16" and device == "cpu" and not capabilities.cpu_bf16:
         return "the CPU has no bf16 instructions (avx512_bf16 / amx_bf16)"
+    if precision == "int8" and device == "cpu" and capabilities.cuda:
+        # The deployable instances are KIND_GPU, and onnxruntime's CUDA kernels multiply int8 x int8
+        # only: a u8 x s8 product (and a QDQ graph's integer ops) would run on the CPU beside the GPU.
+        return "a GPU serves this model here, and int8 CPU kernels would run beside it, off the GPU"
     return None
 
 

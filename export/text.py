@@ -236,7 +236,7 @@ def _export_if_stale(
             reduced_torchscript=lambda path, dtype, device: export_torchscript(
                 context, config, path, dtype=getattr(torch, dtype), device=device
             ),
-            onnx_runner=lambda path: onnx_runner(config, path, _hidden_size(context.encoder)),
+            onnx_runner=lambda path, device: onnx_runner(config, path, _hidden_size(context.encoder), device),
             fp32_onnx_file=fp32_onnx_file,
             calibration=[dict(zip(input_names, (context.input_ids, context.item_lengths), strict=True))],
             capabilities=capabilities,
@@ -314,10 +314,11 @@ def _deliberate_legacy_apis() -> Iterator[None]:
         yield
 
 
-def onnx_runner(config: ModelConfig, path: Path, hidden_size: int) -> Runner:
+def onnx_runner(config: ModelConfig, path: Path, hidden_size: int, device: str = "cpu") -> Runner:
     """A runner on an encoder ONNX file: (input ids [T], item lengths [B]) -> embeddings [B, H]."""
     input_names, output_name, _ = encoder_io(config, hidden_size)
-    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    providers = ["CUDAExecutionProvider"] if device == "cuda" else ["CPUExecutionProvider"]
+    session = onnxruntime.InferenceSession(str(path), providers=providers)
     return lambda batch: session.run([output_name], dict(zip(input_names, batch, strict=True)))[0]
 
 

@@ -6,10 +6,11 @@ nearest-neighbour retrieval over the corpus (export/gates.py). The timing worklo
 sentence at a time (batch 1) and in length-sorted batches of 32, fed as the ragged encoder takes them:
 all token ids concatenated, and each sentence's length.
 
-Variants: TorchScript fp32, bf16 (CPU with bf16 instructions, and GPU), fp16 (GPU); ONNX fp32 and int8
-with per-token activation ranges and smoothed channels (export/per_token_int8.py). onnxruntime's dynamic
-int8 was measured and dropped: its activation range is taken over the whole batch, so a sentence embedded
-in a batch differs from the same sentence alone (cosine 0.990), which the batch-invariance gate refuses.
+Variants: TorchScript fp32, bf16 (CPU with bf16 instructions, and GPU), fp16 (GPU); ONNX fp32, fp16 (GPU)
+and int8 with per-token activation ranges and smoothed channels (export/per_token_int8.py; CPU only).
+onnxruntime's dynamic int8 was measured and dropped: its activation range is taken over the whole batch, so
+a sentence embedded in a batch differs from the same sentence alone (cosine 0.990), which the
+batch-invariance gate refuses.
 The smoothing strength is chosen on the export's own check sentences (not the gate corpus): the one whose
 embeddings stay closest to float32 there.
 """
@@ -27,6 +28,7 @@ from tokenizers import Tokenizer
 
 from clients import samples
 from export.common import ExportError
+from export.onnx_variants import convert_fp16
 from export.per_token_int8 import Feed, rewrite
 from export.precision import Batch, Capabilities, Runner, Variant
 
@@ -113,7 +115,7 @@ def encoder_variants(
     *,
     fp32: Callable[[Path], Runner],
     reduced_torchscript: Callable[[Path, str, str], Runner],
-    onnx_runner: Callable[[Path], Runner],
+    onnx_runner: Callable[[Path, str], Runner],
     fp32_onnx_file: Callable[[], Path],
     calibration: Sequence[Feed],
     capabilities: Capabilities,
@@ -126,11 +128,16 @@ def encoder_variants(
             write_int8_per_token(
                 fp32_onnx_file(), path, calibration=calibration, reduce_range=not capabilities.cpu_vnni
             )
-            return onnx_runner(path)
+            return onnx_runner(path, "cpu")
+
+        def fp16(path: Path) -> Runner:
+            convert_fp16(fp32_onnx_file(), path)
+            return onnx_runner(path, "cuda")
 
         return [
             Variant(name="onnx-fp32", precision="fp32", device="cpu", build=fp32),
             Variant(name="onnx-int8-per-token", precision="int8", device="cpu", build=int8),
+            Variant(name="onnx-fp16-cuda", precision="fp16", device="cuda", build=fp16),
         ]
 
     def reduced(dtype: str, device: str) -> Callable[[Path], Runner]:

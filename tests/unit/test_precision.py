@@ -97,6 +97,12 @@ def test_bf16_and_fp16_are_unavailable_without_the_hardware_for_them() -> None:
     assert precision.why_unavailable("int8", "cpu", NO_BF16) is None
 
 
+def test_cpu_int8_is_not_offered_where_a_gpu_serves_the_model() -> None:
+    with_gpu = Capabilities(cpu_flags=frozenset({"avx512_vnni"}), cuda=True)
+    assert "GPU" in precision.why_unavailable("int8", "cpu", with_gpu)
+    assert precision.why_unavailable("fp16", "cuda", with_gpu) is None
+
+
 # -- selection ----------------------------------------------------------------------------------------------
 def _variant(name: str, kind: str, output: float, built: list[str]) -> Variant:
     """A variant whose file holds its name and whose runner returns ``output`` for every input."""

@@ -217,7 +217,7 @@ def test_per_tensor_int8_fails_the_corpus_gate_and_is_not_served(
     def variants(kind: str, *, fp32, fp32_onnx_file, onnx_runner, **_) -> list[Variant]:
         def per_tensor(path: Path):
             quantize_dynamic(str(fp32_onnx_file()), str(path), per_channel=False, weight_type=QuantType.QInt8)
-            return onnx_runner(path)
+            return onnx_runner(path, "cpu")
 
         return [
             Variant(name="onnx-fp32", precision="fp32", device="cpu", build=fp32),
