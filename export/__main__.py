@@ -29,7 +29,9 @@ def main(argv: list[str] | None = None) -> int:
     # per rescaled bias at INFO on the root logger: hundreds for one model).
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("export").setLevel(logging.INFO)
-    capabilities = Capabilities.detect()
+    capabilities = Capabilities.detect(
+        served_on_gpu={"here": None, "gpu": True, "cpu": False}[args.served_on]
+    )
     print(f"precision {args.precision}; this machine: {capabilities.as_dict()}")
     for pipeline in (args.only,) if args.only else PIPELINES:
         module_name = f"export.{pipeline}"
@@ -62,6 +64,14 @@ def _parser() -> argparse.ArgumentParser:
         choices=CHOICES,
         default="auto",
         help="auto: serve the fastest variant that passes its accuracy gate; or pin one (fp32 pins float32)",
+    )
+    parser.add_argument(
+        "--served-on",
+        choices=("here", "gpu", "cpu"),
+        default="here",
+        help="where the models will be served: here (a GPU if this machine has one), or say so when "
+        "exporting for another host, as the deployments' export containers do (gpu: CPU-only int8 "
+        "is not offered, since a GPU server would run it beside the GPU)",
     )
     parser.add_argument(
         "--repository",

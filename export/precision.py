@@ -48,10 +48,17 @@ Batch = tuple[Any, int]  # (runner input, number of items in it)
 
 @dataclass(frozen=True, kw_only=True)
 class Capabilities:
-    """What the exporting machine can compute fast: CPU instruction flags and a CUDA device."""
+    """What the exporting machine can compute fast (CPU instruction flags, a CUDA device), and whether a GPU
+    serves the models (by default: where the export sees one; an export container without a GPU that
+    fills the repository of a GPU server says so, ``python -m export --served-on gpu``)."""
 
     cpu_flags: frozenset[str]
     cuda: bool
+    served_on_gpu: bool | None = None  # None: the same as ``cuda``
+
+    @property
+    def gpu_serves(self) -> bool:
+        return self.cuda if self.served_on_gpu is None else self.served_on_gpu
 
     @property
     def cpu_bf16(self) -> bool:
@@ -62,13 +69,20 @@ class Capabilities:
         return bool({"avx512_vnni", "avx_vnni", "amx_int8"} & self.cpu_flags)
 
     @classmethod
-    def detect(cls, cpuinfo: Path = Path("/proc/cpuinfo")) -> Capabilities:
+    def detect(
+        cls, cpuinfo: Path = Path("/proc/cpuinfo"), *, served_on_gpu: bool | None = None
+    ) -> Capabilities:
         import torch
 
-        return cls(cpu_flags=cpu_flags(cpuinfo), cuda=torch.cuda.is_available())
+        return cls(cpu_flags=cpu_flags(cpuinfo), cuda=torch.cuda.is_available(), served_on_gpu=served_on_gpu)
 
     def as_dict(self) -> dict[str, bool]:
-        return {"cpu_bf16": self.cpu_bf16, "cpu_vnni": self.cpu_vnni, "cuda": self.cuda}
+        return {
+            "cpu_bf16": self.cpu_bf16,
+            "cpu_vnni": self.cpu_vnni,
+            "cuda": self.cuda,
+            "served_on_gpu": self.gpu_serves,
+        }
 
 
 def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
@@ -93,7 +107,7 @@ def why_unavailable(precision: str, device: str, capabilities: Capabilities) -> 
         return "fp16 runs only on a GPU here (CPUs without fp16 arithmetic emulate it slowly)"
     if precision == "bf16" and device == "cpu" and not capabilities.cpu_bf16:
         return "the CPU has no bf16 instructions (avx512_bf16 / amx_bf16)"
-    if precision == "int8" and device == "cpu" and capabilities.cuda:
+    if precision == "int8" and device == "cpu" and capabilities.gpu_serves:
         # The deployable instances are KIND_GPU, and onnxruntime's CUDA kernels multiply int8 x int8
         # only: a u8 x s8 product (and a QDQ graph's integer ops) would run on the CPU beside the GPU.
         return "a GPU serves this model here, and int8 CPU kernels would run beside it, off the GPU"

@@ -161,7 +161,8 @@ def test_the_server_waits_for_the_export_and_is_health_checked_per_model(compose
     required = server["environment"]["TRITON_REQUIRED_MODELS"].split(",")
     assert required and all((ROOT / "model_repository" / m / "config.pbtxt").is_file() for m in required)
     assert compose["services"]["export"]["restart"] == "no"
-    assert compose["services"]["export"]["command"] == ["python", "-m", "export"]
+    # The export container has no GPU, the server has: the export must be told where the files are served.
+    assert compose["services"]["export"]["command"] == ["python", "-m", "export", "--served-on", "gpu"]
 
 
 def test_the_server_reserves_a_gpu_and_only_the_proxy_publishes_inference_ports(compose: dict) -> None:

@@ -7,6 +7,7 @@ cover: they are checked structurally here (apiVersion, kind, the fields the oper
 
 from __future__ import annotations
 
+import ast
 import copy
 import re
 import subprocess
@@ -100,7 +101,7 @@ def test_an_init_container_fills_the_repository_volume_from_the_export_image() -
     script = init["command"][-1]
     copy, export = script.split(" && ")
     assert copy == "cp -a /workspace/model_repository/. /models/"
-    assert export == "python -m export --repository /models"
+    assert export == "python -m export --repository /models --served-on gpu"
     dockerfile = (ROOT / "deploy" / "export" / "Dockerfile").read_text()
     assert "COPY model_repository ./model_repository" in dockerfile and "WORKDIR /workspace" in dockerfile
 
@@ -117,6 +118,28 @@ def test_the_export_image_carries_every_repository_file_under_git_and_no_exporte
         if entry.model_filename:
             exported = f"model_repository/{name}/1/{entry.model_filename}"
             assert not _included(exported, rules), f"{exported} is generated, never baked in stale"
+
+
+def test_the_export_image_carries_every_package_the_export_imports() -> None:
+    dockerfile = (ROOT / "deploy" / "export" / "Dockerfile").read_text()
+    rules = _dockerignore(ROOT / "deploy" / "export" / "Dockerfile.dockerignore")
+    project = {"clients", "demo", "export", "loadtest", "tritonlocal"}
+    imported = {"export"}
+    for source in [*(ROOT / "export").glob("*.py"), *(ROOT / "tritonlocal").rglob("*.py")]:
+        for node in ast.walk(ast.parse(source.read_text())):
+            names = (
+                [node.module or ""]
+                if isinstance(node, ast.ImportFrom) and node.level == 0
+                else [alias.name for alias in node.names]
+                if isinstance(node, ast.Import)
+                else []
+            )
+            imported |= {name.split(".")[0] for name in names} & project
+    assert "clients" in imported  # the text gate's corpus
+    for package in sorted(imported):
+        assert f"COPY {package} ./{package}" in dockerfile, f"the export image lacks {package}/"
+        assert _included(f"{package}/__init__.py", rules), f".dockerignore leaves {package}/ out"
+    assert _included("clients/data/sentences.txt", rules)
 
 
 def _dockerignore(path: Path) -> list[tuple[bool, re.Pattern[str]]]:

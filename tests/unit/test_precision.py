@@ -101,6 +101,22 @@ def test_cpu_int8_is_not_offered_where_a_gpu_serves_the_model() -> None:
     with_gpu = Capabilities(cpu_flags=frozenset({"avx512_vnni"}), cuda=True)
     assert "GPU" in precision.why_unavailable("int8", "cpu", with_gpu)
     assert precision.why_unavailable("fp16", "cuda", with_gpu) is None
+    # An export container without a GPU that fills a GPU server's repository (--served-on gpu) ...
+    for_gpu_server = Capabilities(cpu_flags=frozenset({"avx512_vnni"}), cuda=False, served_on_gpu=True)
+    assert "GPU" in precision.why_unavailable("int8", "cpu", for_gpu_server)
+    assert for_gpu_server.as_dict()["served_on_gpu"] is True
+    # ... and a GPU machine exporting for CPU servers (--served-on cpu).
+    for_cpu_server = Capabilities(cpu_flags=frozenset({"avx512_vnni"}), cuda=True, served_on_gpu=False)
+    assert precision.why_unavailable("int8", "cpu", for_cpu_server) is None
+
+
+def test_the_export_command_says_where_the_models_will_be_served() -> None:
+    from export.__main__ import _parser
+
+    assert _parser().parse_args([]).served_on == "here"
+    assert _parser().parse_args(["--served-on", "gpu"]).served_on == "gpu"
+    with pytest.raises(SystemExit):
+        _parser().parse_args(["--served-on", "tpu"])
 
 
 # -- selection ----------------------------------------------------------------------------------------------
