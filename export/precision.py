@@ -77,12 +77,8 @@ class Capabilities:
         return cls(cpu_flags=cpu_flags(cpuinfo), cuda=torch.cuda.is_available(), served_on_gpu=served_on_gpu)
 
     def as_dict(self) -> dict[str, bool]:
-        return {
-            "cpu_bf16": self.cpu_bf16,
-            "cpu_vnni": self.cpu_vnni,
-            "cuda": self.cuda,
-            "served_on_gpu": self.gpu_serves,
-        }
+        flags = {name: bool(getattr(self, name)) for name in ("cpu_bf16", "cpu_vnni", "cuda")}
+        return flags | {"served_on_gpu": self.gpu_serves}
 
 
 def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
