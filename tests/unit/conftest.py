@@ -4,6 +4,7 @@ outputs as a dict and its error (message and code)."""
 
 from __future__ import annotations
 
+import ast
 import json
 import sys
 import types
@@ -129,3 +130,41 @@ def two_layer_onnx(tmp_path_factory: pytest.TempPathFactory) -> Path:
         dynamo=False,
     )
     return path
+
+
+PROJECT_PACKAGES = frozenset({"clients", "demo", "export", "loadtest", "tritonlocal"})
+
+
+@pytest.fixture(scope="session")
+def import_closure() -> Callable[[str], tuple[set[str], set[str]]]:
+    """``module`` -> (the project's top-level packages it reaches through its imports, every other
+    top-level module those import): what an image that runs ``module`` must carry or install."""
+    root = Path(__file__).resolve().parents[2]
+
+    def closure(module: str) -> tuple[set[str], set[str]]:
+        seen: set[str] = set()
+        packages: set[str] = set()
+        others: set[str] = set()
+        pending = [module]
+        while pending:
+            name = pending.pop()
+            path = root / (name.replace(".", "/") + ".py")
+            path = path if path.is_file() else root / name.replace(".", "/") / "__init__.py"
+            if name in seen or not path.is_file():
+                continue
+            seen.add(name)
+            packages.add(name.split(".")[0])
+            pending += [".".join(name.split(".")[:i]) for i in range(1, name.count(".") + 1)]
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                    names = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+                elif isinstance(node, ast.Import):
+                    names = [alias.name for alias in node.names]
+                else:
+                    continue
+                for imported in names:
+                    top = imported.split(".")[0]
+                    (pending.append(imported) if top in PROJECT_PACKAGES else others.add(top))
+        return packages, others
+
+    return closure

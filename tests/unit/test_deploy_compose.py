@@ -144,11 +144,14 @@ def test_the_triton_image_comes_from_the_one_pinned_tag(compose: dict, versions:
 
 
 def test_other_images_come_from_the_versions_file(raw_compose: dict, versions: dict[str, str]) -> None:
-    for name in ("proxy", "prometheus", "grafana", "locust-master", "locust-worker"):
+    for name in ("proxy", "prometheus", "grafana"):
         variable = raw_compose["services"][name]["image"]
         assert re.fullmatch(r"\$\{\w+_IMAGE:\?[^}]+\}", variable), f"{name}: {variable}"
         assert variable[2:].split(":")[0] in versions
     assert raw_compose["services"]["export"]["build"]["args"]["PYTHON_IMAGE"].startswith("${PYTHON_IMAGE:?")
+    for name in ("locust-master", "locust-headless", "locust-worker"):  # built on the pinned Locust image
+        assert raw_compose["services"][name]["build"]["args"]["LOCUST_IMAGE"].startswith("${LOCUST_IMAGE:?")
+    assert "LOCUST_IMAGE" in versions
 
 
 def test_the_server_waits_for_the_export_and_is_health_checked_per_model(compose: dict) -> None:
@@ -226,6 +229,37 @@ def test_every_mounted_host_path_exists_except_outputs(compose: dict) -> None:
             context = ROOT / build["context"]
             dockerfile = context / build.get("dockerfile", "Dockerfile")
             assert dockerfile.is_file(), f"{name}: {dockerfile} missing"
+
+
+def test_the_locust_image_has_everything_the_locustfile_imports(compose: dict, import_closure) -> None:
+    """The stock Locust image has Locust and its own dependencies only: every project package the
+    locustfile reaches is mounted, and every other distribution it imports is installed by
+    deploy/locust/Dockerfile at the version requirements.lock pins."""
+    from importlib import metadata
+
+    packages, third_party = import_closure("loadtest.load.locustfile")
+    third_party |= {"skimage"}  # the image task's photographs: found with importlib, not imported
+    for name in ("locust-master", "locust-headless", "locust-worker"):
+        mounted = {volume.split(":")[1] for volume in compose["services"][name]["volumes"]}
+        assert {f"/mnt/project/{package}" for package in packages} <= mounted, name
+    required = _pins(ROOT / "deploy" / "locust" / "requirements.txt")
+    locked = _pins(ROOT / "requirements.lock")
+    distributions = metadata.packages_distributions()
+    for module in sorted(third_party - set(sys.stdlib_module_names)):
+        (distribution,) = {d.lower() for d in distributions[module]}
+        assert distribution == "locust" or distribution in required, (
+            f"{module} ({distribution}) not installed"
+        )
+    assert {name: locked[name] for name in required} == required, "pin the versions of requirements.lock"
+    dockerfile = (ROOT / "deploy" / "locust" / "Dockerfile").read_text()
+    assert re.search(r"^FROM \$\{LOCUST_IMAGE\}$", dockerfile, re.M)
+
+
+def _pins(path: Path) -> dict[str, str]:
+    lines = [line.split("#")[0].strip() for line in path.read_text().splitlines()]
+    return {
+        name.lower(): version for name, _, version in (line.partition("==") for line in lines if "==" in line)
+    }
 
 
 def test_locust_points_at_the_projects_locustfile_in_both_profiles(compose: dict) -> None:
