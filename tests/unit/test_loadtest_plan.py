@@ -26,3 +26,18 @@ def test_the_profiles_cover_every_exported_encoder() -> None:
 def test_an_exported_model_refuses_a_pipeline_it_cannot_feed() -> None:
     with pytest.raises(ValueError, match="pipeline one of"):
         ExportedModel(repository=Path("repo"), model="m", runtime="onnxruntime", pipeline="audio", threads=1)
+
+
+def test_an_onnx_profile_keeps_its_whole_trace_compressed_and_summarises_it(tmp_path: Path) -> None:
+    import gzip
+    import json
+
+    from loadtest.experiments.profiling import profile_model
+
+    repository = Path(__file__).resolve().parents[2] / "model_repository"
+    (encoder,) = [e for e in exported_models(repository, 1, "onnxruntime") if e.pipeline == "text"]
+    profile = profile_model(encoder, batch_size=4, runs=2, out_dir=tmp_path, top_n=3)
+    assert profile.trace_file == "profile_minilm_onnx.json.gz"
+    events = json.loads(gzip.decompress((tmp_path / profile.trace_file).read_bytes()))
+    nodes = [e for e in events if isinstance(e, dict) and e.get("cat") == "Node"]
+    assert nodes and profile.total_ms > 0 and len(profile.top) == 3
