@@ -152,30 +152,39 @@ def test_stop_leaves_no_server_or_stub_process(small_repository: Path) -> None:
 def test_an_interrupted_test_run_leaves_no_server_or_stub(
     small_repository: Path, tmp_path: Path, signum: int
 ) -> None:
-    pid_file = tmp_path / "pids.txt"
-    run = subprocess.Popen(  # a real pytest run that starts the fixture's server and is interrupted midway
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            str(PROBE),
-            f"--triton-repository={small_repository}",
-            f"--rootdir={ROOT}",
-            "-c",
-            str(ROOT / "pyproject.toml"),
-        ],
-        cwd=ROOT,
-        env={**os.environ, "PROBE_PID_FILE": str(pid_file)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
+    pid_file, log = tmp_path / "pids.txt", tmp_path / "probe.log"
+    # Its output goes to a file, not a pipe nobody reads until the end: a full pipe would block its exit.
+    with log.open("wb") as output:  # the child keeps its own copy of the descriptor
+        run = (
+            subprocess.Popen(  # a real pytest run that starts the fixture's server and is interrupted midway
+                [
+                    sys.executable,
+                    "-m",
+                    "pytest",
+                    "-q",
+                    "-p",
+                    "no:cacheprovider",
+                    str(PROBE),
+                    f"--triton-repository={small_repository}",
+                    f"--rootdir={ROOT}",
+                    "-c",
+                    str(ROOT / "pyproject.toml"),
+                ],
+                cwd=ROOT,
+                env={**os.environ, "PROBE_PID_FILE": str(pid_file)},
+                stdout=output,
+                stderr=subprocess.STDOUT,
+            )
+        )
     try:
-        pids = _wait_for_pids(pid_file, run)
+        pids = _wait_for_pids(pid_file, run, log)
         run.send_signal(signum)
-        run.wait(timeout=60)
+        try:
+            run.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            pytest.fail(
+                f"the probe run did not exit within 60 s of {signal.Signals(signum).name}:\n{log.read_text()}"
+            )
     finally:
         if run.poll() is None:
             run.kill()
@@ -186,14 +195,13 @@ def test_an_interrupted_test_run_leaves_no_server_or_stub(
     assert not _alive(pids), f"left running after {signal.Signals(signum).name}: {_alive(pids)}"
 
 
-def _wait_for_pids(pid_file: Path, run: subprocess.Popen, timeout_s: float = 120) -> list[int]:
+def _wait_for_pids(pid_file: Path, run: subprocess.Popen, log: Path, timeout_s: float = 120) -> list[int]:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if pid_file.exists() and pid_file.read_text().endswith("\n"):
             return [int(p) for p in pid_file.read_text().split()]
         if run.poll() is not None:
-            output = run.stdout.read().decode() if run.stdout else ""
-            pytest.fail(f"the probe run ended before its server was up:\n{output}")
+            pytest.fail(f"the probe run ended before its server was up:\n{log.read_text()}")
         time.sleep(0.1)
     pytest.fail("the probe run's server did not come up")
 
