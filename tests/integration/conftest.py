@@ -31,6 +31,11 @@ class ConcurrentRun:
     def failures(self) -> list[int]:
         return [i for i, outcome in enumerate(self.outcomes) if isinstance(outcome, InferenceServerException)]
 
+    def describe(self) -> str:
+        """Each outcome on a line; an error with its gRPC status (an exception's repr leaves it out)."""
+        lines = [f"{i}: {outcome}" for i, outcome in enumerate(self.outcomes)]
+        return "\n".join([*lines, f"executions {self.executions}, by batch size {self.batch_sizes}"])
+
 
 def _send_concurrently(
     server: LocalTritonServer, model: str, payloads: list[dict[str, np.ndarray]], output: str

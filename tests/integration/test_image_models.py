@@ -72,10 +72,10 @@ def test_preprocess_rejects_a_corrupt_image_without_failing_concurrent_requests(
     corrupt = 18
     inputs = [{"IMAGE_BYTES": np.array(items, dtype=np.object_).reshape(-1, 1)} for items in payloads]
     run = send_concurrently(image_server, "image_preprocess", inputs, "PIXELS")
-    assert run.failures == [corrupt]
+    assert run.failures == [corrupt], run.describe()
     assert "IMAGE_BYTES: cannot decode image" in str(run.outcomes[corrupt])
     expected_shapes = [(len(items), 3, 224, 224) for items in payloads]
-    assert all(run.outcomes[i] == expected_shapes[i] for i in range(len(payloads)) if i != corrupt)
+    assert all(run.outcomes[i] == expected_shapes[i] for i in range(len(payloads)) if i != corrupt), run.describe()
     assert run.executions < len(payloads) // 2, f"{len(payloads)} requests took {run.executions} executions"
 
 

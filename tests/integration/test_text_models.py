@@ -84,10 +84,10 @@ def test_invalid_utf8_request_fails_alone_among_concurrent_good_ones(
         inputs = [{"TEXT": np.array([items], dtype=np.object_)} for items in payloads]
         run = send_concurrently(text_server, "text_tokenizer", inputs, "INPUT_IDS")
         assert [request.result().as_numpy("INPUT_IDS").shape for request in busy] == [(64, MAX_LENGTH)] * 2
-    assert run.failures == [bad], run.outcomes
+    assert run.failures == [bad], run.describe()
     assert "TEXT: not valid UTF-8 at byte 14" in str(run.outcomes[bad])
     # [CLS] sentence number N about batch ##ing . [SEP]
-    assert all(run.outcomes[i] == (1, 9) for i in range(len(payloads)) if i != bad), run.outcomes
+    assert all(run.outcomes[i] == (1, 9) for i in range(len(payloads)) if i != bad), run.describe()
     # The 16 requests, the bad one included, ran as one execution of 16 rows.
     assert run.batch_sizes.get(len(payloads)) == 1, f"executions by batch size: {run.batch_sizes}"
 
