@@ -115,26 +115,38 @@ def _to_rgb(image: Image.Image) -> Image.Image:
 
 
 def _resize_and_crop(image: Image.Image, settings: PreprocessSettings) -> np.ndarray:
+    """Resize (shorter side to ``resize_shorter_px``, bilinear) and centre crop, computing only the crop:
+    Pillow resamples the source box that maps onto the crop, never the rows and columns cut away."""
     width, height = image.size
     scale = settings.resize_shorter_px / min(width, height)
     size = (
         max(settings.resize_shorter_px, round(width * scale)),
         max(settings.resize_shorter_px, round(height * scale)),
     )
-    if size != image.size:
-        image = image.resize(size, Image.Resampling.BILINEAR)
     left = (size[0] - settings.width_px) // 2
     top = (size[1] - settings.height_px) // 2
-    image = image.crop((left, top, left + settings.width_px, top + settings.height_px))
-    return np.asarray(image, dtype=np.uint8)
+    crop = (left, top, left + settings.width_px, top + settings.height_px)
+    if size == image.size:
+        return np.asarray(image.crop(crop), dtype=np.uint8)
+    to_source_x, to_source_y = width / size[0], height / size[1]
+    box = (crop[0] * to_source_x, crop[1] * to_source_y, crop[2] * to_source_x, crop[3] * to_source_y)
+    resized = image.resize((settings.width_px, settings.height_px), Image.Resampling.BILINEAR, box=box)
+    return np.asarray(resized, dtype=np.uint8)
 
 
 def normalise(batch: np.ndarray, settings: PreprocessSettings) -> np.ndarray:
-    """uint8 [N, H, W, 3] -> float32 [N, 3, H, W] as (x / 255 - mean) / std, in one vectorised pass."""
+    """uint8 [N, H, W, 3] -> float32 [N, 3, H, W] as (x / 255 - mean) / std.
+
+    Two passes written straight into the channels-first result (no float32 copy in between); each
+    element is computed as ``x * scale - shift`` in float32, as a plain numpy expression would.
+    """
     scale = np.float32(1.0 / 255.0) / np.asarray(settings.std_rgb, dtype=np.float32)
     shift = np.asarray(settings.mean_rgb, dtype=np.float32) / np.asarray(settings.std_rgb, dtype=np.float32)
-    pixels = batch.astype(np.float32) * scale - shift
-    return np.ascontiguousarray(pixels.transpose(0, 3, 1, 2))
+    count, height, width, _ = batch.shape
+    pixels = np.empty((count, 3, height, width), dtype=np.float32)
+    np.multiply(batch.transpose(0, 3, 1, 2), scale[:, None, None], out=pixels)
+    np.subtract(pixels, shift[:, None, None], out=pixels)
+    return pixels
 
 
 def preprocess(images: list[bytes], settings: PreprocessSettings) -> np.ndarray:
