@@ -12,6 +12,7 @@ each side) and batch-norm epsilon 1e-3, both inherited from the TensorFlow train
 
 from __future__ import annotations
 
+import copy
 import importlib
 import math
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.utils.fusion import fuse_conv_bn_eval
 
 from export.common import ExportError
 
@@ -196,3 +198,22 @@ def load_model(state_dict: dict[str, torch.Tensor] | None = None) -> EfficientNe
     except RuntimeError as e:
         raise ExportError(f"the EfficientNet-Lite0 state dict does not match the architecture: {e}") from e
     return model.eval()
+
+
+def fold_batch_norms(model: EfficientNetLite0) -> EfficientNetLite0:
+    """A copy with every batch norm folded into the convolution before it, in float32, and removed.
+
+    Casting to bf16 or fp16 after this rounds each folded weight once. Casting first and folding after
+    (as freezing a cast module does) rounds the weights, the batch norm's statistics and their product:
+    on the gate set that took bf16's top-1 agreement with fp32 from 0.966 down to 0.902.
+    """
+    folded = copy.deepcopy(model).eval()
+    pairs = [(folded, "_conv_stem", "_bn0"), (folded, "_conv_head", "_bn1")]
+    for block in folded._blocks:
+        if block.expand:
+            pairs.append((block, "_expand_conv", "_bn0"))
+        pairs += [(block, "_depthwise_conv", "_bn1"), (block, "_project_conv", "_bn2")]
+    for owner, conv, norm in pairs:
+        setattr(owner, conv, fuse_conv_bn_eval(getattr(owner, conv), getattr(owner, norm)))
+        setattr(owner, norm, nn.Identity())
+    return folded

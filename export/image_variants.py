@@ -8,8 +8,8 @@ activation ranges on the unaugmented photographs and their mirror images only.
 
 Variants: ONNX fp32, ONNX int8 (static QDQ, per-channel weights), ONNX fp16 (GPU); TorchScript fp32,
 bf16 channels-last (CPU with bf16 instructions, and GPU), fp16 (GPU). A reduced-precision TorchScript file
-casts its float32 input to its own dtype and its logits back to float32, so the served tensor types
-stay as the config declares them.
+folds the batch norms into the convolutions in float32 before the cast, casts its float32 input to its
+own dtype and its logits back to float32, so the served tensor types stay as the config declares them.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import torch
 from PIL import Image, ImageEnhance, ImageFilter, ImageOps
 from torch import nn
 
+from export import efficientnet_lite0
 from export.common import TensorSpec
 from export.onnx_variants import convert_fp16, quantize_int8_static
 from export.precision import Capabilities, Runner, Variant
@@ -186,8 +187,14 @@ def classifier_variants(
         ]
 
     def reduced(dtype: torch.dtype, device: str) -> Callable[[Path], Runner]:
+        # Batch norms folded in float32 first, so each weight is rounded to ``dtype`` once.
         return lambda path: torchscript_reduced(
-            model, path, pixels, dtype=dtype, device=device, channels_last=True
+            efficientnet_lite0.fold_batch_norms(model),
+            path,
+            pixels,
+            dtype=dtype,
+            device=device,
+            channels_last=True,
         )
 
     bf16, half = torch.bfloat16, torch.float16

@@ -106,6 +106,18 @@ def test_eager_model_recognises_the_cat_and_the_coffee(
     assert probabilities[1, 967] > 0.5  # espresso
 
 
+def test_folding_the_batch_norms_keeps_the_logits_and_leaves_the_model_as_it_was(
+    model, served_preprocess, settings, real_images
+) -> None:
+    pixels = torch.from_numpy(served_preprocess.preprocess(list(real_images.values()), settings))
+    folded = efficientnet_lite0.fold_batch_norms(model)
+    assert not any(isinstance(m, torch.nn.BatchNorm2d) for m in folded.modules())
+    assert sum(isinstance(m, torch.nn.BatchNorm2d) for m in model.modules()) == 49
+    with torch.no_grad():
+        expected, actual = model(pixels), folded(pixels)
+    torch.testing.assert_close(actual, expected, rtol=0, atol=1e-4)
+
+
 # -- export -----------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[image.ExportResult]]:
