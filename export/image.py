@@ -335,19 +335,12 @@ def export_torchscript(model: torch.nn.Module, path: Path, pixels: TensorSpec, l
 
     The traced module is frozen: weights become constants and batch norms fold into the convolutions,
     which made the CPU forward pass about 30% faster here (the libtorch backend loads frozen modules).
+    It runs channels-last (the input is converted inside the file): on one core, 1.15x the contiguous
+    file's images/s for one image and 1.5x for batches of 32, with the same float32 logits.
     """
-    example = torch.zeros((1, *pixels.dims), dtype=torch.float32)
-    with torch.no_grad():
-        traced = torch.jit.freeze(torch.jit.trace(model.eval(), example))
-    torch.jit.save(traced, str(path))
-    loaded = torch.jit.load(str(path), map_location="cpu").eval()
-
-    def run(batch: np.ndarray) -> np.ndarray:
-        # As served: the config sets DISABLE_OPTIMIZED_EXECUTION, which the libtorch backend honours.
-        with torch.no_grad(), torch.jit.optimized_execution(False):
-            return loaded(torch.from_numpy(batch)).numpy()
-
-    return run
+    return image_variants.torchscript_file(
+        model, path, pixels, dtype=torch.float32, device="cpu", channels_last=True
+    )
 
 
 _EXPORTERS = {"onnx": export_onnx, "torchscript": export_torchscript}

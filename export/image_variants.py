@@ -128,16 +128,16 @@ class _Cast(nn.Module):
         return self.model(x).float()
 
 
-def torchscript_reduced(
+def torchscript_file(
     model: nn.Module, path: Path, pixels: TensorSpec, *, dtype: torch.dtype, device: str, channels_last: bool
 ) -> Runner:
     """Trace and freeze ``model`` in ``dtype`` on ``device``, save it; a runner on the saved file."""
-    reduced = copy.deepcopy(model).eval().to(device=device, dtype=dtype)
+    converted = copy.deepcopy(model).eval().to(device=device, dtype=dtype)
     if channels_last:
-        reduced = reduced.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+        converted = converted.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
     example = torch.zeros((1, *pixels.dims), dtype=torch.float32, device=device)
     with torch.no_grad():
-        traced = torch.jit.freeze(torch.jit.trace(_Cast(reduced, dtype, channels_last).eval(), example))
+        traced = torch.jit.freeze(torch.jit.trace(_Cast(converted, dtype, channels_last).eval(), example))
     torch.jit.save(traced, str(path))
     loaded = torch.jit.load(str(path), map_location=device).eval()
 
@@ -188,7 +188,7 @@ def classifier_variants(
 
     def reduced(dtype: torch.dtype, device: str) -> Callable[[Path], Runner]:
         # Batch norms folded in float32 first, so each weight is rounded to ``dtype`` once.
-        return lambda path: torchscript_reduced(
+        return lambda path: torchscript_file(
             efficientnet_lite0.fold_batch_norms(model),
             path,
             pixels,
