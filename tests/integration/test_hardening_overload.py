@@ -176,8 +176,9 @@ def test_the_client_retries_rejections_with_backoff_until_every_text_is_embedded
 def test_a_client_may_shorten_its_queue_timeout_and_is_rejected_as_retryable(
     triton_server: LocalTritonServer, protocol: str
 ) -> None:
-    """allow_timeout_override: a request's own timeout (microseconds) replaces the model's default. One
-    microsecond is shorter than the batcher's queue delay, so the request is rejected, never run."""
+    """allow_timeout_override: a request's own timeout (microseconds) replaces the model's default when it
+    is shorter (Triton never lets a request wait longer than the default). One microsecond is shorter than
+    the batcher's queue delay, so the request is rejected, never run."""
     module: Any = httpclient if protocol == "http" else grpcclient
     client = module.InferenceServerClient(_url(triton_server, protocol))
     tensor = module.InferInput(INPUT, [1, 1], "BYTES")

@@ -75,7 +75,9 @@ def test_preprocess_rejects_a_corrupt_image_without_failing_concurrent_requests(
     assert run.failures == [corrupt], run.describe()
     assert "IMAGE_BYTES: cannot decode image" in str(run.outcomes[corrupt])
     expected_shapes = [(len(items), 3, 224, 224) for items in payloads]
-    assert all(run.outcomes[i] == expected_shapes[i] for i in range(len(payloads)) if i != corrupt), run.describe()
+    assert all(run.outcomes[i] == expected_shapes[i] for i in range(len(payloads)) if i != corrupt), (
+        run.describe()
+    )
     assert run.executions < len(payloads) // 2, f"{len(payloads)} requests took {run.executions} executions"
 
 

@@ -77,7 +77,11 @@ def test_invalid_utf8_request_fails_alone_among_concurrent_good_ones(
     # Two requests of 64 long texts keep the single instance busy: once one of them waits in the queue,
     # the other is executing, so the 16 sent then (over gRPC, within milliseconds) queue up behind them
     # and are batched together, the bad one among them. The two go from threads: the HTTP client blocks.
-    busy_texts = [" ".join(["word"] * 1000).encode()] * 64
+    # Each takes about 25 ms on a quiet machine. The 16 wait behind both, and the tokenizer's queue
+    # policy rejects a request that waits over 1 s (a client may shorten that, never lengthen it), so
+    # the busy work stays far below it: 1,000-word texts (65 ms each) once timed the 16 out, on a machine
+    # running at least 7 times slower than usual.
+    busy_texts = [" ".join(["word"] * 400).encode()] * 64
     with ThreadPoolExecutor(max_workers=2) as pool:
         busy = [pool.submit(_tokenize, text_server.http_url, busy_texts) for _ in range(2)]
         wait_for_queue(text_server, "text_tokenizer")

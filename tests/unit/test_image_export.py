@@ -272,7 +272,9 @@ def test_resizing_only_the_crop_matches_resizing_the_whole_image(served_preproce
     photo = Image.open(image.sample_image_paths()[0]).convert("RGB").resize(size)
     crop = served_preprocess._resize_and_crop(photo, settings)
     shorter = settings.resize_shorter_px / min(size)
-    whole = photo.resize((max(256, round(size[0] * shorter)), max(256, round(size[1] * shorter))), Image.BILINEAR)
+    whole = photo.resize(
+        (max(256, round(size[0] * shorter)), max(256, round(size[1] * shorter))), Image.BILINEAR
+    )
     left, top = (whole.width - 224) // 2, (whole.height - 224) // 2
     expected = np.asarray(whole.crop((left, top, left + 224, top + 224)))
     assert crop.shape == (224, 224, 3) and crop.dtype == np.uint8
