@@ -175,6 +175,58 @@ def test_onnx_file_has_the_config_tensor_names_and_a_dynamic_batch_axis(exported
     assert dims == ["batch", 3, 224, 224]
 
 
+def test_onnx_file_pads_inside_its_convolutions(exported) -> None:
+    repository, _ = exported
+    graph = onnx.load(str(repository / "efficientnet_lite0_onnx/1/model.onnx")).graph
+    assert "Pad" not in {node.op_type for node in graph.node}
+    pads = {
+        node.name: list(onnx.helper.get_attribute_value(a))
+        for node in graph.node
+        for a in node.attribute
+        if node.op_type == "Conv" and a.name == "pads"
+    }
+    # TensorFlow's SAME padding: a stride-2 3x3 convolution on 224 pixels pads only the bottom and right.
+    assert pads["/_conv_stem/Conv"] == [0, 0, 1, 1]
+    assert sum(p[:2] != p[2:] for p in pads.values()) == 5
+
+
+def _pad_then_conv(mode: str, value: float) -> onnx.ModelProto:
+    helper, weight = onnx.helper, np.ones((1, 1, 3, 3), np.float32)
+    nodes = [
+        helper.make_node("Pad", ["x", "pads", "value"], ["padded"], mode=mode),
+        helper.make_node("Conv", ["padded", "w"], ["y"], strides=[2, 2]),
+    ]
+    initializers = [
+        onnx.numpy_helper.from_array(np.array([0, 0, 0, 0, 0, 0, 1, 1], np.int64), "pads"),
+        onnx.numpy_helper.from_array(np.array(value, np.float32), "value"),
+        onnx.numpy_helper.from_array(weight, "w"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "pad_conv",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 1, 6, 6])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)],
+        initializers,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+@pytest.mark.parametrize(
+    ("mode", "value", "folds"), [("constant", 0.0, 1), ("constant", 5.0, 0), ("reflect", 0.0, 0)]
+)
+def test_only_a_zero_pad_is_folded_into_the_convolution_and_the_result_is_unchanged(
+    mode: str, value: float, folds: int
+) -> None:
+    model = _pad_then_conv(mode, value)
+    x = np.arange(36, dtype=np.float32).reshape(1, 1, 6, 6)
+    expected = onnxruntime.InferenceSession(model.SerializeToString()).run(["y"], {"x": x})[0]
+    assert image.fold_pads_into_convs(model, {"x": x}) == folds
+    assert [node.op_type for node in model.graph.node] == (["Conv"] if folds else ["Pad", "Conv"])
+    np.testing.assert_array_equal(
+        onnxruntime.InferenceSession(model.SerializeToString()).run(["y"], {"x": x})[0], expected
+    )
+
+
 def test_the_gate_set_is_hundreds_of_augmented_real_photographs(exported) -> None:
     repository, results = exported
     gate = results[0].selection.candidates[0].gate
