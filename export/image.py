@@ -30,7 +30,7 @@ import onnxruntime
 import torch
 from google.protobuf import json_format
 
-from export import efficientnet_lite0, image_variants
+from export import efficientnet_lite0, image_variants, onnx_graph
 from export.common import (
     ExportError,
     TensorSpec,
@@ -290,6 +290,7 @@ def _input_fingerprint(model_dir: Path, kind: str, precision: str, capabilities:
             Path(efficientnet_lite0.__file__),
             Path(__file__),
             Path(image_variants.__file__),
+            Path(onnx_graph.__file__),
             model_dir / "config.pbtxt",
         ],
         values={
@@ -310,7 +311,7 @@ def export_onnx(model: torch.nn.Module, path: Path, pixels: TensorSpec, logits: 
     # The TorchScript-based exporter (dynamo=False) takes dynamic_axes directly and matches eager to ~1e-6.
     with warnings.catch_warnings():
         # F.pad's pad list is reversed with a Slice of step -1, which constant folding skips; the Pad and
-        # that arithmetic go away below (fold_pads_into_convs).
+        # that arithmetic go away below (onnx_graph.fold_pads_into_convs).
         warnings.filterwarnings("ignore", message="Constant folding - Only steps=1", category=UserWarning)
         torch.onnx.export(
             model,
@@ -323,108 +324,14 @@ def export_onnx(model: torch.nn.Module, path: Path, pixels: TensorSpec, logits: 
             dynamo=False,
         )
     graph = onnx.load(str(path))
-    if fold_pads_into_convs(graph, {pixels.name: example.numpy()}):
+    if onnx_graph.fold_pads_into_convs(graph, {pixels.name: example.numpy()}):
         onnx.save(graph, str(path))
     onnx.checker.check_model(graph)
     names = ([i.name for i in graph.graph.input], [o.name for o in graph.graph.output])
     if names != ([pixels.name], [logits.name]):
         raise ExportError(f"ONNX graph has inputs/outputs {names}, expected {pixels.name} -> {logits.name}")
-    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    session = onnx_graph.session(path)
     return lambda batch: session.run([logits.name], {pixels.name: batch})[0]
-
-
-def fold_pads_into_convs(model: onnx.ModelProto, feed: dict[str, np.ndarray]) -> int:
-    """Fold each zero ``Pad`` that feeds only a ``Conv`` into the convolution's own (asymmetric) ``pads``,
-    in place; the number folded.
-
-    TensorFlow's "SAME" padding pads a stride-2 convolution on the bottom and right only, which a PyTorch
-    convolution cannot express, so the model pads first (``F.pad``). Exported, that is a ``Pad`` whose pad
-    list is computed at run time, and onnxruntime keeps it: each one copies a whole activation and, on
-    CPUs, forces a layout change out of and back into onnxruntime's blocked format around it. ONNX's
-    ``Conv`` takes asymmetric pads, so the same arithmetic needs no copy: on this CPU, with the same
-    logits to the bit, the file ran 1.1x faster for one image and 1.3x for batches of 32. The pad lists
-    are read by running the graph once on ``feed``; the nodes only they used are removed.
-    """
-    graph = model.graph
-    readers: dict[str, list[onnx.NodeProto]] = {}
-    for node in graph.node:
-        for name in node.input:
-            readers.setdefault(name, []).append(node)
-    pads = [
-        node
-        for node in graph.node
-        if node.op_type == "Pad"
-        and _pad_mode(node) == b"constant"
-        and len(node.input) < 4  # no ``axes`` input (opset 18): the pad list covers every axis
-        and [reader.op_type for reader in readers.get(node.output[0], [])] == ["Conv"]
-        and not any(
-            a.name == "auto_pad" and a.s not in (b"", b"NOTSET") for a in readers[node.output[0]][0].attribute
-        )
-    ]
-    if not pads:
-        return 0
-    probe = onnx.ModelProto()
-    probe.CopyFrom(model)
-    wanted = [name for node in pads for name in node.input[1:3] if name]
-    probe.graph.output.extend(onnx.helper.make_empty_tensor_value_info(name) for name in wanted)
-    options = onnxruntime.SessionOptions()
-    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
-    values = dict(
-        zip(
-            wanted,
-            onnxruntime.InferenceSession(
-                probe.SerializeToString(), options, providers=["CPUExecutionProvider"]
-            ).run(wanted, feed),
-            strict=True,
-        )
-    )
-    folded = 0
-    for node in pads:
-        amounts = values[node.input[1]].astype(np.int64)
-        fill = values[node.input[2]] if len(node.input) > 2 and node.input[2] else np.zeros(1)
-        rank = len(amounts) // 2
-        if (
-            rank != 4
-            or amounts[:2].any()
-            or amounts[rank : rank + 2].any()
-            or (amounts < 0).any()
-            or fill.any()
-        ):
-            continue  # pads the batch or channel axis, crops, or pads with a non-zero value
-        conv = readers[node.output[0]][0]
-        attribute = next((a for a in conv.attribute if a.name == "pads"), None)
-        before = list(onnx.helper.get_attribute_value(attribute)) if attribute is not None else [0, 0, 0, 0]
-        if attribute is not None:
-            conv.attribute.remove(attribute)
-        added = [*amounts[2:rank], *amounts[rank + 2 :]]  # [top, left, bottom, right]
-        conv.attribute.append(
-            onnx.helper.make_attribute("pads", [int(a + b) for a, b in zip(before, added, strict=True)])
-        )
-        conv.input[0] = node.input[0]
-        graph.node.remove(node)
-        folded += 1
-    _remove_unused(graph)
-    return folded
-
-
-def _pad_mode(node: onnx.NodeProto) -> bytes:
-    attribute = next((a for a in node.attribute if a.name == "mode"), None)
-    return b"constant" if attribute is None else onnx.helper.get_attribute_value(attribute)
-
-
-def _remove_unused(graph: onnx.GraphProto) -> None:
-    """Drop the nodes and initializers that no graph output depends on any more."""
-    needed = {output.name for output in graph.output}
-    kept = []
-    for node in reversed(graph.node):
-        if any(name in needed for name in node.output):
-            kept.append(node)
-            needed.update(name for name in node.input if name)
-    del graph.node[:]
-    graph.node.extend(reversed(kept))
-    initializers = [tensor for tensor in graph.initializer if tensor.name in needed]
-    del graph.initializer[:]
-    graph.initializer.extend(initializers)
 
 
 def export_torchscript(model: torch.nn.Module, path: Path, pixels: TensorSpec, logits: TensorSpec) -> Runner:

