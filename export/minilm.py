@@ -21,6 +21,10 @@ from torch import nn
 
 from export.common import ExportError
 
+# Length groups a ragged batch's attention runs in, chosen by measurement (docs/text-batching.md);
+# 1 pads every sequence of a batch to the batch's longest.
+ATTENTION_GROUPS = 3
+
 # Checkpoint tensors this encoder deliberately does not use: the position-id buffer (positions are
 # computed) and BERT's [CLS] pooler, which sentence-transformers' mean pooling never reads.
 _UNUSED_CHECKPOINT_KEYS = frozenset({"embeddings.position_ids", "pooler.dense.weight", "pooler.dense.bias"})
@@ -105,18 +109,6 @@ class _SelfAttention(nn.Module):
         context = torch.matmul(torch.softmax(scores, dim=-1), value)
         return context.transpose(1, 2).reshape(hidden.shape)
 
-    def ragged(
-        self, hidden: torch.Tensor, gather: torch.Tensor, scatter: torch.Tensor, mask_bias: torch.Tensor
-    ) -> torch.Tensor:
-        """Token rows [T, H] in, [T, H] out; attention on the [B, L] grid that ``gather`` reads."""
-        batch, slots = gather.shape[0], gather.shape[1]
-        query = self.query(hidden)[gather].view(batch, slots, self.num_heads, self.head_size).transpose(1, 2)
-        key = self.key(hidden)[gather].view(batch, slots, self.num_heads, self.head_size).transpose(1, 2)
-        value = self.value(hidden)[gather].view(batch, slots, self.num_heads, self.head_size).transpose(1, 2)
-        scores = torch.matmul(query, key.transpose(-1, -2)) / math.sqrt(self.head_size) + mask_bias
-        context = torch.matmul(torch.softmax(scores, dim=-1), value).transpose(1, 2)
-        return context.reshape(batch * slots, hidden.shape[1])[scatter]
-
 
 class _Dense(nn.Module):
     """Linear, dropout-free residual, LayerNorm: BERT's 'output' blocks."""
@@ -158,15 +150,6 @@ class _Layer(nn.Module):
 
     def forward(self, hidden: torch.Tensor, mask_bias: torch.Tensor) -> torch.Tensor:
         attended = self.attention(hidden, mask_bias)
-        return self.output(self.intermediate(attended), attended)
-
-    def ragged(
-        self, hidden: torch.Tensor, gather: torch.Tensor, scatter: torch.Tensor, mask_bias: torch.Tensor
-    ) -> torch.Tensor:
-        """The same layer on token rows [T, H] (see :class:`RaggedSentenceEncoder`)."""
-        attended = self.attention.output(
-            self.attention.self.ragged(hidden, gather, scatter, mask_bias), hidden
-        )
         return self.output(self.intermediate(attended), attended)
 
 
@@ -249,6 +232,45 @@ def reference_embeddings(encoder: MiniLMEncoder, tokenizer: Tokenizer, texts: li
     return np.stack(rows)
 
 
+class _RaggedLayer(nn.Module):
+    """One encoder layer on the token rows [T, H] of a ragged batch (see :class:`RaggedSentenceEncoder`):
+    the weights of a :class:`_Layer`, with query, key and value as one [3H, H] product."""
+
+    def __init__(self, layer: nn.Module) -> None:
+        super().__init__()
+        if not isinstance(layer, _Layer):
+            raise TypeError(f"expected an encoder layer, got {type(layer).__name__}")
+        attention = layer.attention.self
+        self.num_heads, self.head_size = attention.num_heads, attention.head_size
+        projections = (attention.query, attention.key, attention.value)
+        weight = torch.cat([p.weight.detach() for p in projections])
+        self.qkv = nn.Linear(weight.shape[1], weight.shape[0], device=weight.device, dtype=weight.dtype)
+        with torch.no_grad():
+            self.qkv.weight.copy_(weight)
+            self.qkv.bias.copy_(torch.cat([p.bias.detach() for p in projections]))
+        self.attention_output = layer.attention.output
+        self.intermediate = layer.intermediate
+        self.output = layer.output
+
+    def forward(
+        self, hidden: torch.Tensor, grids: list[tuple[torch.Tensor, torch.Tensor]], scatter: torch.Tensor
+    ) -> torch.Tensor:
+        """Attention runs on each length group's [n, L] grid of token rows (``grids``: rows and mask
+        bias per group); ``scatter`` reads each token's context back from the grids concatenated."""
+        qkv = self.qkv(hidden)  # [T, 3H]
+        contexts: list[torch.Tensor] = []
+        for rows, mask_bias in grids:
+            count, slots = rows.shape[0], rows.shape[1]
+            heads = qkv[rows].view(count, slots, 3, self.num_heads, self.head_size).permute(2, 0, 3, 1, 4)
+            scores = (
+                torch.matmul(heads[0], heads[1].transpose(-1, -2)) / math.sqrt(self.head_size) + mask_bias
+            )
+            context = torch.matmul(torch.softmax(scores, dim=-1), heads[2]).transpose(1, 2)
+            contexts.append(context.reshape(count * slots, hidden.shape[1]))
+        attended = self.attention_output(torch.cat(contexts)[scatter], hidden)
+        return self.output(self.intermediate(attended), attended)
+
+
 class RaggedSentenceEncoder(nn.Module):
     """Sentence embeddings for a ragged batch: what Triton's ragged batching hands the encoder.
 
@@ -258,44 +280,81 @@ class RaggedSentenceEncoder(nn.Module):
     sequence's token embeddings over its real tokens, L2-normalised (the model card's embedding).
 
     The dense layers, which are nearly all of the compute, run on the [T, H] token rows: no row of
-    padding is ever multiplied. Only attention, which mixes tokens within one sequence, gathers its
-    queries, keys and values into [B, longest, H] and back (a few percent of the work at these
-    lengths). A token id equal to ``pad_id`` inside a sequence (a client that pads its own batch) is
-    masked out of attention and pooling, so it does not change the embedding. Written for
-    ``torch.jit.script`` and the ONNX exporter alike; it computes in the dtype of its weights
-    (``.to(torch.bfloat16)``, ``.half()``) and always returns float32.
+    padding is ever multiplied. Only attention mixes tokens within one sequence; it runs per length
+    group: the batch's sequences, sorted by length, are cut into ``attention_groups`` groups of
+    near-equal count, and each group's queries, keys and values are gathered into
+    [n, longest of the group, H]. (With one group, a batch of 32 in arrival order pads attention to its
+    longest sentence: on the sentence corpus about a quarter of that grid is real tokens, and the
+    attention products took 40% of the int8 file's time.) A token id
+    equal to ``pad_id`` inside a sequence (a client that pads its own batch) is masked out of
+    attention and pooling, so it does not change the embedding. Written for ``torch.jit.script`` and
+    the ONNX exporter alike; it computes in the dtype of its weights (``.to(torch.bfloat16)``,
+    ``.half()``) and always returns float32.
     """
 
-    def __init__(self, encoder: MiniLMEncoder, *, pad_id: int = 0) -> None:
+    def __init__(
+        self, encoder: MiniLMEncoder, *, pad_id: int = 0, attention_groups: int = ATTENTION_GROUPS
+    ) -> None:
         super().__init__()
+        if attention_groups < 1:
+            raise ValueError(f"attention_groups must be at least 1, got {attention_groups}")
         self.embeddings = encoder.embeddings
-        self.layers = encoder.encoder.layer
+        self.layers = nn.ModuleList([_RaggedLayer(layer) for layer in encoder.encoder.layer])
         self.pad_id = pad_id
+        self.attention_groups = attention_groups
 
     def forward(self, input_ids: torch.Tensor, item_lengths: torch.Tensor) -> torch.Tensor:
         lengths = item_lengths.reshape(-1).to(torch.int64)
         starts = torch.cumsum(lengths, 0) - lengths
-        # A tensor bound, so the scripted and exported graphs keep the batch's longest length dynamic.
-        slots = torch.arange(lengths.max(), device=input_ids.device)  # type: ignore[call-overload]
-        in_sequence = slots[None, :] < lengths[:, None]  # [B, L]
-        # Row of each (sequence, slot) in the token rows; slots past a sequence's end read row 0 and
-        # are masked. The inverse: each token's slot in the flattened [B * L] grid.
-        gather = torch.where(in_sequence, starts[:, None] + slots[None, :], torch.zeros_like(starts)[:, None])
         tokens = torch.arange(input_ids.shape[0], device=input_ids.device)
-        sequence = (tokens[:, None] >= (starts + lengths)[None, :]).sum(dim=1)
+        sequence = (tokens[:, None] >= (starts + lengths)[None, :]).sum(dim=1)  # each token's sequence
         position = tokens - starts[sequence]
-        scatter = sequence * slots.shape[0] + position
+        real = input_ids != self.pad_id  # [T]
 
-        real = in_sequence & (input_ids[gather] != self.pad_id)  # [B, L]
         hidden = self._embed(input_ids, position)
-        mask_bias = (~real).to(hidden.dtype)[:, None, None, :] * -10000.0
+        grids, offsets = self.length_groups(lengths, starts, real, hidden.dtype)
+        scatter = offsets[sequence] + position  # each token's row in the groups' grids, concatenated
         for layer in self.layers:
-            hidden = layer.ragged(hidden, gather, scatter, mask_bias)  # type: ignore[operator]
+            hidden = layer(hidden, grids, scatter)
 
-        weights = real.to(hidden.dtype)[:, :, None]
-        summed = (hidden[gather] * weights).sum(dim=1).to(torch.float32)
-        mean = summed / torch.clamp(weights.sum(dim=1).to(torch.float32), min=1.0)
+        # Mean over each sequence's real tokens: a [B, T] weight matrix times the token rows.
+        batch = torch.arange(lengths.shape[0], device=input_ids.device)
+        weights = ((sequence[None, :] == batch[:, None]) & real[None, :]).to(hidden.dtype)
+        summed = torch.matmul(weights, hidden).to(torch.float32)
+        mean = summed / torch.clamp(weights.sum(dim=1, keepdim=True).to(torch.float32), min=1.0)
         return mean / torch.clamp(torch.linalg.vector_norm(mean, dim=1, keepdim=True), min=1e-12)
+
+    def length_groups(
+        self, lengths: torch.Tensor, starts: torch.Tensor, real: torch.Tensor, dtype: torch.dtype
+    ) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor]:
+        """Per group, the [n, L] token rows of its sequences (L: the group's longest; slots past a
+        sequence's end read row 0) and their attention mask bias [n, 1, 1, L]; and per sequence the
+        first row of its slots in the groups' grids, concatenated. A group may be empty (fewer
+        sequences than groups): its grid is [0, 0]."""
+        count = lengths.shape[0]
+        rank = torch.argsort(torch.argsort(lengths))  # each sequence's place in length order
+        group = rank * self.attention_groups // count
+        offsets = torch.zeros_like(lengths)
+        base = torch.zeros((), dtype=torch.int64, device=lengths.device)
+        grids: list[tuple[torch.Tensor, torch.Tensor]] = []
+        for index in range(self.attention_groups):
+            members = torch.nonzero(group == index).reshape(-1)
+            member_lengths = lengths[members]
+            # A tensor bound, so the scripted and exported graphs keep the group's length dynamic.
+            width = torch.cat(
+                [member_lengths, torch.zeros(1, dtype=torch.int64, device=lengths.device)]
+            ).max()
+            slots = torch.arange(width, device=lengths.device)  # type: ignore[call-overload]
+            inside = slots[None, :] < member_lengths[:, None]
+            rows = torch.where(
+                inside, starts[members][:, None] + slots[None, :], torch.zeros_like(inside, dtype=torch.int64)
+            )
+            mask_bias = (~(inside & real[rows])).to(dtype)[:, None, None, :] * -10000.0
+            grids.append((rows, mask_bias))
+            first = base + torch.arange(members.shape[0], device=lengths.device) * width
+            offsets = offsets.index_put([members], first)
+            base = base + members.shape[0] * width
+        return grids, offsets
 
     def _embed(self, input_ids: torch.Tensor, position: torch.Tensor) -> torch.Tensor:
         embeddings = self.embeddings

@@ -135,6 +135,42 @@ def test_pad_tokens_inside_a_sequence_do_not_change_its_embedding(encoder: MiniL
     assert (plain * padded).sum(dim=1).min() >= 0.99999
 
 
+def test_attention_pads_each_length_group_only_to_its_own_longest(encoder: MiniLMEncoder) -> None:
+    lengths = torch.tensor([5, 40, 7, 38, 6, 41, 9], dtype=torch.int64)
+    starts = torch.cumsum(lengths, 0) - lengths
+    real = torch.ones(int(lengths.sum()), dtype=torch.bool)
+    grids, offsets = RaggedSentenceEncoder(encoder, attention_groups=3).length_groups(
+        lengths, starts, real, torch.float32
+    )
+    # Sorted 5 6 7 | 9 38 | 40 41: three groups of near-equal count, each padded to its own longest.
+    assert [tuple(rows.shape) for rows, _ in grids] == [(3, 7), (2, 38), (2, 41)]
+    cells = sum(rows.numel() for rows, _ in grids)
+    assert cells < len(lengths) * int(lengths.max())
+    # Every token of every sequence has exactly one slot, and the slot's row is that token.
+    flat_rows = torch.cat([rows.reshape(-1) for rows, _ in grids])
+    for index, (start, length) in enumerate(zip(starts.tolist(), lengths.tolist(), strict=True)):
+        slots = flat_rows[int(offsets[index]) : int(offsets[index]) + length]
+        assert slots.tolist() == list(range(start, start + length))
+    # Slots past a sequence's end are masked: unmasked slots per group = its members' tokens.
+    assert [int((mask_bias == 0).sum()) for _, mask_bias in grids] == [5 + 6 + 7, 9 + 38, 40 + 41]
+
+
+@pytest.mark.parametrize("groups", [1, 2, 5, 12])
+def test_embeddings_do_not_depend_on_the_number_of_attention_groups(
+    encoder: MiniLMEncoder, tokenizer, groups: int
+) -> None:
+    texts = [*TEXTS.values(), "Short one.", "", "A somewhat longer sentence about dynamic batching."]
+    ids, lengths = (torch.from_numpy(a) for a in _ragged(tokenizer, texts, extra_padding=3))
+    with torch.inference_mode():
+        grouped = RaggedSentenceEncoder(encoder, attention_groups=groups).eval()(ids, lengths)
+        alone = RaggedSentenceEncoder(encoder, attention_groups=groups).eval()(
+            ids[: int(lengths[0])], lengths[:1]
+        )
+    reference = reference_embeddings(encoder, tokenizer, texts)
+    assert (grouped.numpy() * reference).sum(axis=1).min() >= 0.99999  # 12 groups: more groups than texts
+    assert (alone.numpy() * reference[:1]).sum(axis=1).min() >= 0.99999  # one text: all groups but one empty
+
+
 def test_exported_onnx_and_torchscript_match_the_reference_on_one_mixed_batch(
     exported: Path, encoder, tokenizer
 ) -> None:
