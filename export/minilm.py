@@ -86,6 +86,14 @@ class _Embeddings(nn.Module):
         return self.LayerNorm(hidden)
 
 
+def _attend(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask_bias: torch.Tensor, head_size: int
+) -> torch.Tensor:
+    """Scaled dot-product attention on [..., heads, L, head_size]; ``mask_bias`` is added to the scores."""
+    scores = torch.matmul(query, key.transpose(-1, -2)) / math.sqrt(head_size) + mask_bias
+    return torch.matmul(torch.softmax(scores, dim=-1), value)
+
+
 class _SelfAttention(nn.Module):
     def __init__(self, shape: BertShape) -> None:
         super().__init__()
@@ -105,9 +113,7 @@ class _SelfAttention(nn.Module):
             self._heads(self.key(hidden)),
             self._heads(self.value(hidden)),
         )
-        scores = torch.matmul(query, key.transpose(-1, -2)) / math.sqrt(self.head_size) + mask_bias
-        context = torch.matmul(torch.softmax(scores, dim=-1), value)
-        return context.transpose(1, 2).reshape(hidden.shape)
+        return _attend(query, key, value, mask_bias, self.head_size).transpose(1, 2).reshape(hidden.shape)
 
 
 class _Dense(nn.Module):
@@ -262,10 +268,7 @@ class _RaggedLayer(nn.Module):
         for rows, mask_bias in grids:
             count, slots = rows.shape[0], rows.shape[1]
             heads = qkv[rows].view(count, slots, 3, self.num_heads, self.head_size).permute(2, 0, 3, 1, 4)
-            scores = (
-                torch.matmul(heads[0], heads[1].transpose(-1, -2)) / math.sqrt(self.head_size) + mask_bias
-            )
-            context = torch.matmul(torch.softmax(scores, dim=-1), heads[2]).transpose(1, 2)
+            context = _attend(heads[0], heads[1], heads[2], mask_bias, self.head_size).transpose(1, 2)
             contexts.append(context.reshape(count * slots, hidden.shape[1]))
         attended = self.attention_output(torch.cat(contexts)[scatter], hidden)
         return self.output(self.intermediate(attended), attended)

@@ -161,11 +161,10 @@ def test_embeddings_do_not_depend_on_the_number_of_attention_groups(
 ) -> None:
     texts = [*TEXTS.values(), "Short one.", "", "A somewhat longer sentence about dynamic batching."]
     ids, lengths = (torch.from_numpy(a) for a in _ragged(tokenizer, texts, extra_padding=3))
+    ragged = RaggedSentenceEncoder(encoder, attention_groups=groups).eval()
     with torch.inference_mode():
-        grouped = RaggedSentenceEncoder(encoder, attention_groups=groups).eval()(ids, lengths)
-        alone = RaggedSentenceEncoder(encoder, attention_groups=groups).eval()(
-            ids[: int(lengths[0])], lengths[:1]
-        )
+        grouped = ragged(ids, lengths)
+        alone = ragged(ids[: int(lengths[0])], lengths[:1])
     reference = reference_embeddings(encoder, tokenizer, texts)
     assert (grouped.numpy() * reference).sum(axis=1).min() >= 0.99999  # 12 groups: more groups than texts
     assert (alone.numpy() * reference[:1]).sum(axis=1).min() >= 0.99999  # one text: all groups but one empty
