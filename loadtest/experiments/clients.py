@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import statistics
+import functools
 import time
 from dataclasses import dataclass, field
 
 from clients import AsyncTritonClient, TritonClient
-from loadtest.experiments.inprocess import BatchCost
+from loadtest.experiments.inprocess import BATCH_COST_SIZES, BatchCost, alternating_median_ms
 from loadtest.load.observe import (
     NO_RETRY,
     ProcessSampler,
@@ -137,17 +137,11 @@ def served_batch_cost(
     if len(items) < 32:
         raise ValueError(f"served_batch_cost needs 32 items, got {len(items)}")
     before = statistics_snapshot(url)
-    timings = {}
     with TritonClient(url, retry=NO_RETRY, per_request=False) as client:
         call = client.embed if kind == "text" else client.classify
-        call(items[:1], model)  # warm-up and metadata
-        for size in (1, 32):
-            samples = []
-            for _ in range(repeats):
-                started = time.perf_counter()
-                call(items[:size], model)
-                samples.append(1000.0 * (time.perf_counter() - started))
-            timings[size] = statistics.median(samples)
+        timings = alternating_median_ms(
+            {size: functools.partial(call, items[:size], model) for size in BATCH_COST_SIZES}, repeats
+        )
     cost = BatchCost(
         model=model, runtime="served", where="served", ms_batch_1=timings[1], ms_batch_32=timings[32]
     )

@@ -13,10 +13,11 @@ to a batch of 1 and of 32 (one length, so the batch's shape plays no part), medi
 
 from __future__ import annotations
 
+import functools
 import logging
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +50,9 @@ class InProcessPoint:
     items_per_s: float
     ms_per_batch: float
     rounds: list[float]
+
+
+BATCH_COST_SIZES = (1, 32)
 
 
 @dataclass(kw_only=True)
@@ -119,6 +123,20 @@ def _pipeline(encoder: ExportedModel, items: int) -> tuple[Callable[[Sequence[An
     return image, payloads.image_variants(items, seed=11)
 
 
+def alternating_median_ms(calls: Mapping[int, Callable[[], object]], repeats: int) -> dict[int, float]:
+    """Median milliseconds of each call over ``repeats`` rounds, the calls alternating within a round
+    (1, 32, 1, 32...) so that a burst of background load hits both sizes alike; one warm-up call each."""
+    for call in calls.values():
+        call()
+    samples_ms: dict[int, list[float]] = {key: [] for key in calls}
+    for _ in range(repeats):
+        for key, call in calls.items():
+            started = time.perf_counter()
+            call()
+            samples_ms[key].append(1000.0 * (time.perf_counter() - started))
+    return {key: statistics.median(values) for key, values in samples_ms.items()}
+
+
 def batch_cost(encoder: ExportedModel, *, repeats: int) -> BatchCost:
     """Forward pass only: one real input repeated to batch 1 and 32 (same shape), median ms per call."""
     runner = EncoderRunner(encoder.file, runtime=encoder.runtime, threads=encoder.threads)
@@ -127,17 +145,9 @@ def batch_cost(encoder: ExportedModel, *, repeats: int) -> BatchCost:
         inputs = list(tokens.arrays)  # a ragged batch: ids back to back, lengths
     else:
         inputs = [ImagePreprocessor(encoder.repository)([samples.photographs()[0]]).astype(np.float32)]
-    timings = {}
-    for size in (1, 32):
-        repeat = np.tile if encoder.pipeline == "text" else lambda a, n: np.repeat(a, n, axis=0)
-        batch = [repeat(array, size) for array in inputs]
-        runner(*batch)  # warm-up
-        calls_ms = []
-        for _ in range(repeats):
-            started = time.perf_counter()
-            runner(*batch)
-            calls_ms.append(1000.0 * (time.perf_counter() - started))
-        timings[size] = statistics.median(calls_ms)
+    repeat = np.tile if encoder.pipeline == "text" else lambda a, n: np.repeat(a, n, axis=0)
+    calls = {size: functools.partial(runner, *[repeat(a, size) for a in inputs]) for size in BATCH_COST_SIZES}
+    timings = alternating_median_ms(calls, repeats)
     return BatchCost(
         model=encoder.model,
         runtime=encoder.runtime,

@@ -3,17 +3,20 @@
 The alternative (:mod:`loadtest.load.minimal_server`) is one process answering one request at a time
 with the same exported encoder file and runtime the text ensemble serves, and the same tokenizer. One
 closed-loop JSON load generator (:mod:`loadtest.load.json_load`) drives both at each concurrency,
-alternating Triton, alternative, Triton, alternative... so background load hits them alike.
+alternating Triton, alternative, Triton, alternative... for ``rounds`` rounds, so background load hits
+them alike and the report can take each side's median and show the ratio round by round.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 
@@ -37,18 +40,12 @@ def tokenizer_file(repository: Path) -> Path:
     return Path(repository) / "text_tokenizer" / "1" / config.parameters["tokenizer_file"].string_value
 
 
-def compare(
-    *,
-    triton_http_url: str,
-    model: str,
-    encoder_file: Path,
-    tokenizer_file: Path,
-    threads: int,
-    concurrencies: list[int],
-    requests: int,
-    log_path: Path,
-) -> list[dict]:
-    texts = samples.shuffled_sentences(len(samples.sentences()), seed=11)
+@contextlib.contextmanager
+def running(
+    *, encoder_file: Path, tokenizer_file: Path, model: str, threads: int, log_path: Path
+) -> Iterator[str]:
+    """The simplest alternative as its own process on a free port; its base URL. Stopped on exit
+    (its whole process group), also when the body raises."""
     with open(log_path, "wb") as log:
         process = subprocess.Popen(
             [
@@ -67,26 +64,53 @@ def compare(
             start_new_session=True,
         )
         try:
-            url = _wait_ready(process)
-            arms = {
-                "Triton (text_embedder)": f"http://{triton_http_url}/v2/models/{model}/infer",
-                "one process, one request at a time": f"{url}/v2/models/{model}/infer",
-            }
-            results = []
-            for concurrency in concurrencies:
-                for label, endpoint in arms.items():
-                    outcome = run_json_load(
-                        endpoint, texts, label=label, concurrency=concurrency, requests=requests
-                    )
-                    results.append(asdict(outcome) | {"requests_per_s": outcome.requests_per_s})
-            return results
+            yield _wait_ready(process)
         finally:
-            os.killpg(process.pid, signal.SIGTERM)
+            with contextlib.suppress(ProcessLookupError):  # it may have exited on its own
+                os.killpg(process.pid, signal.SIGTERM)
             try:
                 process.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
+
+
+def compare(
+    *,
+    triton_http_url: str,
+    model: str,
+    encoder_file: Path,
+    tokenizer_file: Path,
+    threads: int,
+    concurrencies: list[int],
+    requests: int,
+    rounds: int,
+    log_path: Path,
+) -> list[dict]:
+    texts = samples.shuffled_sentences(len(samples.sentences()), seed=11)
+    alternative = running(
+        encoder_file=encoder_file,
+        tokenizer_file=tokenizer_file,
+        model=model,
+        threads=threads,
+        log_path=log_path,
+    )
+    with alternative as url:
+        arms = {
+            "Triton (text_embedder)": f"http://{triton_http_url}/v2/models/{model}/infer",
+            "one process, one request at a time": f"{url}/v2/models/{model}/infer",
+        }
+        results = []
+        for concurrency in concurrencies:
+            for round_ in range(rounds):
+                for label, endpoint in arms.items():
+                    outcome = run_json_load(
+                        endpoint, texts, label=label, concurrency=concurrency, requests=requests
+                    )
+                    results.append(
+                        asdict(outcome) | {"requests_per_s": outcome.requests_per_s, "round": round_}
+                    )
+        return results
 
 
 def _wait_ready(process: subprocess.Popen) -> str:

@@ -66,10 +66,11 @@ class Plan:
     ragged_rounds: int = 2
     minimal_concurrency: tuple[int, ...] = (1, 32)
     minimal_requests: int = 600
+    minimal_rounds: int = 3
     protocols: tuple[str, ...] = ("http", "grpc")
     client_texts: int = 200
     client_in_flight: int = 32
-    batch_cost_repeats: int = 5
+    batch_cost_repeats: int = 9
     locust_users: int = 8
     locust_run_time_s: int = 15
     locust_shapes: tuple[str, ...] = ("steady",)
@@ -101,7 +102,7 @@ PLANS = {
         ragged_concurrency=(1, 8, 32),
         minimal_requests=2000,
         client_texts=1000,
-        batch_cost_repeats=10,
+        batch_cost_repeats=15,
         locust_users=16,
         locust_run_time_s=40,
         locust_shapes=("steady", "step", "spike"),
@@ -234,6 +235,7 @@ def served_stage(plan: Plan, source: Path, work: Path, raw: Path, cores: int, sk
                 threads=cores,
                 concurrencies=list(plan.minimal_concurrency),
                 requests=plan.minimal_requests,
+                rounds=plan.minimal_rounds,
                 log_path=raw / "minimal_server.log",
             ),
             "sweeps": lambda: sweeps(

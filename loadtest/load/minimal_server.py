@@ -66,7 +66,10 @@ def make_server(
                 self._reply(404, {"error": f"unknown model path {self.path}; POST {path}"})
                 return
             try:
-                texts = [str(t) for t in json.loads(body)["inputs"][0]["data"]]
+                data = json.loads(body)["inputs"][0]["data"]
+                if not isinstance(data, list) or not data:
+                    raise TypeError("TEXT data must be a non-empty list of strings")
+                texts = [str(t) for t in data]
             except (ValueError, KeyError, IndexError, TypeError) as e:
                 self._reply(400, {"error": f"expected a KServe v2 JSON request with a TEXT input: {e}"})
                 return

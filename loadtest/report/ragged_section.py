@@ -78,24 +78,36 @@ def minimal_section(r: dict) -> str:
     runs = r.get("minimal") or []
     if not runs:
         return ""
-    columns = ("concurrency", "label", "requests", "failures", "requests_per_s", "p50_ms", "p99_ms")
-    rows = [row_of(m, *columns) for m in runs]
-    header = ("concurrency", "server", "requests", "failures", "req/s", "p50 ms", "p99 ms")
-    ratios = []
-    for concurrency in sorted({m["concurrency"] for m in runs}):
-        rates = {
-            m["label"].startswith("Triton"): m["requests_per_s"]
-            for m in runs
-            if m["concurrency"] == concurrency
-        }
-        ratios.append((concurrency, findings.ratio_text(rates.get(True), rates.get(False))))
+    columns = ("concurrency", "round", "label", "requests", "failures", "requests_per_s", "p50_ms", "p99_ms")
+    rows = [row_of(m | {"round": m.get("round", 0) + 1}, *columns) for m in runs]
+    header = ("concurrency", "round", "server", "requests", "failures", "req/s", "p50 ms", "p99 ms")
+    summary = [
+        (
+            m.concurrency,
+            m.rounds,
+            m.triton_per_s,
+            m.alternative_per_s,
+            findings.ratio_text(m.triton_per_s, m.alternative_per_s),
+            m.range_text(),
+        )
+        for m in findings.minimal_comparisons(r)
+    ]
+    summary_header = (
+        "concurrency",
+        "rounds",
+        "Triton req/s (median)",
+        "one process req/s (median)",
+        "Triton / one process",
+        "by round",
+    )
     return (
         experiment("minimal").heading + "\n\nWhat a team writes first: one process (`python -m "
         "loadtest.load.minimal_server`) that tokenises and runs the same exported encoder file with the "
         "same runtime, one request at a time, no batching. It answers the same KServe v2 JSON request "
         "as Triton, so one closed-loop generator (`loadtest.load.json_load`, JSON over HTTP with "
-        "keep-alive) drives both, alternating at each concurrency.\n\n"
+        "keep-alive) drives both, alternating Triton, alternative, Triton... at each concurrency; the "
+        "ratio is of the medians over the rounds.\n\n"
+        + table(summary_header, summary)
+        + "\n\nEvery run:\n\n"
         + table(header, rows)
-        + "\n\n"
-        + table(("concurrency", "Triton / one process"), ratios)
     )

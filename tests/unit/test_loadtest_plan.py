@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
 
+from loadtest.experiments.inprocess import alternating_median_ms
 from loadtest.experiments.plan import EXPORTED, exported_models
 from loadtest.load.pipelines import ExportedModel
 
@@ -41,3 +43,17 @@ def test_an_onnx_profile_keeps_its_whole_trace_compressed_and_summarises_it(tmp_
     events = json.loads(gzip.decompress((tmp_path / profile.trace_file).read_bytes()))
     nodes = [e for e in events if isinstance(e, dict) and e.get("cat") == "Node"]
     assert nodes and profile.total_ms > 0 and len(profile.top) == 3
+
+
+def test_batch_costs_alternate_the_sizes_so_background_load_hits_both() -> None:
+    order: list[int] = []
+    durations = {1: iter([0.0, 0.001, 0.050, 0.001]), 32: iter([0.0, 0.010, 0.011, 0.012])}
+
+    def call(size: int) -> None:
+        order.append(size)
+        time.sleep(next(durations[size]))
+
+    medians = alternating_median_ms({1: lambda: call(1), 32: lambda: call(32)}, repeats=3)
+    assert order == [1, 32] * 4  # one warm-up each, then 1, 32, 1, 32...
+    # The 50 ms stall of one batch-1 call does not move its median.
+    assert 1.0 <= medians[1] < 10.0 and 11.0 <= medians[32] < 30.0

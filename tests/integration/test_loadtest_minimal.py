@@ -1,0 +1,121 @@
+"""Experiment 9's simplest alternative against the real server: the same answers as the served text
+ensemble, a clear error for a malformed request, and the experiment's alternating rounds, with the
+alternative's process stopped afterwards."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import AbstractContextManager
+from pathlib import Path
+
+import numpy as np
+import psutil
+import pytest
+
+from clients import samples
+from export.gates import TEXT_MIN_BATCHED_VS_ALONE_COSINE
+from loadtest.experiments import minimal
+from loadtest.experiments.plan import TEXT_MODEL, text_encoder_of
+from loadtest.load.json_load import request_body
+from tritonlocal import LocalTritonServer
+
+ROOT = Path(__file__).resolve().parents[2]
+SOURCE = ROOT / "model_repository"  # the deployable repository the benchmark reads, as exported
+
+
+def _start(log_path: Path) -> AbstractContextManager[str]:
+    return minimal.running(
+        encoder_file=minimal.served_file(SOURCE, text_encoder_of(SOURCE)),
+        tokenizer_file=minimal.tokenizer_file(SOURCE),
+        model=TEXT_MODEL,
+        threads=1,
+        log_path=log_path,
+    )
+
+
+@pytest.fixture(scope="module")
+def alternative(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with _start(tmp_path_factory.mktemp("minimal") / "minimal_server.log") as url:
+        yield url
+
+
+def _post(url: str, body: bytes) -> tuple[int, dict]:
+    request = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def _embedding(url: str, text: str) -> np.ndarray:
+    status, payload = _post(url, json.dumps(request_body(text)).encode())
+    assert status == 200, payload
+    (output,) = [o for o in payload["outputs"] if o["name"] == "EMBEDDING"]
+    return np.asarray(output["data"], dtype=np.float64)
+
+
+def _minimal_servers() -> list[psutil.Process]:
+    children = psutil.Process().children(recursive=True)
+    return [p for p in children if "loadtest.load.minimal_server" in " ".join(p.cmdline())]
+
+
+def test_the_alternative_answers_as_the_served_ensemble(
+    triton_server: LocalTritonServer, alternative: str
+) -> None:
+    path = f"/v2/models/{TEXT_MODEL}/infer"
+    texts = sorted(samples.sentences(), key=len)
+    for text in (texts[0], texts[len(texts) // 2], texts[-1]):  # short, middling and long
+        served = _embedding(f"http://{triton_server.http_url}{path}", text)
+        alone = _embedding(alternative + path, text)
+        assert served.shape == alone.shape == (384,)
+        cosine = served @ alone / (np.linalg.norm(served) * np.linalg.norm(alone))
+        assert cosine >= TEXT_MIN_BATCHED_VS_ALONE_COSINE, text[:40]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"not json", b'{"inputs": []}', b'{"inputs": [{"name": "TEXT", "data": []}]}'],
+    ids=["not-json", "no-input", "no-text"],
+)
+def test_a_malformed_request_gets_a_400_naming_it_and_the_next_request_is_answered(
+    alternative: str, body: bytes
+) -> None:
+    url = f"{alternative}/v2/models/{TEXT_MODEL}/infer"
+    status, payload = _post(url, body)
+    assert status == 400
+    assert "expected a KServe v2 JSON request with a TEXT input" in payload["error"]
+    assert _embedding(url, "The server is still answering.").shape == (384,)
+
+
+def test_experiment_9_alternates_the_servers_round_by_round_and_stops_the_alternative(
+    triton_server: LocalTritonServer, tmp_path: Path
+) -> None:
+    before = {p.pid for p in _minimal_servers()}  # the module's own alternative may be running
+    results = minimal.compare(
+        triton_http_url=triton_server.http_url,
+        model=TEXT_MODEL,
+        encoder_file=minimal.served_file(SOURCE, text_encoder_of(SOURCE)),
+        tokenizer_file=minimal.tokenizer_file(SOURCE),
+        threads=1,
+        concurrencies=[1, 4],
+        requests=12,
+        rounds=2,
+        log_path=tmp_path / "minimal_server.log",
+    )
+    order = [(r["concurrency"], r["round"], r["label"].startswith("Triton")) for r in results]
+    assert order == [(c, n, triton) for c in (1, 4) for n in (0, 1) for triton in (True, False)]
+    assert all(r["failures"] == 0 and r["requests"] == 12 and r["requests_per_s"] > 0 for r in results)
+    assert {p.pid for p in _minimal_servers()} == before
+
+
+def test_the_alternative_is_stopped_when_the_body_fails(tmp_path: Path) -> None:
+    before = {p.pid for p in _minimal_servers()}
+    with pytest.raises(RuntimeError, match="measurement failed"):
+        with _start(tmp_path / "minimal_server.log") as url:
+            assert {p.pid for p in _minimal_servers()} != before, url
+            raise RuntimeError("measurement failed")
+    assert {p.pid for p in _minimal_servers()} == before
