@@ -1,11 +1,13 @@
 """The in-process limit: the exported models run in this process, no server, on batches of 1..64.
 
-Text: the shuffled corpus in arrival order, cut into consecutive batches of B sentences, each batch
-tokenised into one ragged batch (what the encoder receives when B requests share an execution),
-encoded and pooled inside the exported graph. Images: distinct photograph variants, B per batch,
-preprocessed with the served code, classified, softmax + top-k. Each batch size is measured in
-``rounds`` rounds interleaved with the other sizes (this machine is noisy) after one warm-up batch per
-size; the median round is reported.
+Text: the shuffled corpus in arrival order (and, as the best case, sorted by length), cut into
+consecutive batches of B sentences, each batch tokenised into one ragged batch (what the encoder
+receives when B requests share an execution), encoded and pooled inside the exported graph. Images:
+distinct photograph variants, B per batch, preprocessed with the served code, classified, softmax +
+top-k. Two layouts (:class:`Arm`): one pipeline using every core's thread, and one single-thread
+pipeline per core taking batches from one queue, as the local configs run one instance per core. Each
+arm and batch size is measured in ``rounds`` rounds interleaved with the others (this machine is noisy)
+after one warm-up batch per size; the median round is reported.
 
 :func:`batch_cost` is experiment 6 in-process: the forward pass alone on the same real input repeated
 to a batch of 1 and of 32 (one length, so the batch's shape plays no part), median of ``repeats`` runs.
@@ -18,7 +20,8 @@ import logging
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from concurrent.futures import Executor, ThreadPoolExecutor
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -39,17 +42,44 @@ logger = logging.getLogger(__name__)
 
 @dataclass(kw_only=True)
 class InProcessPoint:
-    """One batch size: ``items`` inputs cut into batches of ``batch_size``, items/s and ms per batch of the
-    median round, and each round's items/s."""
+    """One arm and batch size: ``items`` inputs cut into batches of ``batch_size``, items/s and ms per
+    batch of the median round, and each round's items/s."""
 
     pipeline: str
     model: str
     runtime: str
+    layout: str  # "1 x 2 threads": one pipeline with every thread; "2 x 1 thread": one per core, as served
+    order: str  # "arrival" or "length-sorted" (text)
     batch_size: int
     items: int
     items_per_s: float
     ms_per_batch: float
     rounds: list[float]
+
+
+@dataclass(frozen=True)
+class Arm:
+    """How the in-process limit runs: ``workers`` pipelines of ``threads`` threads each take batches
+    from one queue; the inputs in arrival order or, for text, sorted by length first."""
+
+    workers: int
+    threads: int
+    order: str = "arrival"
+
+    @property
+    def layout(self) -> str:
+        return f"{self.workers} x {self.threads} thread{'s' if self.threads > 1 else ''}"
+
+
+def arms_for(pipeline: str, cores: int) -> list[Arm]:
+    """One pipeline with every core's thread, and one single-thread pipeline per core (the local configs'
+    layout: one instance per core); text also length-sorted in the served layout, the best case."""
+    arms = [Arm(workers=1, threads=cores)]
+    if cores > 1:
+        arms.append(Arm(workers=cores, threads=1))
+    if pipeline == "text":
+        arms.append(replace(arms[-1], order="length-sorted"))
+    return arms
 
 
 BATCH_COST_SIZES = (1, 32)
@@ -74,53 +104,101 @@ class BatchCost:
 
 
 def measure(
-    encoder: ExportedModel, *, batch_sizes: Sequence[int], items: int, rounds: int
+    encoder: ExportedModel, *, batch_sizes: Sequence[int], items: int, rounds: int, arms: Sequence[Arm]
 ) -> list[InProcessPoint]:
-    """``items`` texts or images through the encoder's whole pipeline in batches of each size."""
-    run, inputs = _pipeline(encoder, items)
-    for size in batch_sizes:  # warm-up: allocators, and torch.jit's first specialisations
-        run(inputs[:size])
-    seconds: dict[int, list[float]] = {size: [] for size in batch_sizes}
-    for _ in range(rounds):
-        for size in batch_sizes:
+    """``items`` texts or images through the encoder's whole pipeline in batches of each size, for each
+    arm; every arm and size is measured once per round, interleaved."""
+    inputs = _inputs(encoder, items)
+    runners = {arm: _runners(encoder, arm) for arm in arms}
+    ordered = {arm: _ordered(encoder, inputs, arm.order) for arm in arms}
+    cells = [(arm, size) for arm in arms for size in batch_sizes]
+    with ThreadPoolExecutor(max_workers=max(arm.workers for arm in arms)) as pool:
+
+        def run(arm: Arm, size: int) -> float:
+            batches = [ordered[arm][i : i + size] for i in range(0, len(inputs), size)]
             started = time.perf_counter()
-            for start in range(0, len(inputs), size):
-                run(inputs[start : start + size])
-            seconds[size].append(time.perf_counter() - started)
+            run_batches(runners[arm], batches, pool)
+            return time.perf_counter() - started
+
+        for arm, size in cells:  # warm-up: allocators, and torch.jit's first specialisations
+            for runner in runners[arm]:
+                runner(ordered[arm][:size])
+        seconds: dict[tuple[Arm, int], list[float]] = {cell: [] for cell in cells}
+        for _ in range(rounds):
+            for cell in cells:
+                seconds[cell].append(run(*cell))
     points = []
-    for size in batch_sizes:
-        median_s = statistics.median(seconds[size])
-        batches = -(-len(inputs) // size)
+    for (arm, size), measured in seconds.items():
+        median_s = statistics.median(measured)
         points.append(
             InProcessPoint(
                 pipeline=encoder.pipeline,
                 model=encoder.model,
                 runtime=encoder.runtime,
+                layout=arm.layout,
+                order=arm.order,
                 batch_size=size,
                 items=len(inputs),
                 items_per_s=len(inputs) / median_s,
-                ms_per_batch=1000.0 * median_s / batches,
-                rounds=[len(inputs) / s for s in seconds[size]],
+                ms_per_batch=1000.0 * median_s / -(-len(inputs) // size),
+                rounds=[len(inputs) / s for s in measured],
             )
         )
         logger.info(
-            "in-process %s %s b=%d: %.1f items/s",
+            "in-process %s %s %s %s b=%d: %.1f items/s",
             encoder.model,
             encoder.runtime,
+            arm.layout,
+            arm.order,
             size,
             points[-1].items_per_s,
         )
     return points
 
 
-def _pipeline(encoder: ExportedModel, items: int) -> tuple[Callable[[Sequence[Any]], object], Sequence[Any]]:
-    """The encoder's served pipeline and ``items`` real inputs for it."""
-    repository, model, runtime, threads = encoder.repository, encoder.model, encoder.runtime, encoder.threads
+def run_batches(
+    runners: Sequence[Callable[[Sequence[Any]], object]], batches: Sequence[Sequence[Any]], pool: Executor
+) -> None:
+    """Every batch through one of ``runners``: in turn by a lone runner, else each runner (on ``pool``)
+    takes the next batch from one queue as soon as it is free, as model instances take executions."""
+    if len(runners) == 1:
+        for batch in batches:
+            runners[0](batch)
+        return
+    queue = iter(batches)  # next() on a list iterator is atomic under the GIL
+
+    def drain(runner: Callable[[Sequence[Any]], object]) -> None:
+        for batch in queue:
+            runner(batch)
+
+    list(pool.map(drain, runners))
+
+
+def _runners(encoder: ExportedModel, arm: Arm) -> list[Callable[[Sequence[Any]], object]]:
+    """One pipeline per worker, each with its own runtime session of ``arm.threads`` threads."""
+
+    def make() -> Callable[[Sequence[Any]], object]:
+        repository, model, runtime = encoder.repository, encoder.model, encoder.runtime
+        if encoder.pipeline == "text":
+            return TextPipeline(repository, encoder_model=model, runtime=runtime, threads=arm.threads)
+        return ImagePipeline(repository, classifier_model=model, runtime=runtime, threads=arm.threads)
+
+    return [make() for _ in range(arm.workers)]
+
+
+def _inputs(encoder: ExportedModel, items: int) -> list[Any]:
     if encoder.pipeline == "text":
-        text = TextPipeline(repository, encoder_model=model, runtime=runtime, threads=threads)
-        return text, samples.shuffled_sentences(items, seed=11)
-    image = ImagePipeline(repository, classifier_model=model, runtime=runtime, threads=threads)
-    return image, payloads.image_variants(items, seed=11)
+        return samples.shuffled_sentences(items, seed=11)
+    return payloads.image_variants(items, seed=11)
+
+
+def _ordered(encoder: ExportedModel, inputs: list[Any], order: str) -> list[Any]:
+    if order == "arrival":
+        return inputs
+    if order != "length-sorted" or encoder.pipeline != "text":
+        raise ValueError(f"order {order!r} is not one of arrival, length-sorted (text)")
+    lengths = TextTokenizer(encoder.repository).lengths(inputs)
+    return [text for _, text in sorted(zip(lengths, inputs, strict=True), key=lambda pair: pair[0])]
 
 
 def alternating_median_ms(calls: Mapping[int, Callable[[], object]], repeats: int) -> dict[int, float]:

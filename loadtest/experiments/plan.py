@@ -377,6 +377,7 @@ def inprocess_stage(plan: Plan, source: Path, cores: int) -> dict:
                 batch_sizes=plan.inprocess_batches,
                 items=items[encoder.pipeline],
                 rounds=plan.inprocess_rounds,
+                arms=inprocess.arms_for(encoder.pipeline, cores),
             )
         costs += [inprocess.batch_cost(encoder, repeats=plan.batch_cost_repeats) for encoder in encoders]
     return {"inprocess": points, "inprocess_batch_costs": costs}

@@ -12,7 +12,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from loadtest.report.records import ArmSummary, ModelStats, ServedRun, served_runs
+from loadtest.report.records import ArmSummary, ModelStats, ServedRun, inprocess_arm, served_runs
 
 TEXT_MODEL, IMAGE_MODEL = "text_embedder", "image_classifier"
 TEXT_ENCODER = "the encoder"  # plots label the batch of whichever exported encoder the ensemble called
@@ -160,7 +160,9 @@ def verdicts(results: dict) -> list[Verdict]:
             f">= {TARGET_INPROCESS_SHARE:.0%}",
             share,
             f"{share or 0:.0%} ({_number(_rate(shipped), '.1f')} of {_number(best_rate, '.1f')}/s "
-            f"at batch {best['batch_size'] if best else '-'})",
+            f"at batch {best['batch_size']}, {inprocess_arm(best)})"
+            if best
+            else "-)",
             _at_least(share, TARGET_INPROCESS_SHARE),
         ),
         _verdict(

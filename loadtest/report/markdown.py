@@ -8,7 +8,7 @@ from pathlib import Path
 
 from loadtest.experiments.registry import experiment
 from loadtest.report import findings, plots, ragged_section
-from loadtest.report.records import ServedRun, model_stats, served_runs
+from loadtest.report.records import INPROCESS_BEFORE_ARMS, ServedRun, inprocess_arm, model_stats, served_runs
 from loadtest.report.tables import PERF_HEADER, batches, image, perf_row, row_of, table
 
 
@@ -192,8 +192,8 @@ def _inprocess(r: dict, folder: Path) -> str:
     if target:
         served[f"served {target.served_model} c=32"] = target.perf.throughput_per_s
     plot = plots.inprocess_vs_served(points, served, folder)
-    columns = ("pipeline", "model", "runtime", "batch_size", "items", "items_per_s", "ms_per_batch")
-    rows = [row_of(p, *columns) for p in points]
+    columns = ("pipeline", "model", "runtime", "layout", "order", "batch_size", "items", "items_per_s")
+    rows = [row_of(INPROCESS_BEFORE_ARMS | p, *columns, "ms_per_batch") for p in points]
     # The same comparison as the target: the served file's runtime, experiment 8's shipped arm if measured.
     best = findings.best_inprocess(r, runtime=r.get("text_runtime", "onnxruntime"))
     shipped = findings.shipped_arm(r, findings.TARGET_CONCURRENCY)
@@ -201,15 +201,21 @@ def _inprocess(r: dict, folder: Path) -> str:
     share = (
         f"\n\nServed text ensemble at c=32: {served_rate:.1f}/s = "
         f"{served_rate / best['items_per_s']:.0%} of the best in-process {best['items_per_s']:.1f}/s "
-        f"({best['runtime']}, batch {best['batch_size']})."
+        f"({best['runtime']}, {inprocess_arm(best)}, batch {best['batch_size']})."
         if served_rate and best
         else ""
     )
     return (
         experiment("inprocess").heading
-        + "\n\nThe exported files run in one process without a server (tokenise/"
-        "preprocess, forward, pool/top-k), batches cut from the arrival order.\n\n"
-        + table(("pipeline", "model", "runtime", "batch", "items", "items/s", "ms per batch"), rows)
+        + "\n\nThe exported files run in this process without a server (tokenise/"
+        "preprocess, forward, pool/top-k), batches cut from the arrival order (text also sorted by "
+        "length, the best case). Layout: one pipeline with a thread per core, or one single-thread "
+        "pipeline per core taking batches from one queue (as the local configs run one instance per "
+        "core).\n\n"
+        + table(
+            ("pipeline", "model", "runtime", "layout", "order", "batch", "items", "items/s", "ms per batch"),
+            rows,
+        )
         + share
         + image(plot)
     )

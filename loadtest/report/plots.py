@@ -11,7 +11,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402 - the backend must be chosen first
 from matplotlib.axes import Axes  # noqa: E402
 
-from loadtest.report.records import ArmSummary, ServedRun  # noqa: E402
+from loadtest.report.records import ArmSummary, ServedRun, inprocess_arm  # noqa: E402
 
 DPI = 110
 
@@ -139,7 +139,7 @@ def inprocess_vs_served(points: list[dict], served: dict[str, float], folder: Pa
     """In-process items/s against batch size per model, with the served figure as a horizontal line."""
     lines: dict[str, list[tuple[int, float]]] = defaultdict(list)
     for p in points:
-        lines[f"{p['model']} ({p['pipeline']})"].append((p["batch_size"], p["items_per_s"]))
+        lines[f"{p['model']} ({inprocess_arm(p)})"].append((p["batch_size"], p["items_per_s"]))
     if not lines:
         return None
     figure, axis = plt.subplots(figsize=(8, 4.5))

@@ -103,3 +103,12 @@ class ArmSummary:
     encoder_batch: float | None
     encoder_queue_ms: float | None
     encoder_compute_ms: float | None
+
+
+INPROCESS_BEFORE_ARMS = {"layout": "1 x all threads", "order": "arrival"}  # recorded before layouts
+
+
+def inprocess_arm(point: dict) -> str:
+    """How an in-process point ran: its layout and order (results from before layouts: one pipeline)."""
+    arm = INPROCESS_BEFORE_ARMS | point
+    return f"{arm['layout']}, {arm['order']}"

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from loadtest.experiments.inprocess import alternating_median_ms
+from loadtest.experiments.inprocess import alternating_median_ms, arms_for, run_batches
 from loadtest.experiments.plan import EXPORTED, exported_models
 from loadtest.load.pipelines import ExportedModel
 
@@ -57,3 +59,38 @@ def test_batch_costs_alternate_the_sizes_so_background_load_hits_both() -> None:
     assert order == [1, 32] * 4  # one warm-up each, then 1, 32, 1, 32...
     # The 50 ms stall of one batch-1 call does not move its median.
     assert 1.0 <= medians[1] < 10.0 and 11.0 <= medians[32] < 30.0
+
+
+def test_workers_share_one_queue_of_batches_and_each_batch_runs_once() -> None:
+    done: dict[str, list[int]] = {"a": [], "b": []}
+
+    def runner(name: str) -> Callable[[Sequence[int]], None]:
+        def run(batch: Sequence[int]) -> None:
+            time.sleep(0.002)  # both workers get a share
+            done[name].append(batch[0])
+
+        return run
+
+    batches = [[i, i + 1] for i in range(0, 40, 2)]
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        run_batches([runner("a"), runner("b")], batches, pool)
+    assert sorted(done["a"] + done["b"]) == list(range(0, 40, 2))
+    assert done["a"] and done["b"]
+    # A lone runner takes them in order.
+    done["a"].clear()
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        run_batches([runner("a")], batches, pool)
+    assert done["a"] == list(range(0, 40, 2))
+
+
+def test_the_in_process_arms_match_the_served_layout_and_sort_text_only() -> None:
+    assert [(a.layout, a.order) for a in arms_for("text", 2)] == [
+        ("1 x 2 threads", "arrival"),
+        ("2 x 1 thread", "arrival"),
+        ("2 x 1 thread", "length-sorted"),
+    ]
+    assert [(a.layout, a.order) for a in arms_for("image", 2)] == [
+        ("1 x 2 threads", "arrival"),
+        ("2 x 1 thread", "arrival"),
+    ]
+    assert [a.layout for a in arms_for("image", 1)] == ["1 x 1 thread"]
