@@ -94,9 +94,17 @@ def make_server(
         def log_message(self, *_: object) -> None:  # one line per request would cost more than the request
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    server = _Server(("127.0.0.1", port), Handler)
     server.daemon_threads = True
     return server
+
+
+class _Server(ThreadingHTTPServer):
+    # socketserver listens with a backlog of 5. A load generator opens its 32 connections at once while
+    # inference holds the GIL, the kernel drops the connections beyond the backlog, and TCP retries them
+    # 1 s, 3 s... later: seconds-long stalls that would be charged to the alternative, not to its design.
+    # Web servers listen with far more (uvicorn 2048).
+    request_queue_size = 1024
 
 
 def main(argv: list[str] | None = None) -> int:
