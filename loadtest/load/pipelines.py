@@ -83,6 +83,7 @@ class EncoderRunner:
         optimized_execution: bool = True,
     ) -> None:
         self.runtime = runtime
+        self.threads = threads
         self.optimized_execution = optimized_execution
         if runtime == "onnxruntime":
             import onnxruntime as ort
@@ -98,7 +99,6 @@ class EncoderRunner:
         else:
             import torch
 
-            torch.set_num_threads(threads)
             if not optimized_execution:  # as the libtorch backend does for DISABLE_OPTIMIZED_EXECUTION
                 torch._C._jit_set_profiling_mode(False)
             self.torch = torch
@@ -107,6 +107,10 @@ class EncoderRunner:
     def __call__(self, *arrays: np.ndarray) -> np.ndarray:
         if self.runtime == "onnxruntime":
             return self.session.run(None, dict(zip(self.input_names, arrays, strict=True)))[0]
+        # torch's thread count is process-wide (and OpenMP's is per calling thread): set it at each call, so
+        # runners of different counts, or in different threads, each run with their own.
+        if self.torch.get_num_threads() != self.threads:
+            self.torch.set_num_threads(self.threads)
         with self.torch.inference_mode(), self.torch.jit.optimized_execution(self.optimized_execution):
             result = self.module(*(self.torch.from_numpy(np.ascontiguousarray(a)) for a in arrays))
         result = result[0] if isinstance(result, (tuple, list)) else result

@@ -7,11 +7,12 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from loadtest.experiments.inprocess import alternating_median_ms, arms_for, run_batches
 from loadtest.experiments.plan import EXPORTED, exported_models
-from loadtest.load.pipelines import ExportedModel
+from loadtest.load.pipelines import EncoderRunner, ExportedModel
 
 
 def test_each_runtime_runs_its_text_encoder_before_its_image_encoder() -> None:
@@ -94,3 +95,20 @@ def test_the_in_process_arms_match_the_served_layout_and_sort_text_only() -> Non
         ("2 x 1 thread", "arrival"),
     ]
     assert [a.layout for a in arms_for("image", 1)] == ["1 x 1 thread"]
+
+
+def test_torchscript_runners_each_run_with_their_own_thread_count(tmp_path: Path) -> None:
+    import torch
+
+    path = tmp_path / "add_one.pt"
+    torch.jit.save(torch.jit.trace(lambda x: x + 1, torch.zeros(1)), str(path))
+    one, two = (EncoderRunner(path, runtime="torchscript", threads=n) for n in (1, 2))
+    zero = np.zeros(1, dtype=np.float32)
+
+    def threads_after(runner: EncoderRunner) -> int:
+        assert runner(zero)[0] == 1.0
+        return torch.get_num_threads()
+
+    assert [threads_after(r) for r in (one, two, one)] == [1, 2, 1]
+    with ThreadPoolExecutor(max_workers=1) as pool:  # a worker thread, as the in-process layouts use
+        assert pool.submit(threads_after, two).result() == 2
