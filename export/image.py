@@ -97,7 +97,8 @@ class CheckData:
     """Real images through the served preprocessing, and eager logits for each check batch.
 
     ``gate_*``: the photographs and their augmentations (export/image_variants.py), with eager fp32
-    logits, on which every reduced-precision variant is gated.
+    logits, on which every reduced-precision variant is gated; ``noise_floor``: that gate applied to eager
+    fp32 itself on slightly noisy gate inputs (:func:`export.image_variants.noise_floor`).
     """
 
     image_names: list[str]
@@ -105,6 +106,7 @@ class CheckData:
     gate_names: list[str]
     gate_pixels: np.ndarray
     gate_logits: np.ndarray
+    noise_floor: GateResult
     batches: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)  # size -> (input, logits)
 
 
@@ -149,14 +151,19 @@ def check_data(repository: Path, model: torch.nn.Module) -> CheckData:
     paths = sample_image_paths()
     gate_names, encoded = image_variants.augmented_images(paths)
     gate_pixels = module.preprocess(encoded, settings)
-    with torch.no_grad():
-        gate_logits = image_variants.run_in_batches(lambda b: model(torch.from_numpy(b)).numpy(), gate_pixels)
+
+    def eager(batch: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            return model(torch.from_numpy(batch)).numpy()
+
+    gate_logits = image_variants.run_in_batches(eager, gate_pixels)
     return CheckData(
         image_names=[p.name for p in paths],
         pixels=module.preprocess([p.read_bytes() for p in paths], settings),
         gate_names=gate_names,
         gate_pixels=gate_pixels,
         gate_logits=gate_logits,
+        noise_floor=image_variants.noise_floor(eager, gate_pixels, gate_logits, std_rgb=settings.std_rgb),
     )
 
 
@@ -248,6 +255,7 @@ def export_classifier(
             choice=precision,
             capabilities=capabilities,
             keep_dir=record_dir / config.name,
+            reference=check.noise_floor,
         )
     seconds = time.perf_counter() - started
     verification = outcome[0] if outcome else None
@@ -305,8 +313,13 @@ def _input_fingerprint(model_dir: Path, kind: str, precision: str, capabilities:
     )
 
 
-def export_onnx(model: torch.nn.Module, path: Path, pixels: TensorSpec, logits: TensorSpec) -> Runner:
-    """Write ONNX (opset 17, dynamic batch axis) and return an onnxruntime runner for it."""
+def export_onnx(
+    model: torch.nn.Module, path: Path, pixels: TensorSpec, logits: TensorSpec, *, fold_pads: bool = True
+) -> Runner:
+    """Write ONNX (opset 17, dynamic batch axis) and return an onnxruntime runner for it.
+
+    ``fold_pads=False`` keeps the exporter's ``Pad`` nodes (the file as served before the fold, which the
+    benchmark serves as the previous configuration: :func:`export_unfolded_onnx`)."""
     example = torch.zeros((1, *pixels.dims), dtype=torch.float32)
     # The TorchScript-based exporter (dynamo=False) takes dynamic_axes directly and matches eager to ~1e-6.
     with warnings.catch_warnings():
@@ -324,7 +337,7 @@ def export_onnx(model: torch.nn.Module, path: Path, pixels: TensorSpec, logits: 
             dynamo=False,
         )
     graph = onnx.load(str(path))
-    if onnx_graph.fold_pads_into_convs(graph, {pixels.name: example.numpy()}):
+    if fold_pads and onnx_graph.fold_pads_into_convs(graph, {pixels.name: example.numpy()}):
         onnx.save(graph, str(path))
     onnx.checker.check_model(graph)
     names = ([i.name for i in graph.graph.input], [o.name for o in graph.graph.output])
@@ -332,6 +345,14 @@ def export_onnx(model: torch.nn.Module, path: Path, pixels: TensorSpec, logits: 
         raise ExportError(f"ONNX graph has inputs/outputs {names}, expected {pixels.name} -> {logits.name}")
     session = onnx_graph.session(path)
     return lambda batch: session.run([logits.name], {pixels.name: batch})[0]
+
+
+def export_unfolded_onnx(model_dir: Path, destination: Path) -> Runner:
+    """Write the fp32 ONNX classifier of ``model_dir`` (its config's tensors) to ``destination`` as it was
+    exported before the ``Pad`` nodes were folded into the convolutions; an onnxruntime runner on it."""
+    pixels, logits = single_io(load_model_config(model_dir))
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    return export_onnx(efficientnet_lite0.load_model(), destination, pixels, logits, fold_pads=False)
 
 
 def export_torchscript(model: torch.nn.Module, path: Path, pixels: TensorSpec, logits: TensorSpec) -> Runner:

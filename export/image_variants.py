@@ -6,6 +6,13 @@ downscaling, JPEG recompression), each encoded and run through the served prepro
 inputs a reduced-precision variant must classify as eager fp32 does. Static int8 calibrates its
 activation ranges on the unaugmented photographs and their mirror images only.
 
+The gate's noise floor (:func:`noise_floor`): the same gate applied to eager fp32 itself, fed the gate
+inputs with uniform noise of an eighth of one 8-bit pixel level added. Many augmented inputs are
+ambiguous (fp32's top two classes within a few hundredths of a logit), so even that invisible change
+flips some of their top classes; a reduced precision, whose rounding moves the logits far more, cannot
+agree with fp32 more often than fp32 agrees with itself there. The export records it beside the
+variants' gate numbers; it is a reference, never a threshold.
+
 Variants: ONNX fp32, ONNX int8 (static QDQ, per-channel weights), ONNX fp16 (GPU); TorchScript fp32,
 bf16 channels-last (CPU with bf16 instructions, and GPU), fp16 (GPU). A reduced-precision TorchScript file
 folds the batch norms into the convolutions in float32 before the cast, casts its float32 input to its
@@ -15,6 +22,7 @@ own dtype and its logits back to float32, so the served tensor types stay as the
 from __future__ import annotations
 
 import copy
+import dataclasses
 import io
 from collections.abc import Callable
 from pathlib import Path
@@ -26,10 +34,12 @@ from torch import nn
 
 from export import efficientnet_lite0, onnx_graph
 from export.common import TensorSpec
+from export.gates import GateResult, image_gate
 from export.onnx_variants import convert_fp16, quantize_int8_static
 from export.precision import Capabilities, Runner, Variant
 
 GATE_BATCH = 32
+NOISE_FLOOR_LEVELS = 0.125  # the noise floor's amplitude, in 8-bit pixel levels (uniform in +-this)
 _CROPS = ((0.0, 0.0), (0.25, 0.0), (0.0, 0.25), (0.25, 0.25), (0.125, 0.125))  # (left, top) of a 75% window
 
 _Augment = Callable[[Image.Image], Image.Image]
@@ -111,6 +121,30 @@ def timing_workload(
 
 def run_in_batches(runner: Runner, pixels: np.ndarray, batch: int = GATE_BATCH) -> np.ndarray:
     return np.concatenate([runner(pixels[i : i + batch]) for i in range(0, len(pixels), batch)])
+
+
+def noise_floor(
+    runner: Runner,
+    pixels: np.ndarray,
+    reference: np.ndarray,
+    *,
+    std_rgb: tuple[float, float, float],
+    levels: float = NOISE_FLOOR_LEVELS,
+    seed: int = 0,
+) -> GateResult:
+    """The image gate applied to ``runner`` (the fp32 reference) on ``pixels`` [N, 3, H, W] plus uniform
+    noise of +-``levels`` 8-bit pixel levels, against ``reference``, its logits on the clean pixels.
+
+    One pixel level is 1 / (255 * std) in the normalised input of each channel."""
+    if levels <= 0:
+        raise ValueError(f"levels must be positive, got {levels}")
+    step = np.float32(levels / 255.0) / np.asarray(std_rgb, dtype=np.float32)
+    noise = np.random.default_rng(seed).uniform(-1.0, 1.0, pixels.shape).astype(np.float32)
+    noisy = pixels + noise * step[None, :, None, None]
+    result = image_gate(reference, run_in_batches(runner, noisy))
+    return dataclasses.replace(
+        result, gate=f"image, fp32 itself with +-{levels:g} pixel level of input noise"
+    )
 
 
 class _Cast(nn.Module):

@@ -168,6 +168,7 @@ class Selection:
     capabilities: Capabilities
     candidates: list[Candidate]
     served: str
+    reference: GateResult | None = None  # the gate applied to fp32 itself (a noise floor), for reading
 
     def as_dict(self) -> dict:
         return {
@@ -178,6 +179,7 @@ class Selection:
             "capabilities": self.capabilities.as_dict(),
             "served": self.served,
             "candidates": [candidate.as_dict() for candidate in self.candidates],
+            "reference": self.reference.as_dict() if self.reference else None,
         }
 
 
@@ -192,8 +194,12 @@ def select_and_write(
     capabilities: Capabilities,
     keep_dir: Path | None = None,
     timing_min_s: float = TIMING_MIN_S,
+    reference: GateResult | None = None,
 ) -> Selection:
     """Build, gate and time ``variants``; move the fastest passing one onto ``destination``.
+
+    ``reference``: the gate's numbers for fp32 itself under a perturbation (a noise floor), recorded and
+    listed beside the variants so that a reader can tell a gate no variant could pass from a bad variant.
 
     When another precision is served, the passing fp32 file is kept in ``keep_dir`` (as
     ``<variant><suffix>``) so that the benchmark can serve it beside the chosen one (:func:`kept_file`).
@@ -213,12 +219,12 @@ def select_and_write(
         if not passing:
             raise ExportError(
                 f"{model}: no variant passed for --precision {choice}; the old file is kept.\n"
-                + format_table(candidates)
+                + format_table(candidates, reference)
             )
         _time(passing, {name: runner for name, (_, runner) in built.items()}, workload, timing_min_s)
         best = max(passing, key=lambda c: c.score)
         best.status = "served"
-        logger.info("%s: serving %s\n%s", model, best.variant, format_table(candidates))
+        logger.info("%s: serving %s\n%s", model, best.variant, format_table(candidates, reference))
         os.replace(built.pop(best.variant)[0], destination)
         os.chmod(destination, 0o644)
         if keep_dir is not None:
@@ -227,7 +233,12 @@ def select_and_write(
         for path, _ in built.values():
             path.unlink(missing_ok=True)
     return Selection(
-        model=model, choice=choice, capabilities=capabilities, candidates=candidates, served=best.variant
+        model=model,
+        choice=choice,
+        capabilities=capabilities,
+        candidates=candidates,
+        served=best.variant,
+        reference=reference,
     )
 
 
@@ -308,14 +319,16 @@ def items_per_second(runner: Runner, batches: list[Batch], *, min_s: float) -> f
             return items / elapsed
 
 
-def format_table(candidates: Sequence[Candidate]) -> str:
-    """A plain-text table of every candidate: status, gate numbers, items/s."""
+def format_table(candidates: Sequence[Candidate], reference: GateResult | None = None) -> str:
+    """A plain-text table of every candidate: status, gate numbers, items/s; then the reference, if any."""
     lines = []
     for c in candidates:
         speed = ", ".join(f"b{size} {rate:.0f}/s" for size, rate in c.items_per_s.items())
         gate = c.gate.summary() if c.gate else ""
         detail = " | ".join(part for part in (speed, gate, c.reason if not c.gate else "") if part)
         lines.append(f"    {c.variant:<28} {c.status:<18} {detail}")
+    if reference is not None:
+        lines.append(f"    reference ({reference.gate}): {reference.summary()}")
     return "\n".join(lines)
 
 
@@ -384,4 +397,10 @@ def markdown_table(records: Sequence[dict]) -> str:
             numbers = ", ".join(f"{k} {v:.4f}" for k, v in gate["metrics"].items()) if gate else c["reason"]
             speed = ", ".join(f"{size}: {rate:.0f}" for size, rate in c["items_per_s"].items())
             rows.append(f"| {record['model']} | {c['variant']} | {c['status']} | {numbers} | {speed} |")
+        reference = record.get("reference")
+        if reference:
+            numbers = ", ".join(f"{k} {v:.4f}" for k, v in reference["metrics"].items())
+            rows.append(
+                f"| {record['model']} | {reference['gate']} | reference, not a variant | {numbers} | |"
+            )
     return "\n".join(rows)

@@ -35,6 +35,7 @@ class ClientRun:
     failures: int = 0
     latencies_ms: list[float] = field(default_factory=list)
     server: dict[str, dict] = field(default_factory=dict)
+    round: int = 0  # which of an experiment's alternating rounds
 
     @property
     def items_per_s(self) -> float:

@@ -9,10 +9,11 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from clients import samples
+from export import image as export_image
 from export import precision
 from loadtest import environment
 from loadtest.experiments import clients as client_experiments
@@ -52,6 +53,8 @@ TEXT_TOKENIZER, TEXT_TORCHSCRIPT_MODEL = "text_tokenizer", "text_embedder_torchs
 # The configuration before ragged batching: the tokenizer padded each request to one of these lengths
 # and the encoder's batcher merged equal shapes only (experiment 8's first arm reproduces it).
 PREVIOUS_BUCKETS = "8,16,24,32,48,64,96,128,256"
+# The image classifier before its ONNX file padded inside its convolutions (experiment 8's image arm).
+PREVIOUS_IMAGE_ARM = "previous (image): fp32 file with the exporter's Pad nodes"
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -62,6 +65,7 @@ class Plan:
     batching_concurrency: tuple[int, ...] = (1, 8, 32, 64)
     instance_counts: tuple[int, ...] = (1, 2, 4)
     instance_concurrency: tuple[int, ...] = (32,)
+    instance_rounds: int = 2
     ragged_concurrency: tuple[int, ...] = (1, 32)
     ragged_rounds: int = 2
     minimal_concurrency: tuple[int, ...] = (1, 32)
@@ -70,6 +74,7 @@ class Plan:
     protocols: tuple[str, ...] = ("http", "grpc")
     client_texts: int = 200
     client_in_flight: int = 32
+    client_rounds: int = 3
     batch_cost_repeats: int = 9
     locust_users: int = 8
     locust_run_time_s: int = 15
@@ -77,6 +82,7 @@ class Plan:
     central_images: int = 150
     central_in_flight: int = 16
     central_workers: int = 2
+    central_rounds: int = 3
     inprocess_runtimes: tuple[str, ...] = ("onnxruntime",)
     inprocess_batches: tuple[int, ...] = (1, 8, 32, 64)
     inprocess_texts: int = 128
@@ -116,10 +122,11 @@ PLANS = {
 }
 
 
-def served_variants(plan: Plan, source: Path) -> list[Variant]:
+def served_variants(plan: Plan, source: Path, previous_image: Path) -> list[Variant]:
     variants = [Variant(model=m) for m in dict.fromkeys((*plan.sweep_models, TEXT_MODEL, IMAGE_MODEL))]
     variants.append(Variant(model=TEXT_MODEL, suffix=NOBATCH, batching=False))
-    variants += [variant for variant, _ in (ragged_arms(source) | image_precision_arms(source)).values()]
+    arms = ragged_arms(source) | image_arms(previous_image)
+    variants += [variant for variant, _ in arms.values()]
     variants += [
         Variant(model=TEXT_MODEL, suffix=INSTANCE_SUFFIX.format(n), instances=n) for n in plan.instance_counts
     ]
@@ -154,22 +161,27 @@ def ragged_arms(source: Path) -> dict[str, tuple[Variant, str]]:
     return {label: (variant, variant.served_name) for label, variant in arms.items()}
 
 
-def image_precision_arms(source: Path) -> dict[str, tuple[Variant, str]]:
-    """Experiment 8, images: the classifier as shipped against its clone serving the fp32 file (none
-    when the served file is fp32)."""
+def image_arms(previous_file: Path) -> dict[str, tuple[Variant, str]]:
+    """Experiment 8, images: the classifier serving ``previous_file`` (the fp32 file as exported before
+    its ``Pad`` nodes were folded into the convolutions: what image_classifier served before), its clone
+    serving the fp32 file where the export serves a reduced precision, and as shipped."""
     served = precision.served_variant(IMAGE_ENCODER)
-    fp32 = precision.kept_file(IMAGE_ENCODER, "fp32")
-    if served == "fp32" or fp32 is None:
-        return {}
-    clone = Variant(
-        model=IMAGE_MODEL,
-        suffix="__fp32",
-        parameters=((IMAGE_ENCODER, "model_filename", str(fp32.resolve())),),
-    )
-    return {
-        "image, fp32": (clone, clone.served_name),
-        f"image, {served} (shipped)": (Variant(model=IMAGE_MODEL), IMAGE_MODEL),
+    arms = {
+        PREVIOUS_IMAGE_ARM: Variant(
+            model=IMAGE_MODEL,
+            suffix="__previous",
+            parameters=((IMAGE_ENCODER, "model_filename", str(previous_file.resolve())),),
+        )
     }
+    fp32 = precision.kept_file(IMAGE_ENCODER, "fp32") if served != "fp32" else None
+    if fp32 is not None:
+        arms["image, fp32"] = Variant(
+            model=IMAGE_MODEL,
+            suffix="__fp32",
+            parameters=((IMAGE_ENCODER, "model_filename", str(fp32.resolve())),),
+        )
+    arms[f"image, {served} (shipped)"] = Variant(model=IMAGE_MODEL)
+    return {label: (variant, variant.served_name) for label, variant in arms.items()}
 
 
 def text_encoder_of(source: Path, ensemble: str = TEXT_MODEL) -> str:
@@ -178,7 +190,10 @@ def text_encoder_of(source: Path, ensemble: str = TEXT_MODEL) -> str:
 
 
 def served_stage(plan: Plan, source: Path, work: Path, raw: Path, cores: int, skip: tuple[str, ...]) -> dict:
-    hashes = build_repository(source, work / "served", served_variants(plan, source), total_threads=cores)
+    previous_image = work / "previous" / f"{IMAGE_ENCODER}.onnx"
+    export_image.export_unfolded_onnx(source / IMAGE_ENCODER, previous_image)
+    variants = served_variants(plan, source, previous_image)
+    hashes = build_repository(source, work / "served", variants, total_threads=cores)
     encoder = text_encoder_of(source)
     result: dict = {
         "served_config_sha256": hashes,
@@ -209,13 +224,18 @@ def served_stage(plan: Plan, source: Path, work: Path, raw: Path, cores: int, sk
                 session, "batching", TEXT_MODEL, batching_arms, concurrencies=list(plan.batching_concurrency)
             ),
             "instances": lambda: arms_experiment(
-                session, "instances", TEXT_MODEL, instance_arms, concurrencies=list(plan.instance_concurrency)
+                session,
+                "instances",
+                TEXT_MODEL,
+                instance_arms,
+                concurrencies=list(plan.instance_concurrency),
+                rounds=plan.instance_rounds,
             ),
             "ragged": lambda: [
                 point
                 for model, arms in (
                     (TEXT_MODEL, ragged_arms(source)),
-                    (IMAGE_MODEL, image_precision_arms(source)),
+                    (IMAGE_MODEL, image_arms(previous_image)),
                 )
                 for point in arms_experiment(
                     session,
@@ -245,9 +265,15 @@ def served_stage(plan: Plan, source: Path, work: Path, raw: Path, cores: int, sk
                 concurrencies=list(plan.sweep_concurrency),
                 measured=result.get("batching", []),
             ),
-            "clients": lambda: [
-                client_experiments.sequential_embed(grpc_url, TEXT_MODEL, texts),
-                client_experiments.async_embed(grpc_url, TEXT_MODEL, texts, in_flight=plan.client_in_flight),
+            "clients": lambda: [  # alternating, round by round
+                replace(run(), round=round_)
+                for round_ in range(plan.client_rounds)
+                for run in (
+                    lambda: client_experiments.sequential_embed(grpc_url, TEXT_MODEL, texts),
+                    lambda: client_experiments.async_embed(
+                        grpc_url, TEXT_MODEL, texts, in_flight=plan.client_in_flight
+                    ),
+                )
             ],
             "batchcost": lambda: _served_batch_costs(plan, grpc_url, source),
             "locust": lambda: [_locust(plan, server, raw, shape) for shape in plan.locust_shapes],
@@ -325,28 +351,32 @@ def _all_statistics(url: str, raw: Path) -> str:
 
 
 def central_stage(plan: Plan, source: Path, work: Path, raw: Path, cores: int) -> dict:
-    """Experiment 3: one server for every image vs N processes each loading the model."""
+    """Experiment 3: one server for every image vs N processes each loading the model, in alternating
+    rounds (the server stays up, idle, while the processes run)."""
     images = payloads.image_variants(plan.central_images, seed=7)
     build_repository(source, work / "central", [Variant(model=IMAGE_MODEL)], total_threads=cores)
+    threads = max(1, cores // plan.central_workers)
+    rounds, agree = [], 0.0
     with _server(work / "central", raw / "tritonserver_central.log", startup_timeout_s=300) as server:
         assert server.pid is not None
-        central = client_experiments.central_classify(
-            f"grpc://{server.grpc_url}", server.pid, IMAGE_MODEL, images, in_flight=plan.central_in_flight
-        )
-    threads = max(1, cores // plan.central_workers)
-    pool = workers.run_pool(
-        source,
-        model=IMAGE_ENCODER,
-        runtime="onnxruntime",
-        workers=plan.central_workers,
-        threads=threads,
-        images=images,
-    )
-    agree = sum(a == b for a, b in zip(central.top1, pool.top1, strict=True)) / len(images)
+        for round_ in range(plan.central_rounds):
+            central = client_experiments.central_classify(
+                f"grpc://{server.grpc_url}", server.pid, IMAGE_MODEL, images, in_flight=plan.central_in_flight
+            )
+            pool = workers.run_pool(
+                source,
+                model=IMAGE_ENCODER,
+                runtime="onnxruntime",
+                workers=plan.central_workers,
+                threads=threads,
+                images=images,
+            )
+            rounds.append({"round": round_, "server": central, "pool": pool})
+            if round_ == 0:
+                agree = sum(a == b for a, b in zip(central.top1, pool.top1, strict=True)) / len(images)
     return {
         "central": {
-            "server": central,
-            "pool": pool,
+            "rounds": rounds,
             "pool_threads_per_worker": threads,
             "top1_agreement": agree,
             "images": len(images),

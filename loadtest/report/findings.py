@@ -4,7 +4,8 @@ Targets, each a ratio inside one run where it can be: the text ensemble at concu
 the previous configuration (experiment 8) and 2x the simplest alternative (experiment 9) with a p99 of
 at most 250 ms; at concurrency 1 a median of at most 10 ms; dynamic batching on vs off at least 2x
 with encoder batches of 8 or more (experiment 1); served throughput at least 85% of the in-process
-figure of the served file; the image classifier's served precision at least 1.3x its fp32 file.
+figure of the served file; the image classifier at least 1.3x its previous configuration (experiment 8),
+serving a file that passed its gate.
 """
 
 from __future__ import annotations
@@ -105,15 +106,15 @@ def verdicts(results: dict) -> list[Verdict]:
     best = best_inprocess(results, runtime=results.get("text_runtime", "onnxruntime"))
     best_rate = float(best["items_per_s"]) if best else None
     share = _ratio(_rate(shipped), best_rate)
-    image, image_fp32 = shipped_arm(results, TARGET_CONCURRENCY, IMAGE_MODEL), None
-    for row in arm_summary(results, "ragged"):
-        if row.concurrency == TARGET_CONCURRENCY and row.served_model.startswith(IMAGE_MODEL + "__"):
-            image_fp32 = row
-    image_gain = _ratio(_rate(image), _rate(image_fp32))
-    image_text = f"{image_gain or 0:.2f}x"
-    image_met = _at_least(image_gain, TARGET_IMAGE_GAIN)
-    if image_gain is None and results.get("image_precision") == "fp32":
-        image_text, image_met = "no reduced precision passed its gate: fp32 is served (1.00x)", False
+    image = shipped_arm(results, TARGET_CONCURRENCY, IMAGE_MODEL)
+    image_previous = ragged_arm(results, TARGET_CONCURRENCY, PREVIOUS_ARM, IMAGE_MODEL)
+    image_gain = _ratio(_rate(image), _rate(image_previous))
+    served_precision = results.get("image_precision", "fp32")
+    image_text = (
+        f"{image_gain or 0:.2f}x ({_number(_rate(image), '.1f')} vs {_number(_rate(image_previous), '.1f')} "
+        f"img/s), serving {served_precision}"
+        + (": no reduced precision passed its gate" if served_precision == "fp32" else ", gate passed")
+    )
     return [
         _verdict(
             "text c=32 vs the previous configuration",
@@ -166,11 +167,11 @@ def verdicts(results: dict) -> list[Verdict]:
             _at_least(share, TARGET_INPROCESS_SHARE),
         ),
         _verdict(
-            "image c=32, served precision vs fp32",
-            f">= {TARGET_IMAGE_GAIN}x",
-            image_gain if image_gain is not None else (1.0 if image_met is False else None),
+            "image c=32 vs the previous configuration",
+            f">= {TARGET_IMAGE_GAIN}x, served file gated (experiment 8)",
+            image_gain,
             image_text,
-            image_met,
+            _at_least(image_gain, TARGET_IMAGE_GAIN),
         ),
     ]
 
@@ -290,6 +291,19 @@ def shipped_arm(results: dict, concurrency: int, model: str = TEXT_MODEL) -> Arm
     return None
 
 
+def image_line(results: dict) -> str | None:
+    """One sentence: the shipped image classifier against its previous configuration at c=32."""
+    shipped = shipped_arm(results, TARGET_CONCURRENCY, IMAGE_MODEL)
+    previous = ragged_arm(results, TARGET_CONCURRENCY, PREVIOUS_ARM, IMAGE_MODEL)
+    if not shipped or not previous:
+        return None
+    return (
+        f"The image classifier served {_number(shipped.throughput_per_s, '.1f')} img/s at "
+        f"c={TARGET_CONCURRENCY}, its previous configuration {_number(previous.throughput_per_s, '.1f')}: "
+        f"{ratio_text(shipped.throughput_per_s, previous.throughput_per_s)}."
+    )
+
+
 def ragged_line(results: dict) -> str | None:
     """One sentence: the shipped text ensemble against the previous configuration at c=32."""
     shipped = shipped_arm(results, TARGET_CONCURRENCY)
@@ -318,13 +332,13 @@ def throughput(point: ServedRun | None) -> float | None:
     return point.perf.throughput_per_s if point else None
 
 
-@dataclass(frozen=True)
-class MinimalComparison:
-    """Experiment 9 at one concurrency: each side's median rate over the rounds, and each round's ratio."""
+@dataclass(frozen=True, kw_only=True)
+class Paired:
+    """Two sides measured in alternating rounds: each side's median rate over its rounds, and the ratio
+    of the two in each round both completed."""
 
-    concurrency: int
-    triton_per_s: float | None
-    alternative_per_s: float | None
+    first_per_s: float | None
+    second_per_s: float | None
     round_ratios: tuple[float, ...]
 
     @property
@@ -335,6 +349,38 @@ class MinimalComparison:
         if not self.round_ratios:
             return "no complete round"
         return f"{min(self.round_ratios):.2f}x to {max(self.round_ratios):.2f}x"
+
+    def text(self) -> str:
+        """The ratio of the medians, with the rounds' range where there was more than one round."""
+        ratio = ratio_text(self.first_per_s, self.second_per_s)
+        if self.rounds < 2 or ratio == "not measured":
+            return ratio
+        return f"{ratio} (medians of {self.rounds} rounds; {self.range_text()} by round)"
+
+
+def paired(first: dict[int, float], second: dict[int, float]) -> Paired:
+    """``first`` and ``second``: round -> rate of each side."""
+    complete = sorted(set(first) & set(second))
+    return Paired(
+        first_per_s=statistics.median(first.values()) if first else None,
+        second_per_s=statistics.median(second.values()) if second else None,
+        round_ratios=tuple(first[r] / second[r] for r in complete if second[r]),
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class MinimalComparison(Paired):
+    """Experiment 9 at one concurrency: Triton first, the simplest alternative second."""
+
+    concurrency: int
+
+    @property
+    def triton_per_s(self) -> float | None:
+        return self.first_per_s
+
+    @property
+    def alternative_per_s(self) -> float | None:
+        return self.second_per_s
 
 
 def minimal_comparisons(results: dict) -> list[MinimalComparison]:
@@ -347,17 +393,36 @@ def minimal_comparisons(results: dict) -> list[MinimalComparison]:
         for m in runs:
             if m["concurrency"] == concurrency:
                 rates[m["label"].startswith("Triton")][m.get("round", 0)] = m["requests_per_s"]
-        triton, alternative = rates[True], rates[False]
-        paired = sorted(set(triton) & set(alternative))
-        comparisons.append(
-            MinimalComparison(
-                concurrency=concurrency,
-                triton_per_s=statistics.median(triton.values()) if triton else None,
-                alternative_per_s=statistics.median(alternative.values()) if alternative else None,
-                round_ratios=tuple(triton[r] / alternative[r] for r in paired if alternative[r]),
-            )
-        )
+        both = paired(rates[True], rates[False])
+        comparisons.append(MinimalComparison(concurrency=concurrency, **vars(both)))
     return comparisons
+
+
+def client_comparison(results: dict) -> Paired:
+    """Experiment 4: the asyncio client (more than one in flight) against the sequential one, by round."""
+    rates: dict[bool, dict[int, float]] = {True: {}, False: {}}
+    for c in results.get("clients") or []:
+        if c["wall_s"]:
+            rates[c["in_flight"] > 1][c.get("round", 0)] = c["items"] / c["wall_s"]
+    return paired(rates[True], rates[False])
+
+
+def central_rounds(central: dict) -> list[dict]:
+    """Experiment 3's rounds, each {"server": ..., "pool": ...} (a record from before rounds: one)."""
+    if "rounds" in central:
+        return list(central["rounds"])
+    return [{"round": 0, "server": central["server"], "pool": central["pool"]}] if central else []
+
+
+def central_comparison(results: dict) -> Paired:
+    """Experiment 3: the central server's images/s against the processes that each load the model."""
+    central = results.get("central") or {}
+    rounds = central_rounds(central)
+    images = central.get("images", 0)
+    return paired(
+        {i: images / r["server"]["run"]["wall_s"] for i, r in enumerate(rounds)},
+        {i: images / r["pool"]["wall_s"] for i, r in enumerate(rounds)},
+    )
 
 
 def ratio_text(numerator: float | None, denominator: float | None) -> str:
@@ -373,22 +438,12 @@ def claims(results: dict) -> list[Claim]:
         batching, model=TEXT_MODEL + "__nobatch", protocol="grpc", concurrency=32, arm="batching off"
     )
     batching_ratio = ratio_text(throughput(on), throughput(off))
-    instances = {
-        p.arm: p.perf.throughput_per_s
-        for p in served_runs(results, "instances")
-        if p.perf.concurrency == 32 and p.measured
-    }
+    instance_rows = [r for r in arm_summary(results, "instances") if r.concurrency == TARGET_CONCURRENCY]
+    instances = {r.arm: r.throughput_per_s for r in instance_rows if r.throughput_per_s is not None}
+    instance_runs = min((r.runs for r in instance_rows), default=0)
     one = instances.get("1 instance")
     more = max((v for k, v in instances.items() if k != "1 instance"), default=None)
     central = results.get("central") or {}
-    central_ratio = "not measured"
-    if central:
-        server_rate = central["images"] / central["server"]["run"]["wall_s"]
-        pool_rate = central["images"] / central["pool"]["wall_s"]
-        central_ratio = ratio_text(server_rate, pool_rate)
-    clients = {c["in_flight"]: c["items"] / c["wall_s"] for c in results.get("clients", []) if c["wall_s"]}
-    sync_rate = clients.get(1)
-    async_rate = max((v for k, v in clients.items() if k > 1), default=None)
     costs = [c for c in results.get("inprocess_batch_costs", [])]
     costs += [c["cost"] for c in results.get("served_batch_costs", [])]
     cost_text = (
@@ -402,9 +457,16 @@ def claims(results: dict) -> list[Claim]:
     measured = [
         ("dynamic batching vs one request per call", f"{batching_ratio} (text ensemble, c=32)"),
         ("batching gain", f"{batching_ratio} (same measurement)"),
-        ("central server vs per-job model loading", f"{central_ratio} ({central.get('images', 0)} images)"),
-        ("more workers / instances", f"{ratio_text(more, one)} (best of 2/4 instances vs 1, c=32)"),
-        ("overlapped async requests", f"{ratio_text(async_rate, sync_rate)} (asyncio vs sequential)"),
+        (
+            "central server vs per-job model loading",
+            f"{central_comparison(results).text()} ({central.get('images', 0)} images)",
+        ),
+        (
+            "more workers / instances",
+            f"{ratio_text(more, one)} (best of 2/4 instances vs 1, c=32"
+            + (f", means of {instance_runs} rounds)" if instance_runs > 1 else ")"),
+        ),
+        ("overlapped async requests", f"{client_comparison(results).text()} (asyncio vs sequential)"),
         ("cost of batch 32 vs batch 1", cost_text),
     ]
     return [Claim(claim=claim, published=PUBLISHED[claim], measured=value) for claim, value in measured]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 from collections.abc import Callable
 from pathlib import Path
 
@@ -137,34 +138,44 @@ def _central(r: dict) -> str:
     c = r.get("central")
     if not c:
         return ""
-    server, pool = c["server"], c["pool"]
-    rows = [
-        (
-            "central server (server + stubs)",
-            server["run"]["in_flight"],
-            server["run"]["wall_s"],
-            c["images"] / server["run"]["wall_s"],
-            server["server_cpu_s"],
-            server["server_peak_rss_mb"],
-            server["server_processes"],
-        ),
-        (
-            f"{pool['workers']} worker processes ({c['pool_threads_per_worker']} thread each)",
-            1,
-            pool["wall_s"],
-            c["images"] / pool["wall_s"],
-            pool["cpu_s"],
-            pool["peak_rss_mb"],
-            pool["workers"],
-        ),
-    ]
-    server_batches = batches(model_stats(server["run"]["server"]))
+    rounds = findings.central_rounds(c)
+    rows = []
+    for number, measured in enumerate(rounds, start=1):
+        server, pool = measured["server"], measured["pool"]
+        rows += [
+            (
+                number,
+                "central server (server + stubs)",
+                server["run"]["in_flight"],
+                server["run"]["wall_s"],
+                c["images"] / server["run"]["wall_s"],
+                server["server_cpu_s"],
+                server["server_peak_rss_mb"],
+                server["server_processes"],
+            ),
+            (
+                number,
+                f"{pool['workers']} worker processes ({c['pool_threads_per_worker']} thread each)",
+                1,
+                pool["wall_s"],
+                c["images"] / pool["wall_s"],
+                pool["cpu_s"],
+                pool["peak_rss_mb"],
+                pool["workers"],
+            ),
+        ]
+    server_batches = batches(model_stats(rounds[0]["server"]["run"]["server"]))
+    mean_load_s = statistics.mean(m["pool"]["mean_load_s"] for m in rounds)
     return (
         experiment("central").heading + "\n\n" + f"{c['images']} distinct images (crops and resizes "
-        "of the skimage photographs). Workers load the model themselves (included in their wall time, mean "
-        f"load {pool['mean_load_s']:.1f} s). Top-1 agreement between the two: {c['top1_agreement']:.0%}. "
-        f"Server batches: {server_batches}.\n\n"
-        + table(("side", "in flight", "wall s", "images/s", "CPU s", "peak RSS MB", "processes"), rows)
+        "of the skimage photographs), the two sides alternating round by round; the server stays up, idle, "
+        "while the processes run. Workers load the model themselves (included in their wall time, mean "
+        f"load {mean_load_s:.1f} s). Top-1 agreement between the two: {c['top1_agreement']:.0%}. "
+        f"Server batches (first round): {server_batches}. Central server / processes: "
+        f"{findings.central_comparison(r).text()}.\n\n"
+        + table(
+            ("round", "side", "in flight", "wall s", "images/s", "CPU s", "peak RSS MB", "processes"), rows
+        )
     )
 
 
@@ -173,13 +184,22 @@ def _clients(r: dict) -> str:
     if not runs:
         return ""
     rows = [
-        (c["label"], c["items"], c["wall_s"], c["items"] / c["wall_s"], batches(model_stats(c["server"])))
+        (
+            c.get("round", 0) + 1,
+            c["label"],
+            c["items"],
+            c["wall_s"],
+            c["items"] / c["wall_s"],
+            batches(model_stats(c["server"])),
+        )
         for c in runs
     ]
     return (
         experiment("clients").heading
-        + "\n\n"
-        + table(("client", "texts", "wall s", "texts/s", "average batch size"), rows)
+        + "\n\nThe two clients alternate round by round. asyncio / sequential: "
+        + findings.client_comparison(r).text()
+        + ".\n\n"
+        + table(("round", "client", "texts", "wall s", "texts/s", "average batch size"), rows)
     )
 
 

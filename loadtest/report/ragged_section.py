@@ -53,7 +53,7 @@ def section(r: dict, folder: Path) -> str:
         "encoder queue ms",
         "encoder compute ms",
     )
-    line = findings.ragged_line(r)
+    line = " ".join(filter(None, (findings.ragged_line(r), findings.image_line(r))))
     precision = r.get("precision_section") or ""
     return (
         experiment("ragged").heading + "\n\nThe text ensemble as shipped (the encoder takes a ragged "
@@ -61,7 +61,9 @@ def section(r: dict, folder: Path) -> str:
         "the export) against its clones, derived by `loadtest.experiments.variant_repository`: the "
         "previous configuration (the tokenizer pads each request to a length bucket, the encoder's "
         "batcher merges equal shapes only, fp32 file) and each change alone. The image classifier as "
-        "shipped against its clone serving the fp32 file. Mixed-length single-sentence requests (the "
+        "shipped against its previous configuration (the fp32 file as exported before its `Pad` nodes "
+        "were folded into the convolutions; today's preprocessing in both) and, where the export serves "
+        "a reduced precision, its clone serving the fp32 file. Mixed-length single-sentence requests (the "
         "whole corpus, shuffled) and photograph variants; arms alternate, each measured in every round. "
         "Encoder figures from Triton's statistics: batch = inferences / executions; queue and compute "
         "per request (a request in a batch counts the batch's compute time).\n\n"

@@ -235,6 +235,49 @@ def test_the_gate_set_is_hundreds_of_augmented_real_photographs(exported) -> Non
     assert (repository / "precision" / f"{results[0].model}.json").is_file()
 
 
+def test_the_export_records_the_gates_noise_floor_beside_the_variants(exported) -> None:
+    _, results = exported
+    for result in results:
+        floor = result.selection.reference
+        assert floor is not None and floor.gate.startswith("image, fp32 itself with +-0.125 pixel level")
+        assert floor.samples == result.selection.candidates[0].gate.samples
+        # fp32 against itself: an eighth of a pixel level of noise moves logits, but far less than a
+        # reduced precision's rounding; the ambiguous inputs of the gate set still flip a few top classes.
+        assert 0.9 < floor.metrics["top1_agreement"] <= 1.0
+        assert 0.0 < floor.metrics["max_abs_logit_diff"] < 1.0
+
+
+def test_the_noise_floor_flips_only_inputs_whose_top_classes_are_closer_than_the_noise() -> None:
+    pixels = np.zeros((4, 3, 2, 2), np.float32)
+    margins = np.array([1e-5, 1e-5, 1.0, 1.0], np.float32)  # top-class margin of each input
+
+    def runner(batch: np.ndarray) -> np.ndarray:  # class 0 reads one noisy pixel; class 1 is fixed
+        count = len(batch)
+        return np.stack([batch[:, 0, 0, 0] + margins[:count], np.zeros(count, np.float32)], axis=1)
+
+    reference = runner(pixels)
+    floor = image_variants.noise_floor(runner, pixels, reference, std_rgb=(0.5, 0.5, 0.5), levels=1.0, seed=1)
+    assert floor.samples == 4 and floor.metrics["max_abs_logit_diff"] <= 2 / 255 + 1e-7
+    assert 0.5 <= floor.metrics["top1_agreement"] < 1.0  # a wide margin never flips; a tiny one may
+    with pytest.raises(ValueError, match="levels must be positive"):
+        image_variants.noise_floor(runner, pixels, reference, std_rgb=(0.5, 0.5, 0.5), levels=0.0)
+
+
+def test_the_previous_onnx_file_keeps_the_exporters_pad_nodes_and_the_same_logits(
+    exported, served_preprocess, settings, real_images, tmp_path: Path
+) -> None:
+    repository, _ = exported
+    previous = tmp_path / "previous.onnx"
+    run_previous = image.export_unfolded_onnx(repository / "efficientnet_lite0_onnx", previous)
+    ops = [node.op_type for node in onnx.load(str(previous)).graph.node]
+    assert ops.count("Pad") == 5
+    pixels = served_preprocess.preprocess(list(real_images.values()), settings)
+    shipped = onnxruntime.InferenceSession(str(repository / "efficientnet_lite0_onnx/1/model.onnx"))
+    np.testing.assert_allclose(
+        run_previous(pixels), shipped.run(["LOGITS__0"], {"PIXELS__0": pixels})[0], rtol=0, atol=1e-4
+    )
+
+
 def test_a_classifier_with_perturbed_weights_fails_the_gate_on_real_photographs(model) -> None:
     check = image.check_data(DEPLOYABLE, model)
     broken = copy.deepcopy(model)

@@ -112,3 +112,25 @@ def test_torchscript_runners_each_run_with_their_own_thread_count(tmp_path: Path
     assert [threads_after(r) for r in (one, two, one)] == [1, 2, 1]
     with ThreadPoolExecutor(max_workers=1) as pool:  # a worker thread, as the in-process layouts use
         assert pool.submit(threads_after, two).result() == 2
+
+
+@pytest.mark.parametrize(("served", "arms"), [("fp32", 2), ("int8", 3)])
+def test_the_image_arms_serve_the_previous_file_beside_the_shipped_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, served: str, arms: int
+) -> None:
+    from export import precision
+    from loadtest.experiments import plan
+    from loadtest.experiments.variant_repository import build_repository
+
+    fp32 = tmp_path / "kept-fp32.onnx"
+    monkeypatch.setattr(precision, "served_variant", lambda model: served)
+    monkeypatch.setattr(precision, "kept_file", lambda model, kind: fp32 if kind == "fp32" else None)
+    previous = tmp_path / "previous.onnx"
+    found = plan.image_arms(previous)
+    assert len(found) == arms and list(found)[0] == plan.PREVIOUS_IMAGE_ARM
+    assert list(found.values())[-1][1] == plan.IMAGE_MODEL  # the shipped classifier, under its own name
+    source = Path(__file__).resolve().parents[2] / "model_repository"
+    build_repository(source, tmp_path / "served", [v for v, _ in found.values()], total_threads=2)
+    config = (tmp_path / "served" / "efficientnet_lite0_onnx__previous" / "config.pbtxt").read_text()
+    assert str(previous.resolve()) in config
+    assert (tmp_path / "served" / "efficientnet_lite0_onnx__fp32").is_dir() == (served != "fp32")

@@ -244,6 +244,35 @@ def test_the_record_round_trips_into_the_reports_table(tmp_path: Path, speeds: d
     assert precision.served_variant("m", tmp_path / "none") == "fp32"
 
 
+def test_a_reference_noise_floor_is_recorded_and_listed_beside_the_variants(
+    tmp_path: Path, speeds: dict
+) -> None:
+    speeds.update({"fp32": 100.0})
+    logits = np.array([[1.0, 0.99, 0.0], [1.0, 0.0, 0.0]])
+    floor = image_gate(logits, np.array([[0.99, 1.0, 0.0], [1.0, 0.0, 0.0]]), k=2)  # the first input flips
+    destination = tmp_path / "model.onnx"
+    selection = select_and_write(
+        model="m",
+        destination=destination,
+        variants=[_variant("fp32", "fp32", 1.0, [])],
+        gate=_gate,
+        workload={1: [(np.zeros(1), 1)]},
+        choice="auto",
+        capabilities=WITH_BF16,
+        reference=floor,
+    )
+    assert selection.served == "fp32" and selection.reference is floor
+    precision.write_record(selection, tmp_path / "records")
+    (record,) = precision.load_records(tmp_path / "records")
+    assert record["reference"]["metrics"]["top1_agreement"] == 0.5 and not record["reference"]["passed"]
+    rows = precision.report_section(tmp_path / "records").splitlines()
+    assert any(
+        row.startswith("| m | image | reference, not a variant |") and "top1_agreement 0.5000" in row
+        for row in rows
+    )
+    assert "reference (image): top1_agreement 0.50000" in precision.format_table(selection.candidates, floor)
+
+
 def test_the_fp32_file_is_kept_for_the_benchmark_when_another_precision_is_served(
     tmp_path: Path, speeds: dict
 ) -> None:
