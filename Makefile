@@ -51,7 +51,7 @@ test-unit: $(STAMP) system-tools ## tests that need no server
 test-integration: $(EXPORTED) system-tools ## tests against the real server
 	$(PY) -m pytest tests/integration
 
-bench: $(EXPORTED) ## benchmark, quick mode (~5 min on 2 cores): reports/<run id>/report.md
+bench: $(EXPORTED) ## benchmark, quick mode (~8 min on 2 cores): reports/<run id>/report.md
 	$(PY) -m loadtest.bench --mode quick
 
 bench-full: $(EXPORTED) ## benchmark, full mode (under 30 min)

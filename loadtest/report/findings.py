@@ -10,10 +10,15 @@ serving a file that passed its gate.
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass
 
 from loadtest.report.records import ArmSummary, ModelStats, ServedRun, inprocess_arm, served_runs
+from loadtest.report.rounds import (
+    central_comparison,
+    client_comparison,
+    minimal_comparisons,
+    ratio_text,
+)
 
 TEXT_MODEL, IMAGE_MODEL = "text_embedder", "image_classifier"
 TEXT_ENCODER = "the encoder"  # plots label the batch of whichever exported encoder the ensemble called
@@ -231,6 +236,9 @@ def causes(results: dict) -> list[str]:
     ragged = ragged_line(results)
     if ragged:
         lines.append(ragged)
+    ceiling = batching_ceiling_line(results)
+    if ceiling:
+        lines.append(ceiling)
     start, end = results.get("load_average_start"), results.get("load_average_end")
     if start and end and start[0] > 0.5 * cores:  # at the end it includes the benchmark's own load
         lines.append(
@@ -238,6 +246,31 @@ def causes(results: dict) -> list[str]:
             f"({end[0]} at the end, this run included), so other processes shared the CPU."
         )
     return lines
+
+
+def batching_ceiling_line(results: dict, batch: int = 8) -> str | None:
+    """What a batch buys the served text file in one process, in the served layout (one single-thread
+    pipeline per core, arrival order): items/s in batches of ``batch`` over one at a time, beside the
+    served on/off ratio. Served batching cannot buy the encoder more than that."""
+    cores = results.get("machine", {}).get("logical_cores") or 1
+    runtime = results.get("text_runtime", "onnxruntime")
+    layout = f"{cores} x 1 thread" if cores > 1 else "1 x 1 thread"
+    rates = {
+        p["batch_size"]: p["items_per_s"]
+        for p in results.get("inprocess", [])
+        if p["pipeline"] == "text" and p["runtime"] == runtime and inprocess_arm(p) == f"{layout}, arrival"
+    }
+    if not rates.get(1) or not rates.get(batch):
+        return None
+    batching = served_runs(results, "batching")
+    on = point_at(batching, model=TEXT_MODEL, protocol="grpc", concurrency=TARGET_CONCURRENCY)
+    off = point_at(batching, model=TEXT_MODEL + "__nobatch", protocol="grpc", concurrency=TARGET_CONCURRENCY)
+    return (
+        f"What a batch can buy the encoder here: in one process, in the served layout ({layout}, "
+        f"arrival order), the served file ran {rates[batch]:.1f}/s in batches of {batch} against "
+        f"{rates[1]:.1f}/s one at a time: {ratio_text(rates[batch], rates[1])}; served batching on vs off "
+        f"at c={TARGET_CONCURRENCY}: {ratio_text(throughput(on), throughput(off))}."
+    )
 
 
 def encoder_stats(point: ServedRun) -> ModelStats | None:
@@ -330,105 +363,6 @@ def _number(value: float | None, spec: str = ".2f") -> str:
 
 def throughput(point: ServedRun | None) -> float | None:
     return point.perf.throughput_per_s if point else None
-
-
-@dataclass(frozen=True, kw_only=True)
-class Paired:
-    """Two sides measured in alternating rounds: each side's median rate over its rounds, and the ratio
-    of the two in each round both completed."""
-
-    first_per_s: float | None
-    second_per_s: float | None
-    round_ratios: tuple[float, ...]
-
-    @property
-    def rounds(self) -> int:
-        return len(self.round_ratios)
-
-    def range_text(self) -> str:
-        if not self.round_ratios:
-            return "no complete round"
-        return f"{min(self.round_ratios):.2f}x to {max(self.round_ratios):.2f}x"
-
-    def text(self) -> str:
-        """The ratio of the medians, with the rounds' range where there was more than one round."""
-        ratio = ratio_text(self.first_per_s, self.second_per_s)
-        if self.rounds < 2 or ratio == "not measured":
-            return ratio
-        return f"{ratio} (medians of {self.rounds} rounds; {self.range_text()} by round)"
-
-
-def paired(first: dict[int, float], second: dict[int, float]) -> Paired:
-    """``first`` and ``second``: round -> rate of each side."""
-    complete = sorted(set(first) & set(second))
-    return Paired(
-        first_per_s=statistics.median(first.values()) if first else None,
-        second_per_s=statistics.median(second.values()) if second else None,
-        round_ratios=tuple(first[r] / second[r] for r in complete if second[r]),
-    )
-
-
-@dataclass(frozen=True, kw_only=True)
-class MinimalComparison(Paired):
-    """Experiment 9 at one concurrency: Triton first, the simplest alternative second."""
-
-    concurrency: int
-
-    @property
-    def triton_per_s(self) -> float | None:
-        return self.first_per_s
-
-    @property
-    def alternative_per_s(self) -> float | None:
-        return self.second_per_s
-
-
-def minimal_comparisons(results: dict) -> list[MinimalComparison]:
-    """Triton against the simplest alternative, per concurrency (runs from before rounds were recorded
-    count as one round)."""
-    runs = results.get("minimal") or []
-    comparisons = []
-    for concurrency in sorted({m["concurrency"] for m in runs}):
-        rates: dict[bool, dict[int, float]] = {True: {}, False: {}}
-        for m in runs:
-            if m["concurrency"] == concurrency:
-                rates[m["label"].startswith("Triton")][m.get("round", 0)] = m["requests_per_s"]
-        both = paired(rates[True], rates[False])
-        comparisons.append(MinimalComparison(concurrency=concurrency, **vars(both)))
-    return comparisons
-
-
-def client_comparison(results: dict) -> Paired:
-    """Experiment 4: the asyncio client (more than one in flight) against the sequential one, by round."""
-    rates: dict[bool, dict[int, float]] = {True: {}, False: {}}
-    for c in results.get("clients") or []:
-        if c["wall_s"]:
-            rates[c["in_flight"] > 1][c.get("round", 0)] = c["items"] / c["wall_s"]
-    return paired(rates[True], rates[False])
-
-
-def central_rounds(central: dict) -> list[dict]:
-    """Experiment 3's rounds, each {"server": ..., "pool": ...} (a record from before rounds: one)."""
-    if "rounds" in central:
-        return list(central["rounds"])
-    return [{"round": 0, "server": central["server"], "pool": central["pool"]}] if central else []
-
-
-def central_comparison(results: dict) -> Paired:
-    """Experiment 3: the central server's images/s against the processes that each load the model."""
-    central = results.get("central") or {}
-    rounds = central_rounds(central)
-    images = central.get("images", 0)
-    return paired(
-        {i: images / r["server"]["run"]["wall_s"] for i, r in enumerate(rounds)},
-        {i: images / r["pool"]["wall_s"] for i, r in enumerate(rounds)},
-    )
-
-
-def ratio_text(numerator: float | None, denominator: float | None) -> str:
-    if not numerator or not denominator:
-        return "not measured"
-    return f"{numerator / denominator:.2f}x"
 
 
 def claims(results: dict) -> list[Claim]:

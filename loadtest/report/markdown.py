@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from loadtest.experiments.registry import experiment
-from loadtest.report import findings, plots, ragged_section
+from loadtest.report import findings, plots, ragged_section, rounds
 from loadtest.report.records import INPROCESS_BEFORE_ARMS, ServedRun, inprocess_arm, model_stats, served_runs
 from loadtest.report.tables import PERF_HEADER, batches, image, perf_row, row_of, table
 
@@ -102,7 +102,7 @@ def _on_off_ratios(points: list[ServedRun]) -> str:
         off = findings.point_at(
             points, model=findings.TEXT_MODEL + "__nobatch", protocol="grpc", concurrency=c
         )
-        ratios.append((c, findings.ratio_text(findings.throughput(on), findings.throughput(off))))
+        ratios.append((c, rounds.ratio_text(findings.throughput(on), findings.throughput(off))))
     return "\n\n" + table(("concurrency", "on / off throughput"), ratios)
 
 
@@ -138,9 +138,9 @@ def _central(r: dict) -> str:
     c = r.get("central")
     if not c:
         return ""
-    rounds = findings.central_rounds(c)
+    measured_rounds = rounds.central_rounds(c)
     rows = []
-    for number, measured in enumerate(rounds, start=1):
+    for number, measured in enumerate(measured_rounds, start=1):
         server, pool = measured["server"], measured["pool"]
         rows += [
             (
@@ -164,15 +164,15 @@ def _central(r: dict) -> str:
                 pool["workers"],
             ),
         ]
-    server_batches = batches(model_stats(rounds[0]["server"]["run"]["server"]))
-    mean_load_s = statistics.mean(m["pool"]["mean_load_s"] for m in rounds)
+    server_batches = batches(model_stats(measured_rounds[0]["server"]["run"]["server"]))
+    mean_load_s = statistics.mean(m["pool"]["mean_load_s"] for m in measured_rounds)
     return (
         experiment("central").heading + "\n\n" + f"{c['images']} distinct images (crops and resizes "
         "of the skimage photographs), the two sides alternating round by round; the server stays up, idle, "
         "while the processes run. Workers load the model themselves (included in their wall time, mean "
         f"load {mean_load_s:.1f} s). Top-1 agreement between the two: {c['top1_agreement']:.0%}. "
         f"Server batches (first round): {server_batches}. Central server / processes: "
-        f"{findings.central_comparison(r).text()}.\n\n"
+        f"{rounds.central_comparison(r).text()}.\n\n"
         + table(
             ("round", "side", "in flight", "wall s", "images/s", "CPU s", "peak RSS MB", "processes"), rows
         )
@@ -197,7 +197,7 @@ def _clients(r: dict) -> str:
     return (
         experiment("clients").heading
         + "\n\nThe two clients alternate round by round. asyncio / sequential: "
-        + findings.client_comparison(r).text()
+        + rounds.client_comparison(r).text()
         + ".\n\n"
         + table(("round", "client", "texts", "wall s", "texts/s", "average batch size"), rows)
     )

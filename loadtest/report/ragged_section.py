@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from loadtest.experiments.registry import experiment
-from loadtest.report import findings, plots
+from loadtest.report import findings, plots, rounds
 from loadtest.report.records import served_runs
 from loadtest.report.tables import PERF_HEADER, image, perf_row, row_of, table
 
@@ -89,10 +89,10 @@ def minimal_section(r: dict) -> str:
             m.rounds,
             m.triton_per_s,
             m.alternative_per_s,
-            findings.ratio_text(m.triton_per_s, m.alternative_per_s),
+            rounds.ratio_text(m.triton_per_s, m.alternative_per_s),
             m.range_text(),
         )
-        for m in findings.minimal_comparisons(r)
+        for m in rounds.minimal_comparisons(r)
     ]
     summary_header = (
         "concurrency",

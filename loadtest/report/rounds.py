@@ -1,0 +1,107 @@
+"""Experiments measured in alternating rounds, side against side: each side's median rate over its rounds
+and the ratio of every round both completed (experiments 3, 4 and 9), and the ratio text of the report.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, kw_only=True)
+class Paired:
+    """Two sides measured in alternating rounds: each side's median rate over its rounds, and the ratio
+    of the two in each round both completed."""
+
+    first_per_s: float | None
+    second_per_s: float | None
+    round_ratios: tuple[float, ...]
+
+    @property
+    def rounds(self) -> int:
+        return len(self.round_ratios)
+
+    def range_text(self) -> str:
+        if not self.round_ratios:
+            return "no complete round"
+        return f"{min(self.round_ratios):.2f}x to {max(self.round_ratios):.2f}x"
+
+    def text(self) -> str:
+        """The ratio of the medians, with the rounds' range where there was more than one round."""
+        ratio = ratio_text(self.first_per_s, self.second_per_s)
+        if self.rounds < 2 or ratio == "not measured":
+            return ratio
+        return f"{ratio} (medians of {self.rounds} rounds; {self.range_text()} by round)"
+
+
+def paired(first: dict[int, float], second: dict[int, float]) -> Paired:
+    """``first`` and ``second``: round -> rate of each side."""
+    complete = sorted(set(first) & set(second))
+    return Paired(
+        first_per_s=statistics.median(first.values()) if first else None,
+        second_per_s=statistics.median(second.values()) if second else None,
+        round_ratios=tuple(first[r] / second[r] for r in complete if second[r]),
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class MinimalComparison(Paired):
+    """Experiment 9 at one concurrency: Triton first, the simplest alternative second."""
+
+    concurrency: int
+
+    @property
+    def triton_per_s(self) -> float | None:
+        return self.first_per_s
+
+    @property
+    def alternative_per_s(self) -> float | None:
+        return self.second_per_s
+
+
+def minimal_comparisons(results: dict) -> list[MinimalComparison]:
+    """Triton against the simplest alternative, per concurrency (runs from before rounds were recorded
+    count as one round)."""
+    runs = results.get("minimal") or []
+    comparisons = []
+    for concurrency in sorted({m["concurrency"] for m in runs}):
+        rates: dict[bool, dict[int, float]] = {True: {}, False: {}}
+        for m in runs:
+            if m["concurrency"] == concurrency:
+                rates[m["label"].startswith("Triton")][m.get("round", 0)] = m["requests_per_s"]
+        both = paired(rates[True], rates[False])
+        comparisons.append(MinimalComparison(concurrency=concurrency, **vars(both)))
+    return comparisons
+
+
+def client_comparison(results: dict) -> Paired:
+    """Experiment 4: the asyncio client (more than one in flight) against the sequential one, by round."""
+    rates: dict[bool, dict[int, float]] = {True: {}, False: {}}
+    for c in results.get("clients") or []:
+        if c["wall_s"]:
+            rates[c["in_flight"] > 1][c.get("round", 0)] = c["items"] / c["wall_s"]
+    return paired(rates[True], rates[False])
+
+
+def central_rounds(central: dict) -> list[dict]:
+    """Experiment 3's rounds, each {"server": ..., "pool": ...} (a record from before rounds: one)."""
+    if "rounds" in central:
+        return list(central["rounds"])
+    return [{"round": 0, "server": central["server"], "pool": central["pool"]}] if central else []
+
+
+def central_comparison(results: dict) -> Paired:
+    """Experiment 3: the central server's images/s against the processes that each load the model."""
+    central = results.get("central") or {}
+    rounds = central_rounds(central)
+    images = central.get("images", 0)
+    return paired(
+        {i: images / r["server"]["run"]["wall_s"] for i, r in enumerate(rounds)},
+        {i: images / r["pool"]["wall_s"] for i, r in enumerate(rounds)},
+    )
+
+
+def ratio_text(numerator: float | None, denominator: float | None) -> str:
+    if not numerator or not denominator:
+        return "not measured"
+    return f"{numerator / denominator:.2f}x"
