@@ -11,6 +11,7 @@ and marked unstable in the report, never re-run until it looks good.
 from __future__ import annotations
 
 import csv
+import itertools
 import logging
 import re
 import statistics
@@ -127,10 +128,23 @@ def perf_command(target: PerfTarget, *, csv_path: Path, settings: PerfSettings) 
     ]
 
 
+def run_paths(out_dir: Path, stem: str) -> tuple[Path, Path]:
+    """The CSV and log paths of a new run of ``stem``: ``stem.csv`` for the first, ``stem_run2.csv`` and on
+    for the runs after it (an experiment measures a target once per round). A run never reuses another's
+    path: perf_analyzer writes no CSV when its windows disagree, and an earlier run's file left there
+    would be read as this run's result."""
+    for number in itertools.count(1):
+        name = stem if number == 1 else f"{stem}_run{number}"
+        csv_path, log_path = out_dir / f"{name}.csv", out_dir / f"{name}.log"
+        if not csv_path.exists() and not log_path.exists():
+            return csv_path, log_path
+    raise AssertionError("unreachable")
+
+
 def run_perf(target: PerfTarget, *, out_dir: Path, settings: PerfSettings) -> PerfPoint:
-    """One bounded perf_analyzer run; its CSV and log are kept in ``out_dir``."""
-    csv_path, log_path = out_dir / f"{target.stem}.csv", out_dir / f"{target.stem}.log"
+    """One bounded perf_analyzer run; its CSV and log are kept in ``out_dir`` under names of their own."""
     out_dir.mkdir(parents=True, exist_ok=True)
+    csv_path, log_path = run_paths(out_dir, target.stem)
     command = perf_command(target, csv_path=csv_path, settings=settings)
     point = PerfPoint(
         model=target.model,

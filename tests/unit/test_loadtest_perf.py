@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import types
 from pathlib import Path
 
 import pytest
@@ -107,3 +108,43 @@ def test_a_target_perf_analyzer_cannot_measure_is_refused(
     inputs = InputData(path=Path("i"), entries=1, kind="text")
     with pytest.raises(ValueError, match=message):
         PerfTarget(model="m", url="u", protocol=protocol, concurrency=concurrency, inputs=inputs)
+
+
+def test_each_run_of_a_target_gets_files_of_its_own_so_no_stale_csv_is_read(tmp_path: Path) -> None:
+    first = perf.run_paths(tmp_path, "text_embedder_grpc_c32")
+    assert [p.name for p in first] == ["text_embedder_grpc_c32.csv", "text_embedder_grpc_c32.log"]
+    first[0].write_text(RECORDED_CSV)  # a stable first round
+    first[1].write_text("")
+    second = perf.run_paths(tmp_path, "text_embedder_grpc_c32")
+    assert [p.name for p in second] == ["text_embedder_grpc_c32_run2.csv", "text_embedder_grpc_c32_run2.log"]
+    second[1].write_text(RECORDED_UNSTABLE)  # an unstable second round writes its log and no CSV
+    assert perf.run_paths(tmp_path, "text_embedder_grpc_c32")[0].name == "text_embedder_grpc_c32_run3.csv"
+
+
+def test_an_unstable_round_is_not_read_from_the_previous_rounds_csv(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    outputs = iter([(RECORDED_CSV, ""), (None, RECORDED_UNSTABLE)])  # (CSV written, console output)
+
+    def fake_perf_analyzer(command: list[str], **_: object):
+        csv_text, output = next(outputs)
+        if csv_text is not None:
+            Path(command[command.index("-f") + 1]).write_text(csv_text)
+        return types.SimpleNamespace(stdout=output, stderr="", returncode=0)
+
+    monkeypatch.setattr(perf.subprocess, "run", fake_perf_analyzer)
+    monkeypatch.setattr(
+        perf, "perf_command", lambda target, *, csv_path, settings: ["pa", "-f", str(csv_path)]
+    )
+    target = PerfTarget(
+        model="text_embedder",
+        url="127.0.0.1:1",
+        protocol="grpc",
+        concurrency=8,
+        inputs=InputData(path=tmp_path / "in.json", entries=1, kind="text"),
+    )
+    settings = PerfSettings(measurement_interval_ms=500, max_trials=3, stability_percent=20, timeout_s=10)
+    stable = perf.run_perf(target, out_dir=tmp_path, settings=settings)
+    unstable = perf.run_perf(target, out_dir=tmp_path, settings=settings)
+    assert stable.stable and stable.throughput_per_s == pytest.approx(57.851)
+    assert not unstable.stable and unstable.throughput_per_s == pytest.approx(74.9137)
