@@ -63,6 +63,7 @@ class Plan:
     sweep_models: tuple[str, ...]
     sweep_concurrency: tuple[int, ...]
     batching_concurrency: tuple[int, ...] = (1, 8, 32, 64)
+    batching_rounds: int = 2
     instance_counts: tuple[int, ...] = (1, 2, 4)
     instance_concurrency: tuple[int, ...] = (32,)
     instance_rounds: int = 2
@@ -221,7 +222,12 @@ def served_stage(plan: Plan, source: Path, work: Path, raw: Path, cores: int, sk
         }
         experiments: dict[str, Callable[[], object]] = {
             "batching": lambda: arms_experiment(
-                session, "batching", TEXT_MODEL, batching_arms, concurrencies=list(plan.batching_concurrency)
+                session,
+                "batching",
+                TEXT_MODEL,
+                batching_arms,
+                concurrencies=list(plan.batching_concurrency),
+                rounds=plan.batching_rounds,
             ),
             "instances": lambda: arms_experiment(
                 session,

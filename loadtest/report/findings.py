@@ -102,12 +102,9 @@ def verdicts(results: dict) -> list[Verdict]:
     minimal = next((m for m in minimal_comparisons(results) if m.concurrency == TARGET_CONCURRENCY), None)
     triton, simple = (minimal.triton_per_s, minimal.alternative_per_s) if minimal else (None, None)
     over_simple = _ratio(triton, simple)
-    batching = served_runs(results, "batching")
-    on = point_at(batching, model=TEXT_MODEL, protocol="grpc", concurrency=32, arm="batching on")
-    off = point_at(batching, model=TEXT_MODEL + "__nobatch", protocol="grpc", concurrency=32)
-    on_off = _ratio(throughput(on), throughput(off))
-    on_encoder = encoder_stats(on) if on else None
-    batch = on_encoder.average_batch_size if on_encoder else None
+    on, off = batching_arms(results, TARGET_CONCURRENCY)
+    on_off = _ratio(_rate(on), _rate(off))
+    batch = on.encoder_batch if on else None
     best = best_inprocess(results, runtime=results.get("text_runtime", "onnxruntime"))
     best_rate = float(best["items_per_s"]) if best else None
     share = _ratio(_rate(shipped), best_rate)
@@ -158,7 +155,8 @@ def verdicts(results: dict) -> list[Verdict]:
             "dynamic batching on vs off, c=32",
             f">= {TARGET_GAIN:.0f}x, encoder batch >= {TARGET_BATCH:.0f}",
             on_off,
-            f"{on_off or 0:.2f}x, encoder batch {_number(batch, '.1f')}",
+            f"{on_off or 0:.2f}x, encoder batch {_number(batch, '.1f')}"
+            + (f" (means of {on.runs} alternating rounds)" if on and on.runs > 1 else ""),
             None if on_off is None else on_off >= TARGET_GAIN and (batch or 0) >= TARGET_BATCH,
         ),
         _verdict(
@@ -262,14 +260,12 @@ def batching_ceiling_line(results: dict, batch: int = 8) -> str | None:
     }
     if not rates.get(1) or not rates.get(batch):
         return None
-    batching = served_runs(results, "batching")
-    on = point_at(batching, model=TEXT_MODEL, protocol="grpc", concurrency=TARGET_CONCURRENCY)
-    off = point_at(batching, model=TEXT_MODEL + "__nobatch", protocol="grpc", concurrency=TARGET_CONCURRENCY)
+    on, off = batching_arms(results, TARGET_CONCURRENCY)
     return (
         f"What a batch can buy the encoder here: in one process, in the served layout ({layout}, "
         f"arrival order), the served file ran {rates[batch]:.1f}/s in batches of {batch} against "
         f"{rates[1]:.1f}/s one at a time: {ratio_text(rates[batch], rates[1])}; served batching on vs off "
-        f"at c={TARGET_CONCURRENCY}: {ratio_text(throughput(on), throughput(off))}."
+        f"at c={TARGET_CONCURRENCY}: {ratio_text(_rate(on), _rate(off))}."
     )
 
 
@@ -303,6 +299,12 @@ def arm_summary(results: dict, key: str) -> list[ArmSummary]:
             )
         )
     return rows
+
+
+def batching_arms(results: dict, concurrency: int) -> tuple[ArmSummary | None, ArmSummary | None]:
+    """Experiment 1 at ``concurrency``: the 'batching on' and 'batching off' arms over their rounds."""
+    rows = {r.arm: r for r in arm_summary(results, "batching") if r.concurrency == concurrency}
+    return rows.get("batching on"), rows.get("batching off")
 
 
 def ragged_arm(results: dict, concurrency: int, prefix: str, model: str = TEXT_MODEL) -> ArmSummary | None:
@@ -366,12 +368,8 @@ def throughput(point: ServedRun | None) -> float | None:
 
 
 def claims(results: dict) -> list[Claim]:
-    batching = served_runs(results, "batching")
-    on = point_at(batching, model=TEXT_MODEL, protocol="grpc", concurrency=32, arm="batching on")
-    off = point_at(
-        batching, model=TEXT_MODEL + "__nobatch", protocol="grpc", concurrency=32, arm="batching off"
-    )
-    batching_ratio = ratio_text(throughput(on), throughput(off))
+    on, off = batching_arms(results, TARGET_CONCURRENCY)
+    batching_ratio = ratio_text(_rate(on), _rate(off))
     instance_rows = [r for r in arm_summary(results, "instances") if r.concurrency == TARGET_CONCURRENCY]
     instances = {r.arm: r.throughput_per_s for r in instance_rows if r.throughput_per_s is not None}
     instance_runs = min((r.runs for r in instance_rows), default=0)

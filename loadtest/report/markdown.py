@@ -80,7 +80,7 @@ def _claims(r: dict) -> str:
 BATCHING_ARMS = (
     "The same ensemble served twice side by side; the clone has `dynamic_batching` removed from every "
     "step (derived from the config by `loadtest.experiments.variant_repository`). Arms alternate at "
-    "each concurrency."
+    "each concurrency (on, off, on, off: the plan's rounds); each ratio is of the arms' means."
 )
 INSTANCE_ARMS = (
     "`instance_group` count of the encoder set to 1, 2 and 4, intra-op threads divided so that the "
@@ -90,20 +90,20 @@ INSTANCE_ARMS = (
 
 def _batching(r: dict, folder: Path) -> str:
     title = "Dynamic batching on vs off (text ensemble)"
-    return _arms_section(r, folder, "batching", title, BATCHING_ARMS, after_table=_on_off_ratios)
+    return _arms_section(
+        r, folder, "batching", title, BATCHING_ARMS, after_table=lambda points: _on_off_ratios(r, points)
+    )
 
 
-def _on_off_ratios(points: list[ServedRun]) -> str:
+def _on_off_ratios(r: dict, points: list[ServedRun]) -> str:
+    """On / off at each concurrency, each arm's mean over its rounds."""
     ratios = []
     for c in sorted({p.perf.concurrency for p in points}):
-        on = findings.point_at(
-            points, model=findings.TEXT_MODEL, protocol="grpc", concurrency=c, arm="batching on"
-        )
-        off = findings.point_at(
-            points, model=findings.TEXT_MODEL + "__nobatch", protocol="grpc", concurrency=c
-        )
-        ratios.append((c, rounds.ratio_text(findings.throughput(on), findings.throughput(off))))
-    return "\n\n" + table(("concurrency", "on / off throughput"), ratios)
+        on, off = findings.batching_arms(r, c)
+        runs = min(on.runs, off.runs) if on and off else 0
+        rate = (on.throughput_per_s if on else None), (off.throughput_per_s if off else None)
+        ratios.append((c, runs, rounds.ratio_text(*rate)))
+    return "\n\n" + table(("concurrency", "rounds", "on / off throughput (means)"), ratios)
 
 
 def _instances(r: dict, folder: Path) -> str:

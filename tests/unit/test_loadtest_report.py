@@ -270,7 +270,7 @@ def test_the_report_has_every_section_table_and_plot(tmp_path: Path) -> None:
     ):
         assert f"]({image})" in text
         assert (tmp_path / image).stat().st_size > 1000
-    assert "| 32 | 2.00x |" in text  # batching on / off at concurrency 32
+    assert "| 32 | 1 | 2.00x |" in text  # batching on / off at concurrency 32, one round
     assert "abc123" in text and "2.51.0" in text
 
 
@@ -382,6 +382,21 @@ def test_secondary_claims_take_medians_of_alternating_rounds(tmp_path: Path) -> 
     assert "| 2 | 2 worker processes (1 thread each) | 1 | 3.00 | 50.0 |" in text
 
 
+def test_batching_on_vs_off_takes_each_arms_mean_over_its_rounds(tmp_path: Path) -> None:
+    results = recorded_results(served_c32=190.0)
+    results["batching"] += [
+        _point("batching", "batching on", "text_embedder", 32, 170.0, 7.0),
+        _point("batching", "batching off", "text_embedder__nobatch", 32, 105.0, 1.0),
+    ]
+    verdict = next(v for v in findings.verdicts(results) if v.name.startswith("dynamic batching"))
+    # means 180 / 100; the encoder batch over both rounds' executions: (9 * 100 + 7 * 100) / 200
+    assert verdict.measured == "1.80x, encoder batch 8.0 (means of 2 alternating rounds)"
+    assert verdict.met is False
+    claims = {c.claim: c.measured for c in findings.claims(results)}
+    assert claims["dynamic batching vs one request per call"].startswith("1.80x")
+    assert "| 32 | 2 | 1.80x |" in _write(tmp_path, results)
+
+
 def test_a_central_record_from_before_rounds_reads_as_one_round() -> None:
     measured = _central_round(0, 1.0, 2.0)
     results = {"central": {"server": measured["server"], "pool": measured["pool"], "images": 150}}
@@ -435,7 +450,7 @@ def test_the_arm_summary_averages_the_rounds_of_each_arm(tmp_path: Path) -> None
         "| 32 | ragged, bf16 (shipped) | text_embedder | 2 | 190.0 | 100.0 | 200.0 | 12.0 | 9.00 | 30.0 |"
         in text
     )
-    assert "| 32 | 2.00x |" in text  # Triton / one process at c=32 (experiment 9)
+    assert "| 32 | 3 | 190.0 | 95.0 | 2.00x | 1.71x to 2.32x |" in text  # Triton / one process at c=32
     assert line in text  # in the section and among the causes of the summary
 
 
