@@ -8,7 +8,9 @@ it when it writes the local variant for a machine without a GPU; NVIDIA's contai
 
 Fields present in the file replace the deployable values: ``instance_group`` and ``max_batch_size``
 as a whole, each field set inside ``dynamic_batching`` on its own (the queue policy is kept), and each
-key of ``parameters``.
+key of ``parameters``. A ``dynamic_batching`` section always sets the queue delay, 0 included: the
+config schema is proto3, which cannot tell a delay of 0 from an absent one, and a 0 that fell back to
+the deployable delay would be a setting silently not applied.
 """
 
 from __future__ import annotations
@@ -55,6 +57,8 @@ def apply_overlay(config: ModelConfig, overlay: ModelConfig) -> None:
     if overlay.max_batch_size:
         config.max_batch_size = overlay.max_batch_size
     if overlay.HasField("dynamic_batching"):
+        delay_us = overlay.dynamic_batching.max_queue_delay_microseconds
+        config.dynamic_batching.max_queue_delay_microseconds = delay_us  # 0 is a delay too (proto3)
         for field, value in overlay.dynamic_batching.ListFields():
             config.dynamic_batching.ClearField(field.name)
             if isinstance(value, MutableSequence):  # a repeated field

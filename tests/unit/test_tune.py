@@ -74,6 +74,17 @@ def test_a_cpu_overlay_replaces_instances_and_batching_but_keeps_the_queue_polic
     assert config.max_batch_size == 16
 
 
+def test_a_cpu_overlay_with_no_queue_delay_removes_the_deployable_delay(tmp_path: Path) -> None:
+    # proto3 leaves a zero out of ListFields(); the overlay's 0 must still replace the deployable 1000 us.
+    _model(tmp_path, "dynamic_batching { max_queue_delay_microseconds: 0 preferred_batch_size: [ 4, 8 ] }\n")
+    entry = load_repository(tmp_path / "repo")["classifier"]
+    assert entry.config.dynamic_batching.max_queue_delay_microseconds == 1000
+    config = derive_local_config(entry, gpu_available=False, intra_op_threads=None)
+    assert config.dynamic_batching.max_queue_delay_microseconds == 0
+    assert list(config.dynamic_batching.preferred_batch_size) == [4, 8]
+    assert config.dynamic_batching.default_queue_policy.max_queue_size == 32
+
+
 def test_a_cpu_overlay_is_ignored_when_a_gpu_is_present(tmp_path: Path) -> None:
     _model(tmp_path, "instance_group [ { count: 1 kind: KIND_CPU } ]\n")
     entry = load_repository(tmp_path / "repo")["classifier"]
