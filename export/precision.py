@@ -394,13 +394,17 @@ def markdown_table(records: Sequence[dict]) -> str:
     for record in records:
         for c in record["candidates"]:
             gate = c["gate"]
-            numbers = ", ".join(f"{k} {v:.4f}" for k, v in gate["metrics"].items()) if gate else c["reason"]
+            numbers = _numbers(gate["metrics"]) if gate else c["reason"]
             speed = ", ".join(f"{size}: {rate:.0f}" for size, rate in c["items_per_s"].items())
             rows.append(f"| {record['model']} | {c['variant']} | {c['status']} | {numbers} | {speed} |")
         reference = record.get("reference")
         if reference:
-            numbers = ", ".join(f"{k} {v:.4f}" for k, v in reference["metrics"].items())
+            numbers = _numbers(reference["metrics"])
             rows.append(
                 f"| {record['model']} | {reference['gate']} | reference, not a variant | {numbers} | |"
             )
     return "\n".join(rows)
+
+
+def _numbers(metrics: dict[str, float]) -> str:
+    return ", ".join(f"{name} {value:.4f}" for name, value in metrics.items())

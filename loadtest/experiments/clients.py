@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import functools
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from clients import AsyncTritonClient, TritonClient
 from loadtest.experiments.inprocess import BATCH_COST_SIZES, BatchCost, alternating_median_ms
@@ -63,6 +63,17 @@ def sequential_embed(url: str, model: str, texts: list[str]) -> ClientRun:
         latencies_ms=latencies,
         server=statistics_delta(before, statistics_snapshot(url)),
     )
+
+
+def alternating_embeds(
+    url: str, model: str, texts: list[str], *, in_flight: int, rounds: int
+) -> list[ClientRun]:
+    """Experiment 4: the sequential and the asyncio client in turn, ``rounds`` times (each run numbered)."""
+    runs = []
+    for round_ in range(rounds):
+        runs.append(replace(sequential_embed(url, model, texts), round=round_))
+        runs.append(replace(async_embed(url, model, texts, in_flight=in_flight), round=round_))
+    return runs
 
 
 def async_embed(url: str, model: str, texts: list[str], *, in_flight: int) -> ClientRun:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from clients import samples
@@ -271,16 +271,9 @@ def served_stage(plan: Plan, source: Path, work: Path, raw: Path, cores: int, sk
                 concurrencies=list(plan.sweep_concurrency),
                 measured=result.get("batching", []),
             ),
-            "clients": lambda: [  # alternating, round by round
-                replace(run(), round=round_)
-                for round_ in range(plan.client_rounds)
-                for run in (
-                    lambda: client_experiments.sequential_embed(grpc_url, TEXT_MODEL, texts),
-                    lambda: client_experiments.async_embed(
-                        grpc_url, TEXT_MODEL, texts, in_flight=plan.client_in_flight
-                    ),
-                )
-            ],
+            "clients": lambda: client_experiments.alternating_embeds(
+                grpc_url, TEXT_MODEL, texts, in_flight=plan.client_in_flight, rounds=plan.client_rounds
+            ),
             "batchcost": lambda: _served_batch_costs(plan, grpc_url, source),
             "locust": lambda: [_locust(plan, server, raw, shape) for shape in plan.locust_shapes],
         }
@@ -362,10 +355,10 @@ def central_stage(plan: Plan, source: Path, work: Path, raw: Path, cores: int) -
     images = payloads.image_variants(plan.central_images, seed=7)
     build_repository(source, work / "central", [Variant(model=IMAGE_MODEL)], total_threads=cores)
     threads = max(1, cores // plan.central_workers)
-    rounds, agree = [], 0.0
+    measured = []  # (central, pool) of each round
     with _server(work / "central", raw / "tritonserver_central.log", startup_timeout_s=300) as server:
         assert server.pid is not None
-        for round_ in range(plan.central_rounds):
+        for _ in range(plan.central_rounds):
             central = client_experiments.central_classify(
                 f"grpc://{server.grpc_url}", server.pid, IMAGE_MODEL, images, in_flight=plan.central_in_flight
             )
@@ -377,12 +370,15 @@ def central_stage(plan: Plan, source: Path, work: Path, raw: Path, cores: int) -
                 threads=threads,
                 images=images,
             )
-            rounds.append({"round": round_, "server": central, "pool": pool})
-            if round_ == 0:
-                agree = sum(a == b for a, b in zip(central.top1, pool.top1, strict=True)) / len(images)
+            measured.append((central, pool))
+    first_central, first_pool = measured[0]
+    agree = sum(a == b for a, b in zip(first_central.top1, first_pool.top1, strict=True)) / len(images)
     return {
         "central": {
-            "rounds": rounds,
+            "rounds": [
+                {"round": round_, "server": central, "pool": pool}
+                for round_, (central, pool) in enumerate(measured)
+            ],
             "pool_threads_per_worker": threads,
             "top1_agreement": agree,
             "images": len(images),

@@ -94,8 +94,7 @@ def _rate(row: ArmSummary | None) -> float | None:
 
 
 def verdicts(results: dict) -> list[Verdict]:
-    shipped, lone = shipped_arm(results, TARGET_CONCURRENCY), shipped_arm(results, 1)
-    previous = ragged_arm(results, TARGET_CONCURRENCY, PREVIOUS_ARM)
+    (shipped, previous), lone = against_previous(results), shipped_arm(results, 1)
     gain = _ratio(_rate(shipped), _rate(previous))
     lone_p50 = lone.p50_ms if lone else None
     p99 = shipped.p99_ms if shipped else None
@@ -108,8 +107,7 @@ def verdicts(results: dict) -> list[Verdict]:
     best = best_inprocess(results, runtime=results.get("text_runtime", "onnxruntime"))
     best_rate = float(best["items_per_s"]) if best else None
     share = _ratio(_rate(shipped), best_rate)
-    image = shipped_arm(results, TARGET_CONCURRENCY, IMAGE_MODEL)
-    image_previous = ragged_arm(results, TARGET_CONCURRENCY, PREVIOUS_ARM, IMAGE_MODEL)
+    image, image_previous = against_previous(results, IMAGE_MODEL)
     image_gain = _ratio(_rate(image), _rate(image_previous))
     served_precision = results.get("image_precision", "fp32")
     image_text = (
@@ -326,10 +324,17 @@ def shipped_arm(results: dict, concurrency: int, model: str = TEXT_MODEL) -> Arm
     return None
 
 
+def against_previous(results: dict, model: str = TEXT_MODEL) -> tuple[ArmSummary | None, ArmSummary | None]:
+    """Experiment 8 at the target concurrency: ``model`` as shipped, and its previous configuration."""
+    return (
+        shipped_arm(results, TARGET_CONCURRENCY, model),
+        ragged_arm(results, TARGET_CONCURRENCY, PREVIOUS_ARM, model),
+    )
+
+
 def image_line(results: dict) -> str | None:
     """One sentence: the shipped image classifier against its previous configuration at c=32."""
-    shipped = shipped_arm(results, TARGET_CONCURRENCY, IMAGE_MODEL)
-    previous = ragged_arm(results, TARGET_CONCURRENCY, PREVIOUS_ARM, IMAGE_MODEL)
+    shipped, previous = against_previous(results, IMAGE_MODEL)
     if not shipped or not previous:
         return None
     return (
@@ -341,8 +346,7 @@ def image_line(results: dict) -> str | None:
 
 def ragged_line(results: dict) -> str | None:
     """One sentence: the shipped text ensemble against the previous configuration at c=32."""
-    shipped = shipped_arm(results, TARGET_CONCURRENCY)
-    previous = ragged_arm(results, TARGET_CONCURRENCY, PREVIOUS_ARM)
+    shipped, previous = against_previous(results)
     if not shipped or not previous:
         return None
     return (
@@ -361,10 +365,6 @@ def _mean(values: list[float]) -> float | None:
 
 def _number(value: float | None, spec: str = ".2f") -> str:
     return format(value, spec) if value is not None else "-"
-
-
-def throughput(point: ServedRun | None) -> float | None:
-    return point.perf.throughput_per_s if point else None
 
 
 def claims(results: dict) -> list[Claim]:
