@@ -16,7 +16,13 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from loadtest.load.observe import ProcessSampler, process_tree, statistics_delta, statistics_snapshot
+from loadtest.load.observe import (
+    ProcessSampler,
+    process_tree,
+    statistics_delta,
+    statistics_snapshot,
+    triton_process_label,
+)
 from loadtest.load.perf import PerfPoint, PerfSettings, PerfTarget, run_perf
 from loadtest.load.perf_inputs import InputData, write_input_data
 
@@ -33,6 +39,10 @@ class ServedPoint:
     server: dict[str, dict] = field(default_factory=dict)
     wall_s: float = 0.0  # the perf_analyzer run, for the share of time each model spent computing
     server_cpu_cores: float | None = None  # CPU time of the server and its stubs / wall time
+    # CPU seconds by process during the run: each model's Python-backend stubs under the model's name,
+    # the server process under its own; and what the whole machine used meanwhile (every process).
+    cpu_s_by_process: dict[str, float] = field(default_factory=dict)
+    machine_cpu_s: float | None = None
 
 
 @dataclass(kw_only=True)
@@ -76,7 +86,9 @@ class PerfSession:
         before = statistics_snapshot(self.http_url)
         started = time.perf_counter()
         sampler = (
-            ProcessSampler(select=process_tree(self.server_pid)) if self.server_pid is not None else None
+            ProcessSampler(select=process_tree(self.server_pid), label=triton_process_label)
+            if self.server_pid is not None
+            else None
         )
         with sampler or contextlib.nullcontext():
             perf = run_perf(target, out_dir=self.out_dir, settings=self.settings)
@@ -101,6 +113,8 @@ class PerfSession:
             server=server,
             wall_s=wall_s,
             server_cpu_cores=sampler.usage.mean_cores if sampler is not None else None,
+            cpu_s_by_process=sampler.usage.cpu_s_by_label if sampler is not None else {},
+            machine_cpu_s=sampler.usage.machine_busy_s if sampler is not None else None,
         )
 
 

@@ -4,7 +4,10 @@
   (the statistics API through :class:`clients.TritonClient`); the difference gives each model's
   executions, average batch size and queue versus compute time for that run alone.
 - :class:`ProcessSampler`: a background thread sampling CPU time and resident memory of a set of
-  processes (a server with its Python-backend stubs, or a pool of workers) every ``interval_s``.
+  processes (a server with its Python-backend stubs, or a pool of workers) every ``interval_s``, each
+  process's CPU under a label (:func:`triton_process_label`: the model a stub serves), and the CPU the
+  whole machine used meanwhile, so a run says where every core went: each model's stubs, the server
+  process, everything outside it (the load generator among them) and idle time.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import TracebackType
 
 import psutil
@@ -53,6 +57,8 @@ class ProcessUsage:
     mean_rss_mb: float = 0.0
     processes: int = 0
     samples: int = 0
+    cpu_s_by_label: dict[str, float] = field(default_factory=dict)
+    machine_busy_s: float | None = None  # CPU seconds every process on the machine used meanwhile
 
     @property
     def mean_cores(self) -> float:
@@ -65,7 +71,9 @@ class ProcessSampler:
 
     select: Callable[[], list[psutil.Process]]
     interval_s: float = 0.2
+    label: Callable[[psutil.Process], str] = lambda process: "processes"
     _cpu: dict[int, float] = field(default_factory=dict)
+    _labels: dict[int, str] = field(default_factory=dict)
     _start_cpu: dict[int, float] = field(default_factory=dict)
     _rss: list[float] = field(default_factory=list)
     _seen: set[int] = field(default_factory=set)
@@ -80,6 +88,7 @@ class ProcessSampler:
 
     def __enter__(self) -> ProcessSampler:
         self._started = time.perf_counter()
+        self._machine_start = _machine_busy_s()
         self._sample()  # CPU time already spent (e.g. loading) is not counted
         self._start_cpu = dict(self._cpu)
         self._thread.start()
@@ -91,14 +100,21 @@ class ProcessSampler:
         self._stop.set()
         self._thread.join()
         self._sample()
+        machine_busy_s = _machine_busy_s() - self._machine_start
         rss = self._rss or [0.0]
+        by_label: dict[str, float] = {}
+        for pid, cpu in self._cpu.items():
+            label = self._labels[pid]
+            by_label[label] = by_label.get(label, 0.0) + cpu - self._start_cpu.get(pid, 0.0)
         self.usage = ProcessUsage(
-            cpu_s=sum(cpu - self._start_cpu.get(pid, 0.0) for pid, cpu in self._cpu.items()),
+            cpu_s=sum(by_label.values()),
             wall_s=time.perf_counter() - self._started,
             peak_rss_mb=max(rss),
             mean_rss_mb=sum(rss) / len(rss),
             processes=len(self._seen),
             samples=len(self._rss),
+            cpu_s_by_label=by_label,
+            machine_busy_s=machine_busy_s,
         )
 
     def _run(self) -> None:
@@ -110,6 +126,8 @@ class ProcessSampler:
         for process in self.select():
             try:
                 with process.oneshot():
+                    if process.pid not in self._labels:
+                        self._labels[process.pid] = self.label(process)
                     times = process.cpu_times()
                     self._cpu[process.pid] = times.user + times.system
                     total_rss += process.memory_info().rss / 2**20
@@ -130,3 +148,22 @@ def process_tree(pid: int) -> Callable[[], list[psutil.Process]]:
             return []
 
     return select
+
+
+def triton_process_label(process: psutil.Process) -> str:
+    """A Python-backend stub by the model it serves (its first argument is ``<repository>/<model>/<version>/
+    model.py``; every instance of a model shares the label), any other process by its name."""
+    arguments = process.cmdline()
+    if len(arguments) > 1 and Path(arguments[0]).name == "triton_python_backend_stub":
+        return Path(arguments[1]).parent.parent.name
+    return process.name()
+
+
+def _machine_busy_s() -> float:
+    """CPU seconds the whole machine has spent busy since boot (every core, every process)."""
+    times = psutil.cpu_times()._asdict()
+    for not_busy in ("idle", "iowait"):
+        times.pop(not_busy, None)
+    for counted_in_user in ("guest", "guest_nice"):  # Linux counts guest time in user time too
+        times.pop(counted_in_user, None)
+    return sum(times.values())

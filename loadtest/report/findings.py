@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from loadtest.report.cpu import cost_line, cpu_per_item, per_core_line
 from loadtest.report.records import ArmSummary, ModelStats, ServedRun, inprocess_arm, served_runs
 from loadtest.report.rounds import (
     central_comparison,
@@ -196,7 +197,19 @@ def causes(results: dict) -> list[str]:
     cores = results.get("machine", {}).get("logical_cores") or 1
     used = point.server_cpu_cores
     load = max((results.get(k) or [0.0])[0] for k in ("load_average_start", "load_average_end"))
-    if used is not None:
+    on_runs = [
+        run
+        for run in served_runs(results, "batching")
+        if run.arm == "batching on" and run.perf.concurrency == TARGET_CONCURRENCY
+    ]
+    lines.extend(_cpu_lines(results, on_runs, f"text c={TARGET_CONCURRENCY}, batching on", "text", "req/s"))
+    image_runs = [
+        run
+        for run in served_runs(results, "ragged")
+        if run.served_model == IMAGE_MODEL and run.perf.concurrency == TARGET_CONCURRENCY
+    ]
+    lines.extend(_cpu_lines(results, image_runs, f"image c={TARGET_CONCURRENCY}", "image", "img/s"))
+    if used is not None and not lines:  # a record from before the per-process figures
         verdict = "."
         if used / cores > 0.85:
             verdict = ": the CPU is saturated."
@@ -241,6 +254,21 @@ def causes(results: dict) -> list[str]:
             f"Background load: the 1-minute load average was {start[0]} before the run on {cores} cores "
             f"({end[0]} at the end, this run included), so other processes shared the CPU."
         )
+    return lines
+
+
+def _cpu_lines(results: dict, runs: list[ServedRun], what: str, pipeline: str, unit: str) -> list[str]:
+    """The CPU per request of ``runs`` by process and the models' rate per core against in-process."""
+    cores = results.get("machine", {}).get("logical_cores") or 1
+    cost = cpu_per_item(runs)
+    if cost is None:
+        return []
+    lines = [cost_line(cost, cores, what, unit)]
+    runtime = results.get("text_runtime", "onnxruntime") if pipeline == "text" else "onnxruntime"
+    best = best_inprocess(results, pipeline=pipeline, runtime=runtime)
+    line = per_core_line(cost, float(best["items_per_s"]), cores, unit) if best else None
+    if line:
+        lines.append(line)
     return lines
 
 

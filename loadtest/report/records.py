@@ -52,6 +52,8 @@ class ServedRun:
     server: dict[str, ModelStats] = field(default_factory=dict)
     wall_s: float = 0.0
     server_cpu_cores: float | None = None
+    cpu_s_by_process: dict[str, float] = field(default_factory=dict)
+    machine_cpu_s: float | None = None
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ServedRun:
@@ -62,6 +64,8 @@ class ServedRun:
             server=model_stats(data.get("server", {})),
             wall_s=float(data.get("wall_s") or 0.0),
             server_cpu_cores=data.get("server_cpu_cores"),
+            cpu_s_by_process=dict(data.get("cpu_s_by_process") or {}),
+            machine_cpu_s=data.get("machine_cpu_s"),
         )
 
     @property

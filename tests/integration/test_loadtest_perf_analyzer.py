@@ -52,3 +52,7 @@ def test_a_measured_point_carries_the_servers_batch_statistics(
     assert stats["failures"] == 0 and stats["executions"] > 0
     assert stats["inferences"] >= stats["executions"] and stats["average_batch_size"] >= 1.0
     assert point.server_cpu_cores is not None and point.server_cpu_cores > 0
+    # the CPU by process: the model's stub under the model's name, the server under its own
+    assert point.cpu_s_by_process["l2_normalize"] > 0 and "tritonserver" in point.cpu_s_by_process
+    assert point.machine_cpu_s is not None
+    assert point.machine_cpu_s >= 0.9 * sum(point.cpu_s_by_process.values())

@@ -7,8 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from loadtest.load.perf import PerfPoint
 from loadtest.report import findings, rounds
+from loadtest.report.cpu import cpu_per_item
 from loadtest.report.markdown import write_report
+from loadtest.report.records import ServedRun, model_stats
 
 
 def _perf(protocol: str, concurrency: int, throughput: float, p99_ms: float) -> dict:
@@ -486,3 +489,49 @@ def test_a_stage_runs_only_while_one_of_its_experiments_is_left_in() -> None:
     assert registry.experiment("batching").heading == "## 1. Dynamic batching on vs off"
     with pytest.raises(ValueError, match="unknown experiment 'raggedd'"):
         registry.experiment("raggedd")
+
+
+def test_the_causes_split_each_requests_cpu_by_process_and_set_the_models_rate_against_in_process() -> None:
+    results = recorded_results(served_c32=190.0)
+    for point in results["batching"]:
+        if point["arm"] == "batching on" and point["perf"]["concurrency"] == 32:
+            point["server"] |= {"text_embedder": _stats(1.0, 3000), "text_tokenizer": _stats(4.0, 750)}
+            point["cpu_s_by_process"] = {
+                "minilm_onnx": 9.0,  # the models the ensemble called...
+                "text_tokenizer": 0.6,
+                "tritonserver": 0.88,  # ...and the server process with another model's idle stub
+                "efficientnet_lite0_onnx": 0.02,
+            }
+            point["machine_cpu_s"] = 11.0  # 0.5 s outside the server
+    lines = findings.causes(results)
+    assert (
+        "CPU per request in ms (text c=32, batching on): minilm_onnx 3.00, text_tokenizer 0.20, the server "
+        "process 0.30, outside the server (the load generator, other processes) 0.17; 3.67 in all. At the "
+        "measured 190.0 req/s that keeps 0.70 of the 2 cores busy; with none idle it would be 545 req/s."
+    ) in lines
+    # 1000 / 3.2 ms = 312.5 req/s per CPU-second of the models against 200/s in process on 2 cores
+    share = next(line for line in lines if line.startswith("Per CPU-second"))
+    assert "served 312.5 req/s, 312% of the in-process rate per core (100.0; 200.0 on 2 cores)" in share
+    assert "idle time 65%" in share
+    assert not any("used 1.90 of 2 cores" in line for line in lines)  # the older, coarser line is left out
+
+
+def test_cpu_per_request_needs_the_served_models_count_and_pools_rounds() -> None:
+    def run(cpu: dict[str, float], requests: int, machine: float | None) -> ServedRun:
+        return ServedRun(
+            arm="a",
+            served_model="text_embedder",
+            perf=PerfPoint(model="text_embedder", protocol="grpc", concurrency=32, throughput_per_s=100.0),
+            server=model_stats({"text_embedder": _stats(1.0, requests), "minilm_onnx": _stats(8.0, 10)}),
+            cpu_s_by_process=cpu,
+            machine_cpu_s=machine,
+        )
+
+    pooled = cpu_per_item([run({"minilm_onnx": 1.0}, 100, 1.5), run({"minilm_onnx": 3.0}, 300, 3.5)])
+    assert pooled is not None and pooled.runs == 2 and pooled.items == 400
+    assert pooled.models == {"minilm_onnx": pytest.approx(10.0)} and pooled.outside == pytest.approx(2.5)
+    # a run whose machine-wide figure is missing leaves "outside" unknown rather than zero
+    assert cpu_per_item([run({"minilm_onnx": 1.0}, 100, None)]).outside is None
+    # no per-process record (results from before it) or no request count: nothing to divide
+    assert cpu_per_item([run({}, 100, 1.0)]) is None
+    assert cpu_per_item([run({"minilm_onnx": 1.0}, 0, 1.0)]) is None

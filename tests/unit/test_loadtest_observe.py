@@ -1,0 +1,66 @@
+"""The process sampler: CPU by label (a stub by the model it serves) and the whole machine's CPU."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+from loadtest.load.observe import ProcessSampler, triton_process_label
+
+BUSY = "import time\nend = time.monotonic() + 30\nwhile time.monotonic() < end: pass\n"
+SLEEP = "import time\ntime.sleep(30)\n"
+
+
+def _start(arguments: list[str]) -> subprocess.Popen:
+    return subprocess.Popen(arguments, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def test_a_stub_is_labelled_by_the_model_it_serves_and_any_other_process_by_its_name(tmp_path: Path) -> None:
+    # What Triton's Python backend starts: the stub binary, then <repository>/<model>/<version>/model.py.
+    stub = tmp_path / "triton_python_backend_stub"
+    stub.symlink_to(sys.executable)
+    model_py = tmp_path / "repository" / "minilm_onnx" / "1" / "model.py"
+    model_py.parent.mkdir(parents=True)
+    model_py.write_text(SLEEP)
+    processes = [_start([str(stub), str(model_py)]), _start([sys.executable, "-c", SLEEP])]
+    try:
+        time.sleep(0.3)
+        stub_process, other = (psutil.Process(p.pid) for p in processes)
+        assert triton_process_label(stub_process) == "minilm_onnx"
+        assert triton_process_label(other) == other.name() != "minilm_onnx"
+    finally:
+        for process in processes:
+            process.kill()
+            process.wait()
+
+
+def test_the_sampler_splits_cpu_by_label_and_counts_the_whole_machine() -> None:
+    busy, idle = _start([sys.executable, "-c", BUSY]), _start([sys.executable, "-c", SLEEP])
+    labels = {busy.pid: "busy", idle.pid: "idle"}
+    try:
+        time.sleep(0.3)
+        sampler = ProcessSampler(
+            select=lambda: [psutil.Process(busy.pid), psutil.Process(idle.pid)],
+            label=lambda process: labels[process.pid],
+            interval_s=0.1,
+        )
+        with sampler:
+            time.sleep(1.5)
+    finally:
+        for process in (busy, idle):
+            process.kill()
+            process.wait()
+    usage = sampler.usage
+    assert set(usage.cpu_s_by_label) == {"busy", "idle"}
+    # a spinning process uses about a core (generous bounds: this machine may be shared)
+    assert 0.3 * usage.wall_s < usage.cpu_s_by_label["busy"] <= 1.1 * usage.wall_s
+    assert usage.cpu_s_by_label["idle"] < 0.1 * usage.wall_s
+    assert usage.cpu_s == sum(usage.cpu_s_by_label.values())
+    # the machine did at least what the sampled processes did, and no more than every core can
+    assert usage.machine_busy_s is not None
+    assert 0.9 * usage.cpu_s <= usage.machine_busy_s <= 1.1 * (os.cpu_count() or 1) * usage.wall_s
