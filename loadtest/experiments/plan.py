@@ -53,8 +53,15 @@ TEXT_TOKENIZER, TEXT_TORCHSCRIPT_MODEL = "text_tokenizer", "text_embedder_torchs
 # The configuration before ragged batching: the tokenizer padded each request to one of these lengths
 # and the encoder's batcher merged equal shapes only (experiment 8's first arm reproduces it).
 PREVIOUS_BUCKETS = "8,16,24,32,48,64,96,128,256"
-# The image classifier before its ONNX file padded inside its convolutions (experiment 8's image arm).
-PREVIOUS_IMAGE_ARM = "previous (image): fp32 file with the exporter's Pad nodes"
+# The image classifier before its ONNX file padded inside its convolutions and before its steps stopped
+# waiting for more requests on a CPU (experiment 8's image arms): the file, and the batchers it was
+# served with then.
+PREVIOUS_IMAGE_ARM = "previous (image): fp32 file with the exporter's Pad nodes, 1-2 ms queue delays"
+PREVIOUS_IMAGE_BATCHERS = (
+    (IMAGE_ENCODER, "preferred_batch_size: [16, 32, 64] max_queue_delay_microseconds: 2000"),
+    ("image_preprocess", "max_queue_delay_microseconds: 1000"),
+    ("image_postprocess", "max_queue_delay_microseconds: 1000"),
+)
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -163,16 +170,19 @@ def ragged_arms(source: Path) -> dict[str, tuple[Variant, str]]:
 
 
 def image_arms(previous_file: Path) -> dict[str, tuple[Variant, str]]:
-    """Experiment 8, images: the classifier serving ``previous_file`` (the fp32 file as exported before
-    its ``Pad`` nodes were folded into the convolutions: what image_classifier served before), its clone
-    serving the fp32 file where the export serves a reduced precision, and as shipped."""
+    """Experiment 8, images: the previous configuration (``previous_file``, the fp32 file as exported
+    before its ``Pad`` nodes were folded into the convolutions, behind the batchers it was served with),
+    that file alone behind today's batchers, the clone serving the fp32 file where the export serves a
+    reduced precision, and as shipped."""
     served = precision.served_variant(IMAGE_ENCODER)
+    previous = ((IMAGE_ENCODER, "model_filename", str(previous_file.resolve())),)
     arms = {
         PREVIOUS_IMAGE_ARM: Variant(
-            model=IMAGE_MODEL,
-            suffix="__previous",
-            parameters=((IMAGE_ENCODER, "model_filename", str(previous_file.resolve())),),
-        )
+            model=IMAGE_MODEL, suffix="__previous", parameters=previous, batcher=PREVIOUS_IMAGE_BATCHERS
+        ),
+        registry.PREVIOUS_IMAGE_FILE_ARM: Variant(
+            model=IMAGE_MODEL, suffix="__padnodes", parameters=previous
+        ),
     }
     fp32 = precision.kept_file(IMAGE_ENCODER, "fp32") if served != "fp32" else None
     if fp32 is not None:

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 STAGES = ("served", "central", "inprocess", "profile")
+# An arm label of experiment 8 that the report looks up: the previous image file behind today's batchers.
+PREVIOUS_IMAGE_FILE_ARM = "image: fp32 file with the exporter's Pad nodes alone"
 
 
 @dataclass(kw_only=True, frozen=True)

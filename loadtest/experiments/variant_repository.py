@@ -13,7 +13,10 @@ their configurations programmatically:
 - ``parameters=((model, key, value), ...)`` sets one of ``parameters`` of a model of the clone, e.g.
   ``("text_tokenizer", "length_buckets", "16,64,256")``: the key must already exist in that model's
   configuration (a misspelt key would otherwise be ignored by the model and the variant would be the
-  original under another name).
+  original under another name);
+- ``batcher=((model, fields), ...)`` replaces fields of a model's ``dynamic_batching`` with ``fields`` in
+  Triton's text format, e.g. ``("image_preprocess", "max_queue_delay_microseconds: 1000")``: each field
+  named replaces the model's own, the others stay (as a CPU overlay does, :mod:`tritonlocal.cpu_tuning`).
 
 Every configuration starts from ``model_repository/`` through :func:`tritonlocal.derive.derive_local_config`
 (the same derivation as build/local_repository), so a variant differs from what is served normally
@@ -29,6 +32,9 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from google.protobuf import text_format
+
+from tritonlocal.cpu_tuning import apply_overlay
 from tritonlocal.derive import derive_local_config, write_local_model
 from tritonlocal.repository import ModelConfig, ModelEntry, format_config, load_repository
 
@@ -48,13 +54,20 @@ class Variant:
     ragged: bool = True  # False: inputs lose allow_ragged_batch, so the batcher merges equal shapes only
     instances: int | None = None
     parameters: tuple[tuple[str, str, str], ...] = ()  # (model, key, value)
+    batcher: tuple[tuple[str, str], ...] = ()  # (model, dynamic_batching fields in Triton's text format)
 
     def __post_init__(self) -> None:
         if self.suffix and not self.suffix.startswith("__"):
             raise ValueError(f"suffix must start with '__' (e.g. '__nobatch'), got {self.suffix!r}")
         if self.instances is not None and self.instances < 1:
             raise ValueError(f"instances must be at least 1, got {self.instances}")
-        changed = not self.batching or not self.ragged or self.instances is not None or bool(self.parameters)
+        changed = (
+            not self.batching
+            or not self.ragged
+            or self.instances is not None
+            or bool(self.parameters)
+            or bool(self.batcher)
+        )
         if self.suffix == "" and changed:
             raise ValueError("a changed variant needs a suffix so it does not replace the original model")
         for override in self.parameters:
@@ -66,6 +79,24 @@ class Variant:
         keys = [override[:2] for override in self.parameters]
         if len(set(keys)) != len(keys):
             raise ValueError(f"a (model, key) is overridden twice in {self.parameters!r}")
+        models = [model for model, _ in self.batcher]
+        if len(set(models)) != len(models):
+            raise ValueError(f"a model's batcher is overridden twice in {self.batcher!r}")
+        for model, _ in self.batcher:
+            self.batcher_overlay(model)  # refuses text that is not dynamic_batching fields
+
+    def batcher_overlay(self, model: str) -> ModelConfig | None:
+        """``model``'s batcher override as a partial config holding only ``dynamic_batching``."""
+        for name, fields in self.batcher:
+            if name == model:
+                try:
+                    return text_format.Parse(f"dynamic_batching {{ {fields} }}", ModelConfig())
+                except text_format.ParseError as e:
+                    raise ValueError(
+                        f"batcher override of {model}: {fields!r} is not dynamic_batching fields in "
+                        f"Triton's text format ({e}); e.g. 'max_queue_delay_microseconds: 1000'"
+                    ) from e
+        return None
 
     @property
     def served_name(self) -> str:
@@ -78,6 +109,7 @@ class Variant:
         if self.instances is not None:
             parts.append(f"{self.instances} instance(s) of the exported model")
         parts += [f"{model}.{key} = {_shorten(value)}" for model, key, value in self.parameters]
+        parts += [f"{model} batcher: {' '.join(fields.split())}" for model, fields in self.batcher]
         return ", ".join(parts)
 
     def overrides_for(self, model: str) -> dict[str, str]:
@@ -117,6 +149,9 @@ def variant_config(entry: ModelEntry, variant: Variant, *, total_threads: int) -
                 f"its parameters: {', '.join(sorted(config.parameters)) or 'none'}"
             )
         config.parameters[key].string_value = value
+    overlay = variant.batcher_overlay(entry.name)
+    if overlay is not None:
+        apply_overlay(config, overlay)
     for step in config.ensemble_scheduling.step:
         step.model_name += variant.suffix
     return config
@@ -154,7 +189,8 @@ def build_repository(
 
 
 def _check_overridden_models(variant: Variant, members: list[str]) -> None:
-    outside = sorted({model for model, _, _ in variant.parameters} - set(members))
+    named = {model for model, _, _ in variant.parameters} | {model for model, _ in variant.batcher}
+    outside = sorted(named - set(members))
     if outside:
         raise ValueError(
             f"variant {variant.served_name} overrides parameters of {', '.join(outside)}, which "

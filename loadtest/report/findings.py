@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from loadtest.experiments.registry import PREVIOUS_IMAGE_FILE_ARM
 from loadtest.report.cpu import cost_line, cpu_per_item, per_core_line
 from loadtest.report.records import ArmSummary, ModelStats, ServedRun, inprocess_arm, served_runs
 from loadtest.report.rounds import (
@@ -361,15 +362,24 @@ def against_previous(results: dict, model: str = TEXT_MODEL) -> tuple[ArmSummary
 
 
 def image_line(results: dict) -> str | None:
-    """One sentence: the shipped image classifier against its previous configuration at c=32."""
+    """One sentence: the shipped image classifier against its previous configuration at c=32, and
+    against the previous file alone where that arm ran."""
     shipped, previous = against_previous(results, IMAGE_MODEL)
     if not shipped or not previous:
         return None
-    return (
+    line = (
         f"The image classifier served {_number(shipped.throughput_per_s, '.1f')} img/s at "
         f"c={TARGET_CONCURRENCY}, its previous configuration {_number(previous.throughput_per_s, '.1f')}: "
-        f"{ratio_text(shipped.throughput_per_s, previous.throughput_per_s)}."
+        f"{ratio_text(shipped.throughput_per_s, previous.throughput_per_s)}"
     )
+    file_alone = ragged_arm(results, TARGET_CONCURRENCY, PREVIOUS_IMAGE_FILE_ARM, IMAGE_MODEL)
+    if file_alone:
+        line += (
+            f"; against the previous file alone behind today's batchers "
+            f"({_number(file_alone.throughput_per_s, '.1f')} img/s): "
+            f"{ratio_text(shipped.throughput_per_s, file_alone.throughput_per_s)}"
+        )
+    return line + "."
 
 
 def ragged_line(results: dict) -> str | None:

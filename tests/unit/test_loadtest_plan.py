@@ -13,6 +13,7 @@ import pytest
 from loadtest.experiments.inprocess import alternating_median_ms, arms_for, run_batches
 from loadtest.experiments.plan import EXPORTED, exported_models
 from loadtest.load.pipelines import EncoderRunner, ExportedModel
+from tritonlocal.repository import parse_config
 
 
 def test_each_runtime_runs_its_text_encoder_before_its_image_encoder() -> None:
@@ -114,8 +115,8 @@ def test_torchscript_runners_each_run_with_their_own_thread_count(tmp_path: Path
         assert pool.submit(threads_after, two).result() == 2
 
 
-@pytest.mark.parametrize(("served", "arms"), [("fp32", 2), ("int8", 3)])
-def test_the_image_arms_serve_the_previous_file_beside_the_shipped_one(
+@pytest.mark.parametrize(("served", "arms"), [("fp32", 3), ("int8", 4)])
+def test_the_image_arms_serve_the_previous_configuration_and_its_file_alone_beside_the_shipped_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, served: str, arms: int
 ) -> None:
     from export import precision
@@ -131,6 +132,27 @@ def test_the_image_arms_serve_the_previous_file_beside_the_shipped_one(
     assert list(found.values())[-1][1] == plan.IMAGE_MODEL  # the shipped classifier, under its own name
     source = Path(__file__).resolve().parents[2] / "model_repository"
     build_repository(source, tmp_path / "served", [v for v, _ in found.values()], total_threads=2)
-    config = (tmp_path / "served" / "efficientnet_lite0_onnx__previous" / "config.pbtxt").read_text()
-    assert str(previous.resolve()) in config
+    served_repository = tmp_path / "served"
+    for clone in ("efficientnet_lite0_onnx__previous", "efficientnet_lite0_onnx__padnodes"):
+        assert str(previous.resolve()) in (served_repository / clone / "config.pbtxt").read_text()
+    # the previous configuration waits as it did then; the file-alone arm batches as shipped
+    delays = {
+        name: parse_config(
+            served_repository / name / "config.pbtxt"
+        ).dynamic_batching.max_queue_delay_microseconds
+        for name in (
+            "efficientnet_lite0_onnx__previous",
+            "image_preprocess__previous",
+            "image_postprocess__previous",
+            "efficientnet_lite0_onnx__padnodes",
+            "efficientnet_lite0_onnx",
+        )
+    }
+    assert delays == {
+        "efficientnet_lite0_onnx__previous": 2000,
+        "image_preprocess__previous": 1000,
+        "image_postprocess__previous": 1000,
+        "efficientnet_lite0_onnx__padnodes": delays["efficientnet_lite0_onnx"],
+        "efficientnet_lite0_onnx": delays["efficientnet_lite0_onnx"],
+    }
     assert (tmp_path / "served" / "efficientnet_lite0_onnx__fp32").is_dir() == (served != "fp32")

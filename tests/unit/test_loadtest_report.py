@@ -535,3 +535,20 @@ def test_cpu_per_request_needs_the_served_models_count_and_pools_rounds() -> Non
     # no per-process record (results from before it) or no request count: nothing to divide
     assert cpu_per_item([run({}, 100, 1.0)]) is None
     assert cpu_per_item([run({"minilm_onnx": 1.0}, 0, 1.0)]) is None
+
+
+def test_the_image_line_also_sets_the_shipped_classifier_against_the_previous_file_alone() -> None:
+    from loadtest.experiments.registry import PREVIOUS_IMAGE_FILE_ARM
+
+    results = recorded_results(served_c32=190.0)
+    results["ragged"] += [
+        _point("ragged", PREVIOUS_IMAGE_FILE_ARM, "image_classifier__padnodes", 32, 56.0, 6.0)
+        for _ in range(2)
+    ]
+    assert findings.image_line(results) == (
+        "The image classifier served 70.0 img/s at c=32, its previous configuration 50.0: 1.40x; against the "
+        "previous file alone behind today's batchers (56.0 img/s): 1.25x."
+    )
+    # the target stays against the previous configuration, not against the file alone
+    verdict = next(v for v in findings.verdicts(results) if v.name.startswith("image"))
+    assert verdict.measured.startswith("1.40x")

@@ -183,3 +183,50 @@ def test_a_built_clone_writes_the_override_into_its_tokenizer(tmp_path: Path) ->
         "text_tokenizer.length_buckets = 8,16"
         in (tmp_path / "repo" / "text_tokenizer__previous" / "config.pbtxt").read_text()
     )
+
+
+def test_a_batcher_override_replaces_the_fields_it_names_and_keeps_the_queue_policy(models: dict) -> None:
+    variant = Variant(
+        model="image_classifier",
+        suffix="__slow",
+        batcher=(
+            ("efficientnet_lite0_onnx", "preferred_batch_size: [16, 32] max_queue_delay_microseconds: 2000"),
+            ("image_preprocess", "max_queue_delay_microseconds: 1000"),
+        ),
+    )
+    encoder = variant_config(models["efficientnet_lite0_onnx"], variant, total_threads=2)
+    plain = variant_config(
+        models["efficientnet_lite0_onnx"], Variant(model="image_classifier"), total_threads=2
+    )
+    assert list(encoder.dynamic_batching.preferred_batch_size) == [16, 32]
+    assert encoder.dynamic_batching.max_queue_delay_microseconds == 2000
+    assert encoder.dynamic_batching.default_queue_policy == plain.dynamic_batching.default_queue_policy
+    preprocess = variant_config(models["image_preprocess"], variant, total_threads=2)
+    original = models["image_preprocess"].config.dynamic_batching
+    assert preprocess.dynamic_batching.max_queue_delay_microseconds == 1000
+    assert list(preprocess.dynamic_batching.preferred_batch_size) == list(original.preferred_batch_size)
+    postprocess = variant_config(models["image_postprocess"], variant, total_threads=2)
+    assert postprocess.dynamic_batching == models["image_postprocess"].config.dynamic_batching
+    assert "image_preprocess batcher: max_queue_delay_microseconds: 1000" in variant.describe()
+
+
+@pytest.mark.parametrize(
+    ("batcher", "message"),
+    [
+        ((("image_preprocess", "max_queue_delay: 1000"),), "not dynamic_batching fields"),
+        ((("image_preprocess", "max_queue_delay_microseconds: 1"),) * 2, "overridden twice"),
+    ],
+)
+def test_invalid_batcher_overrides_are_refused(batcher: tuple, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        Variant(model="image_classifier", suffix="__b", batcher=batcher)
+
+
+def test_a_batcher_override_of_a_model_outside_the_clone_is_refused(tmp_path: Path) -> None:
+    variant = Variant(
+        model="text_embedder",
+        suffix="__bad",
+        batcher=(("image_preprocess", "max_queue_delay_microseconds: 1"),),
+    )
+    with pytest.raises(ValueError, match="image_preprocess, which text_embedder does not call"):
+        build_repository(SOURCE, tmp_path / "repo", [variant], total_threads=2)
