@@ -54,7 +54,7 @@ test-integration: $(EXPORTED) system-tools ## tests against the real server
 bench: $(EXPORTED) ## benchmark, quick mode (~8 min on 2 cores): reports/<run id>/report.md
 	$(PY) -m loadtest.bench --mode quick
 
-bench-full: $(EXPORTED) ## benchmark, full mode (under 30 min)
+bench-full: $(EXPORTED) ## benchmark, full mode (about 45 min on 2 cores)
 	$(PY) -m loadtest.bench --mode full
 
 tune: $(EXPORTED) ## Model Analyzer searches the local CPU configs under a p99 budget (~10 min): reports/tune-<time>/

@@ -2,7 +2,7 @@
 
 Writes ``reports/<run id>/``: ``report.md`` with tables and PNG plots, ``results.json`` (everything
 measured), and ``raw/`` (perf_analyzer CSVs and logs, their input data, Locust CSVs and HTML, server
-statistics, onnxruntime profiles). Quick mode takes about 5 minutes on 2 cores, full mode under 30.
+statistics, onnxruntime profiles). Quick mode takes about 8 minutes on 2 cores, full mode about 45.
 
     python -m loadtest.bench --mode quick
     python -m loadtest.bench --mode full --output reports --run-id my-run
