@@ -16,7 +16,8 @@ their configurations programmatically:
   original under another name);
 - ``batcher=((model, fields), ...)`` replaces fields of a model's ``dynamic_batching`` with ``fields`` in
   Triton's text format, e.g. ``("image_preprocess", "max_queue_delay_microseconds: 1000")``: each field
-  named replaces the model's own, the others stay (as a CPU overlay does, :mod:`tritonlocal.cpu_tuning`).
+  named replaces the model's own, the others stay, as a CPU overlay's do (:mod:`tritonlocal.cpu_tuning`).
+  As in an overlay the queue delay is always set, so ``fields`` must name it (0 included).
 
 Every configuration starts from ``model_repository/`` through :func:`tritonlocal.derive.derive_local_config`
 (the same derivation as build/local_repository), so a variant differs from what is served normally
@@ -82,8 +83,14 @@ class Variant:
         models = [model for model, _ in self.batcher]
         if len(set(models)) != len(models):
             raise ValueError(f"a model's batcher is overridden twice in {self.batcher!r}")
-        for model, _ in self.batcher:
+        for model, fields in self.batcher:
             self.batcher_overlay(model)  # refuses text that is not dynamic_batching fields
+            if "max_queue_delay_microseconds" not in fields:
+                # proto3 cannot tell an absent delay from 0, and the overlay always sets it
+                raise ValueError(
+                    f"batcher override of {model}: {fields!r} must name max_queue_delay_microseconds "
+                    "(0 included), which an override always sets"
+                )
 
     def batcher_overlay(self, model: str) -> ModelConfig | None:
         """``model``'s batcher override as a partial config holding only ``dynamic_batching``."""

@@ -203,13 +203,15 @@ def causes(results: dict) -> list[str]:
         for run in served_runs(results, "batching")
         if run.arm == "batching on" and run.perf.concurrency == TARGET_CONCURRENCY
     ]
-    lines.extend(_cpu_lines(results, on_runs, f"text c={TARGET_CONCURRENCY}, batching on", "text", "req/s"))
+    lines.extend(
+        _cpu_lines(results, on_runs, cores, f"text c={TARGET_CONCURRENCY}, batching on", "text", "req/s")
+    )
     image_runs = [
         run
         for run in served_runs(results, "ragged")
         if run.served_model == IMAGE_MODEL and run.perf.concurrency == TARGET_CONCURRENCY
     ]
-    lines.extend(_cpu_lines(results, image_runs, f"image c={TARGET_CONCURRENCY}", "image", "img/s"))
+    lines.extend(_cpu_lines(results, image_runs, cores, f"image c={TARGET_CONCURRENCY}", "image", "img/s"))
     if used is not None and not lines:  # a record from before the per-process figures
         verdict = "."
         if used / cores > 0.85:
@@ -258,9 +260,10 @@ def causes(results: dict) -> list[str]:
     return lines
 
 
-def _cpu_lines(results: dict, runs: list[ServedRun], what: str, pipeline: str, unit: str) -> list[str]:
+def _cpu_lines(
+    results: dict, runs: list[ServedRun], cores: int, what: str, pipeline: str, unit: str
+) -> list[str]:
     """The CPU per request of ``runs`` by process and the models' rate per core against in-process."""
-    cores = results.get("machine", {}).get("logical_cores") or 1
     cost = cpu_per_item(runs)
     if cost is None:
         return []

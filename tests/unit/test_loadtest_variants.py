@@ -215,6 +215,7 @@ def test_a_batcher_override_replaces_the_fields_it_names_and_keeps_the_queue_pol
     [
         ((("image_preprocess", "max_queue_delay: 1000"),), "not dynamic_batching fields"),
         ((("image_preprocess", "max_queue_delay_microseconds: 1"),) * 2, "overridden twice"),
+        ((("image_preprocess", "preferred_batch_size: [4]"),), "must name max_queue_delay_microseconds"),
     ],
 )
 def test_invalid_batcher_overrides_are_refused(batcher: tuple, message: str) -> None:
