@@ -5,17 +5,20 @@ from __future__ import annotations
 import functools
 import queue
 import re
+import shutil
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
-from tritonlocal import LocalTritonServer
+from tritonlocal import LocalTritonServer, ServerConfig
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,7 +44,7 @@ def _send_concurrently(
     server: LocalTritonServer, model: str, payloads: list[dict[str, np.ndarray]], output: str
 ) -> ConcurrentRun:
     client = grpcclient.InferenceServerClient(server.grpc_url)
-    before = client.get_inference_statistics(model, as_json=True)["model_stats"][0]
+    before = _statistics(client, model)
     requests = [[_grpc_input(name, array) for name, array in payload.items()] for payload in payloads]
     answers: queue.Queue = queue.Queue()
     for index, inputs in enumerate(requests):  # built first: the asynchronous calls go out within ms
@@ -50,9 +53,8 @@ def _send_concurrently(
     for _ in requests:
         index, result, error = answers.get(timeout=60)
         outcomes[index] = error if error is not None else result.as_numpy(output).shape
-    after = client.get_inference_statistics(model, as_json=True)["model_stats"][0]
+    after = _statistics_after(client, model, before, len(requests))
     client.close()
-    # gRPC's JSON leaves out fields that are zero (a model that has not executed yet has no counts).
     executions = int(after.get("execution_count", 0)) - int(before.get("execution_count", 0))
     counts = {int(b["batch_size"]): int(b["compute_infer"]["count"]) for b in before.get("batch_stats", [])}
     batch_sizes = {
@@ -64,6 +66,32 @@ def _send_concurrently(
         executions=executions,
         batch_sizes={size: count for size, count in batch_sizes.items() if count},
     )
+
+
+def _requests_counted(stats: dict) -> int:
+    """Requests in ``stats`` that ran (an error response from the model counts) or were rejected.
+    gRPC's JSON leaves out fields that are zero (a model that has not executed yet has no counts)."""
+    counts = stats.get("inference_stats", {})
+    return sum(int(counts.get(outcome, {}).get("count", 0)) for outcome in ("success", "fail"))
+
+
+def _statistics_after(
+    client: grpcclient.InferenceServerClient, model: str, before: dict, requests: int, timeout_s: float = 10.0
+) -> dict:
+    """``model``'s statistics once they count all ``requests`` sent since ``before``. A backend reports an
+    execution's statistics after it has sent the responses (the Python backend: each request's, then the
+    batch's, in one step), so a client may hold every answer before they are counted."""
+    deadline = time.monotonic() + timeout_s
+    while _requests_counted(_statistics(client, model)) - _requests_counted(before) < requests:
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.01)
+    time.sleep(0.05)  # the batch's statistics follow the requests' within microseconds
+    return _statistics(client, model)
+
+
+def _statistics(client: grpcclient.InferenceServerClient, model: str) -> dict:
+    return client.get_inference_statistics(model, as_json=True)["model_stats"][0]
 
 
 def _grpc_input(name: str, array: np.ndarray) -> grpcclient.InferInput:
@@ -107,3 +135,28 @@ def _wait_for_queue(server: LocalTritonServer, model: str, timeout_s: float = 10
 def wait_for_queue() -> Callable[..., None]:
     """wait(server, model): returns once a request of ``model`` waits in its queue (its instance is busy)."""
     return _wait_for_queue
+
+
+@pytest.fixture
+def held_batch_server(
+    triton_repository: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Callable[[str, int], LocalTritonServer]]:
+    """start(model, requests): a server of its own for ``model`` (copied from the session's repository)
+    whose batcher holds the queue until ``requests`` requests wait in it, then forms its batch.
+
+    Triton's testing switch TRITONSERVER_DELAY_SCHEDULER does the holding, so requests sent together
+    share one execution on any machine. Keeping an instance busy so that they queue up behind it is
+    not enough: with a queue policy, Triton 2.51's batcher learns that an execution finished before the
+    instance is free again, and unless another request arrives it looks again only after 500 ms (the
+    wait in DynamicBatchScheduler::WaitForPayloadSlotAvailable); two such waits took requests past
+    the tokenizer's 1 s queue timeout (docs/failure-modes.md). Stopped at the end of the test."""
+    with ExitStack() as servers:
+
+        def start(model: str, requests: int) -> LocalTritonServer:
+            repository = tmp_path / f"{model}_held_{requests}"
+            shutil.copytree(triton_repository / model, repository / model)  # links followed
+            monkeypatch.setenv("TRITONSERVER_DELAY_SCHEDULER", str(requests))
+            config = ServerConfig(model_repository=repository, exit_timeout_s=2, stop_timeout_s=10)
+            return servers.enter_context(LocalTritonServer(config))
+
+        yield start

@@ -1,7 +1,8 @@
 """The text pipeline's models in a real tritonserver: tokenizer, ragged-batched encoder, the ensembles.
 
 Served by the session's server (the whole repository derived from model_repository/, exported models
-included: `make test` exports first).
+included: `make test` exports first). The test of a bad request inside a batch serves text_tokenizer on a
+server of its own that holds the batcher until the whole batch is queued (the held_batch_server fixture).
 """
 
 from __future__ import annotations
@@ -68,32 +69,19 @@ def test_tokenizer_truncates_long_text_and_maps_empty_text_to_cls_sep(text_serve
 
 
 def test_invalid_utf8_request_fails_alone_among_concurrent_good_ones(
-    text_server: LocalTritonServer, send_concurrently, wait_for_queue
+    held_batch_server, send_concurrently
 ) -> None:
-    texts = [f"Sentence number {i} about batching.".encode() for i in range(15)]
-    payloads = [[text] for text in texts]
+    payloads = [[f"Sentence number {i} about batching.".encode()] for i in range(15)]
     bad = 8
     payloads.insert(bad, [b"caf\xc3\xa9 au lait \xff\xfe"])
-    # Two requests of 64 long texts keep the single instance busy: once one of them waits in the queue,
-    # the other is executing, so the 16 sent then (over gRPC, within milliseconds) queue up behind them
-    # and are batched together, the bad one among them. The two go from threads: the HTTP client blocks.
-    # Each takes about 25 ms on a quiet machine. The 16 wait behind both, and the tokenizer's queue
-    # policy rejects a request that waits over 1 s (a client may shorten that, never lengthen it), so
-    # the busy work stays far below it: 1,000-word texts (65 ms each) once timed the 16 out, on a machine
-    # running at least 7 times slower than usual.
-    busy_texts = [" ".join(["word"] * 400).encode()] * 64
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        busy = [pool.submit(_tokenize, text_server.http_url, busy_texts) for _ in range(2)]
-        wait_for_queue(text_server, "text_tokenizer")
-        inputs = [{"TEXT": np.array([items], dtype=np.object_)} for items in payloads]
-        run = send_concurrently(text_server, "text_tokenizer", inputs, "INPUT_IDS")
-        assert [request.result().as_numpy("INPUT_IDS").shape for request in busy] == [(64, MAX_LENGTH)] * 2
+    server = held_batch_server("text_tokenizer", len(payloads))  # all 16 in one execution
+    inputs = [{"TEXT": np.array([items], dtype=np.object_)} for items in payloads]
+    run = send_concurrently(server, "text_tokenizer", inputs, "INPUT_IDS")
+    assert run.batch_sizes == {len(payloads): 1}, run.describe()  # the bad one among them
     assert run.failures == [bad], run.describe()
     assert "TEXT: not valid UTF-8 at byte 14" in str(run.outcomes[bad])
     # [CLS] sentence number N about batch ##ing . [SEP]
     assert all(run.outcomes[i] == (1, 9) for i in range(len(payloads)) if i != bad), run.describe()
-    # The 16 requests, the bad one included, ran as one execution of 16 rows.
-    assert run.batch_sizes.get(len(payloads)) == 1, f"executions by batch size: {run.batch_sizes}"
 
 
 @pytest.mark.parametrize(
