@@ -37,6 +37,10 @@ _LOAD_FAILURE = re.compile(r"failed to load '([^']+)'(?:(?!\\n)[^\n\"])*")
 _ADDRESS_IN_USE = re.compile(
     r".*(already in use|Address in use|Failed to listen|failed to start \w+ service).*", re.I
 )
+# A Python-backend stub that cannot start ("Python model file not found in '<repo>/<model>/1/model.py'")
+# exits, and Triton 2.51 then waits on it for minutes instead of failing the model's load.
+_STUB_FAILURE = re.compile(r"Failed to preinitialize Python stub: [^\n]*")
+_STUB_MODEL = re.compile(r"'[^']*/([^/']+)/\d+/[^/']*'")
 _POLL_INTERVAL_S = 0.1
 _PORT_FLAGS = {"http_port": "--http-port", "grpc_port": "--grpc-port", "metrics_port": "--metrics-port"}
 
@@ -230,6 +234,8 @@ class LocalTritonServer(proc.Service):
                 raise self._start_failure(f"tritonserver exited with code {self._process.returncode}")
             if _http_ok(url):
                 return
+            if _STUB_FAILURE.search(self._log_text()):
+                raise self._start_failure("a Python-backend stub could not start")
             time.sleep(_POLL_INTERVAL_S)
         raise ServerStartError(
             f"tritonserver was not ready after {self.config.startup_timeout_s:.0f} s "
@@ -239,7 +245,7 @@ class LocalTritonServer(proc.Service):
 
     def _load_failures(self) -> dict[str, str]:
         """Model name -> the server's "failed to load" lines for it, for each model that did not load."""
-        log = self.log_path.read_text(errors="replace") if self.log_path else ""
+        log = self._log_text()
         failed: dict[str, list[str]] = {}
         for line in _failure_lines(log):
             match = _LOAD_FAILURE.match(line)
@@ -247,12 +253,19 @@ class LocalTritonServer(proc.Service):
                 failed.setdefault(match.group(1), []).append(line)
         return {name: "; ".join(lines) for name, lines in sorted(failed.items())}
 
+    def _log_text(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path and self.log_path.exists() else ""
+
     def _start_failure(self, headline: str) -> TritonLocalError:
-        log = self.log_path.read_text(errors="replace") if self.log_path else ""
+        log = self._log_text()
         tail = self.log_tail()
-        failures = _failure_lines(log)
+        stubs = [m.group(0).strip() for m in _STUB_FAILURE.finditer(log)]
+        failures = _failure_lines(log) + list(dict.fromkeys(stubs))
         if failures:
-            names = sorted({m.group(1) for m in _LOAD_FAILURE.finditer(log)})
+            names = sorted(
+                {m.group(1) for m in _LOAD_FAILURE.finditer(log)}
+                | {m.group(1) if m else "(unnamed)" for m in map(_STUB_MODEL.search, stubs)}
+            )
             return ModelLoadError(
                 f"{headline}: model(s) {', '.join(names)} failed to load:\n  " + "\n  ".join(failures),
                 error_lines=failures,

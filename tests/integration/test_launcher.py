@@ -136,6 +136,21 @@ def test_a_model_that_fails_to_load_is_reported_with_the_servers_error_line(smal
     assert not server.is_running()
 
 
+def test_a_python_model_without_its_model_file_is_reported_without_waiting_out_the_start_timeout(
+    small_repository: Path,
+) -> None:
+    # Its stub exits at once, and Triton then waits on it for minutes rather than failing the load.
+    (small_repository / MODEL / "1" / "model.py").unlink()
+    config = ServerConfig(model_repository=small_repository, exit_timeout_s=2, startup_timeout_s=120)
+    server = LocalTritonServer(config)
+    started = time.monotonic()
+    with pytest.raises(ModelLoadError, match=rf"model\(s\) {MODEL} failed to load") as failure:
+        server.start()
+    assert time.monotonic() - started < 60  # generous: it takes about a second
+    assert any("Python model file not found" in line for line in failure.value.error_lines)
+    assert not server.is_running()
+
+
 def test_stop_leaves_no_server_or_stub_process(small_repository: Path) -> None:
     server = LocalTritonServer(ServerConfig(model_repository=small_repository)).start()
     pid = server.pid
