@@ -229,12 +229,14 @@ class LocalTritonServer(proc.Service):
         assert self._process is not None
         deadline = time.monotonic() + self.config.startup_timeout_s
         url = f"http://{self.http_url}/v2/health/ready"
+        scanned = 0  # bytes of the log already searched for a stub that could not start
         while time.monotonic() < deadline:
             if self._process.poll() is not None:
                 raise self._start_failure(f"tritonserver exited with code {self._process.returncode}")
             if _http_ok(url):
                 return
-            if _STUB_FAILURE.search(self._log_text()):
+            scanned, stub_failed = _scan_for_stub_failure(self.log_path, scanned)
+            if stub_failed:
                 raise self._start_failure("a Python-backend stub could not start")
             time.sleep(_POLL_INTERVAL_S)
         raise ServerStartError(
@@ -275,6 +277,18 @@ class LocalTritonServer(proc.Service):
         if in_use:
             return PortInUseError(f"{headline}: a port was already in use:\n  " + "\n  ".join(in_use))
         return ServerStartError(headline, log_tail=tail)
+
+
+def _scan_for_stub_failure(path: Path | None, offset: int) -> tuple[int, bool]:
+    """Search the whole lines the log has gained since ``offset`` for a stub that could not start.
+    Returns where the next search starts (after the last whole line) and whether one was found."""
+    if path is None or not path.exists():
+        return offset, False
+    with path.open("rb") as log:
+        log.seek(offset)
+        new = log.read()
+    whole = new[: new.rfind(b"\n") + 1]
+    return offset + len(whole), bool(_STUB_FAILURE.search(whole.decode(errors="replace")))
 
 
 def _failure_lines(log: str) -> list[str]:
