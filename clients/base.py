@@ -88,6 +88,7 @@ class ClientBase:
     health = Method(ops.health)
     models = Method(ops.models)
     statistics = Method(ops.statistics)
+    statistics_since = Method(ops.statistics_since)
     all_statistics = Method(ops.all_statistics)
     signature = Method(ops.signature)
     infer = Method(ops.infer)

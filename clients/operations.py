@@ -12,6 +12,7 @@ clients.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -51,6 +52,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
 Decode = Callable[[dict[str, np.ndarray]], list[Any]]
+
+
+STATISTICS_POLL_S = 0.02
 
 
 @dataclass(frozen=True)
@@ -109,6 +113,32 @@ def statistics(client: ClientBase, model: str, *, timeout_s: float | None = None
     if not entries:
         raise RequestError("the server returned no statistics", model=model)
     return max(entries, key=lambda s: int(s.version) if s.version.isdigit() else -1)
+
+
+def statistics_since(
+    client: ClientBase,
+    earlier: ModelStatistics,
+    *,
+    requests: int,
+    wait_s: float = 10.0,
+    timeout_s: float | None = None,
+) -> Task[ModelStatistics]:
+    """What the server counted for ``earlier``'s model since that snapshot, once it counts ``requests``.
+
+    A backend reports an execution's statistics just after it sends the responses, so a client holding
+    every answer may read counters that do not include them yet. This reads until the difference
+    counts at least ``requests`` requests (rejected and failed ones included) and then until one more
+    read, 20 ms later, shows nothing new, or for ``wait_s`` at most: it then returns what it has.
+    """
+    deadline = time.monotonic() + wait_s
+    delta = (yield from statistics(client, earlier.model, timeout_s=timeout_s)).since(earlier)
+    while time.monotonic() < deadline:
+        yield Pause(STATISTICS_POLL_S)
+        latest = (yield from statistics(client, earlier.model, timeout_s=timeout_s)).since(earlier)
+        if latest == delta and delta.requests >= requests:
+            break
+        delta = latest
+    return delta
 
 
 def all_statistics(client: ClientBase, *, timeout_s: float | None = None) -> Task[list[ModelStatistics]]:

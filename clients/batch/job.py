@@ -115,7 +115,8 @@ async def run_job(inputs: Sequence[BatchInput], output: Path, config: JobConfig)
 
             await asyncio.gather(*(worker() for _ in range(min(config.in_flight, len(pending)))))
         summary.elapsed_s = time.perf_counter() - started
-        summary.server = _deltas(before, await _snapshot(client))
+        counted = (before[model], summary.ok) if before is not None and model in before else None
+        summary.server = _deltas(before, await _snapshot(client, counted))
     return summary
 
 
@@ -146,8 +147,14 @@ def _default_model(inputs: Sequence[BatchInput]) -> str:
     return "image_classifier" if kinds == {"image"} else "text_embedder"
 
 
-async def _snapshot(client: AsyncTritonClient) -> dict[str, ModelStatistics] | None:
+async def _snapshot(
+    client: AsyncTritonClient, counted: tuple[ModelStatistics, int] | None = None
+) -> dict[str, ModelStatistics] | None:
+    """Every model's statistics; with ``counted`` (the job model's first snapshot and the requests answered
+    since), once the server has counted those requests: it counts an execution after sending its answers."""
     try:
+        if counted is not None:
+            await client.statistics_since(counted[0], requests=counted[1])
         return {s.model: s for s in await client.all_statistics()}
     except ClientError as e:
         logger.warning("server statistics unavailable (%s); no batching summary", e)

@@ -18,6 +18,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
+from clients import TritonClient
 from tritonlocal import LocalTritonServer, ServerConfig
 
 
@@ -43,55 +44,20 @@ class ConcurrentRun:
 def _send_concurrently(
     server: LocalTritonServer, model: str, payloads: list[dict[str, np.ndarray]], output: str
 ) -> ConcurrentRun:
-    client = grpcclient.InferenceServerClient(server.grpc_url)
-    before = _statistics(client, model)
     requests = [[_grpc_input(name, array) for name, array in payload.items()] for payload in payloads]
-    answers: queue.Queue = queue.Queue()
-    for index, inputs in enumerate(requests):  # built first: the asynchronous calls go out within ms
-        client.async_infer(model, inputs, functools.partial(_collect, answers, index))
-    outcomes: list = [None] * len(requests)
-    for _ in requests:
-        index, result, error = answers.get(timeout=60)
-        outcomes[index] = error if error is not None else result.as_numpy(output).shape
-    after = _statistics_after(client, model, before, len(requests))
-    client.close()
-    executions = int(after.get("execution_count", 0)) - int(before.get("execution_count", 0))
-    counts = {int(b["batch_size"]): int(b["compute_infer"]["count"]) for b in before.get("batch_stats", [])}
-    batch_sizes = {
-        int(b["batch_size"]): int(b["compute_infer"]["count"]) - counts.get(int(b["batch_size"]), 0)
-        for b in after.get("batch_stats", [])
-    }
-    return ConcurrentRun(
-        outcomes=outcomes,
-        executions=executions,
-        batch_sizes={size: count for size, count in batch_sizes.items() if count},
-    )
-
-
-def _requests_counted(stats: dict) -> int:
-    """Requests in ``stats`` that ran (an error response from the model counts) or were rejected.
-    gRPC's JSON leaves out fields that are zero (a model that has not executed yet has no counts)."""
-    counts = stats.get("inference_stats", {})
-    return sum(int(counts.get(outcome, {}).get("count", 0)) for outcome in ("success", "fail"))
-
-
-def _statistics_after(
-    client: grpcclient.InferenceServerClient, model: str, before: dict, requests: int, timeout_s: float = 10.0
-) -> dict:
-    """``model``'s statistics once they count all ``requests`` sent since ``before``. A backend reports an
-    execution's statistics after it has sent the responses (the Python backend: each request's, then the
-    batch's, in one step), so a client may hold every answer before they are counted."""
-    deadline = time.monotonic() + timeout_s
-    while _requests_counted(_statistics(client, model)) - _requests_counted(before) < requests:
-        if time.monotonic() > deadline:
-            break
-        time.sleep(0.01)
-    time.sleep(0.05)  # the batch's statistics follow the requests' within microseconds
-    return _statistics(client, model)
-
-
-def _statistics(client: grpcclient.InferenceServerClient, model: str) -> dict:
-    return client.get_inference_statistics(model, as_json=True)["model_stats"][0]
+    with TritonClient(f"grpc://{server.grpc_url}") as stats:
+        before = stats.statistics(model)
+        client = grpcclient.InferenceServerClient(server.grpc_url)
+        answers: queue.Queue = queue.Queue()
+        for index, inputs in enumerate(requests):  # built first: the asynchronous calls go out within ms
+            client.async_infer(model, inputs, functools.partial(_collect, answers, index))
+        outcomes: list = [None] * len(requests)
+        for _ in requests:
+            index, result, error = answers.get(timeout=60)
+            outcomes[index] = error if error is not None else result.as_numpy(output).shape
+        client.close()
+        delta = stats.statistics_since(before, requests=len(requests))
+    return ConcurrentRun(outcomes=outcomes, executions=delta.executions, batch_sizes=delta.batch_executions)
 
 
 def _grpc_input(name: str, array: np.ndarray) -> grpcclient.InferInput:

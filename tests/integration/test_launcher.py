@@ -18,6 +18,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
+from clients import TritonClient
 from tritonlocal import LocalTritonServer, ModelLoadError, PortInUseError, RepositoryError, ServerConfig
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -72,7 +73,8 @@ def test_a_bad_request_fails_alone_with_a_message_naming_the_input(triton_server
 
 
 def test_concurrent_requests_are_batched_into_fewer_executions(triton_server: LocalTritonServer) -> None:
-    before = _stats(httpclient.InferenceServerClient(triton_server.http_url))
+    with TritonClient(f"http://{triton_server.http_url}") as stats:
+        before = stats.statistics(MODEL)
 
     def one_request(seed: int) -> tuple[int, np.ndarray]:
         _, norm = _infer_http(triton_server.http_url, _vectors(1, seed=seed))
@@ -83,20 +85,11 @@ def test_concurrent_requests_are_batched_into_fewer_executions(triton_server: Lo
     for seed, norm in results:  # each response belongs to its own request
         expected = np.linalg.norm(_vectors(1, seed=seed), axis=1, keepdims=True)
         np.testing.assert_allclose(norm, expected, rtol=1e-5)
-    after = _stats(httpclient.InferenceServerClient(triton_server.http_url))
-    inferences = after["inference_count"] - before["inference_count"]
-    executions = after["execution_count"] - before["execution_count"]
-    print(f"96 requests at concurrency 32: {inferences} inferences in {executions} executions")
-    assert inferences == 96
-    assert executions < inferences, "the dynamic batcher formed no batch"
-
-
-def _stats(client: httpclient.InferenceServerClient) -> dict[str, int]:
-    stats = client.get_inference_statistics(MODEL)["model_stats"][0]
-    return {
-        "inference_count": int(stats["inference_count"]),
-        "execution_count": int(stats["execution_count"]),
-    }
+    with TritonClient(f"http://{triton_server.http_url}") as stats:
+        delta = stats.statistics_since(before, requests=len(results))
+    print(f"96 requests at concurrency 32: {delta.inferences} inferences in {delta.executions} executions")
+    assert delta.inferences == 96
+    assert delta.executions < delta.inferences, "the dynamic batcher formed no batch"
 
 
 def test_a_port_in_use_is_reported_before_the_server_starts(small_repository: Path) -> None:

@@ -27,6 +27,7 @@ import psutil
 import pytest
 import tritonclient.http as httpclient
 
+from clients import TritonClient
 from tritonlocal import LocalTritonServer, ServerConfig
 from tritonlocal.monitoring import (
     SUMMARY_FLAG,
@@ -77,13 +78,6 @@ def _one_request(url: str, seed: int) -> float:
     return float(norm[0, 0])
 
 
-def _statistics(server: LocalTritonServer) -> tuple[int, int]:
-    stats = httpclient.InferenceServerClient(server.http_url).get_inference_statistics(MODEL)["model_stats"][
-        0
-    ]
-    return int(stats["inference_count"]), int(stats["execution_count"])
-
-
 def _metrics_text(server: LocalTritonServer) -> str | None:
     """The metrics page, or None while the metrics port is not listening yet (it can lag readiness)."""
     try:
@@ -117,15 +111,18 @@ def test_recorded_average_batch_size_matches_the_statistics_api(
     server: LocalTritonServer, prometheus: LocalPrometheus
 ) -> None:
     selector = f'nv_inference_count{{model="{MODEL}"}}'
-    before_inferences, before_executions = _statistics(server)
+    with TritonClient(f"http://{server.http_url}") as stats:
+        before = stats.statistics(MODEL)
+    before_inferences = before.inferences
     # A sample taken before the load, so that the rule's 1 m window spans the whole load.
     _wait_for(lambda: prometheus.query(selector).get(MODEL) == before_inferences, 20, "a pre-load scrape")
 
     with ThreadPoolExecutor(max_workers=CONCURRENCY) as pool:
         list(pool.map(lambda seed: _one_request(server.http_url, seed), range(REQUESTS)))
-    after_inferences, after_executions = _statistics(server)
-    inferences, executions = after_inferences - before_inferences, after_executions - before_executions
-    expected = inferences / executions
+    with TritonClient(f"http://{server.http_url}") as stats:
+        delta = stats.statistics_since(before, requests=REQUESTS)
+    inferences, executions = delta.inferences, delta.executions
+    after_inferences, expected = before_inferences + inferences, delta.average_batch_size
 
     # The post-load scrape, then a rule evaluation after it.
     _wait_for(lambda: prometheus.query(selector).get(MODEL) == after_inferences, 20, "the post-load scrape")

@@ -18,6 +18,7 @@ from clients import (
     TritonClient,
 )
 from clients.errors import RestrictedApiError
+from clients.stats import parse_statistics
 from clients.transport import Call
 
 METADATA = {
@@ -129,3 +130,46 @@ def test_a_batch_refused_for_bad_input_is_retried_item_by_item_from_within_the_p
     texts = [f"text {i}" for i in range(19)]  # every batch is refused, every single text is answered
     vectors = call_client(FakeServer(invalid_from_row=2), "embed", texts, "embedder", per_request=False)
     assert vectors.shape == (19, 3) and set(vectors[:, 0]) == {1.0}
+
+
+def _counters(requests: int, executions: int) -> dict[str, Any]:
+    stats = {"success": {"count": requests, "ns": 1000 * requests}}
+    return {
+        "model_stats": [
+            {
+                "name": "embedder",
+                "version": "1",
+                "inference_count": requests,
+                "execution_count": executions,
+                "inference_stats": stats,
+            }
+        ]
+    }
+
+
+class CountingLateServer(FakeServer):
+    """Statistics that count the answered requests a few reads late: first the requests, then the batch."""
+
+    def __init__(self, reads: list[tuple[int, int]]) -> None:
+        super().__init__()
+        self.reads = reads
+
+    def answer(self, call: Call) -> Any:
+        if call.op.method != "get_inference_statistics":
+            return super().answer(call)
+        self.calls.append(call.op.method)
+        return _counters(*self.reads[min(len(self.calls) - 1, len(self.reads) - 1)])
+
+
+def test_statistics_since_waits_until_the_requests_are_counted_and_settled(call_client: Callable) -> None:
+    before = parse_statistics(_counters(10, 5))[0]
+    server = CountingLateServer([(10, 5), (10, 5), (13, 5), (13, 6), (13, 6)])
+    delta = call_client(server, "statistics_since", before, requests=3)
+    assert (delta.requests, delta.executions) == (3, 1)
+    assert len(server.calls) == 5, "read until two reads in a row agree"
+
+
+def test_statistics_since_returns_what_it_has_once_its_wait_is_over(call_client: Callable) -> None:
+    before = parse_statistics(_counters(10, 5))[0]
+    delta = call_client(CountingLateServer([(11, 6)]), "statistics_since", before, requests=3, wait_s=0.1)
+    assert (delta.requests, delta.executions) == (1, 1)
