@@ -21,6 +21,7 @@ import pytest
 import tritonclient.http as httpclient
 
 from clients import RetryPolicy, TritonClient
+from tritonlocal import LocalTritonServer
 from tritonlocal.replicas import LocalReplicaSet, ReplicaSetConfig, find_nginx
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -70,9 +71,22 @@ def _client_for(protocol: str, url: str) -> Callable[[int], bool]:
     return send
 
 
-def _inference_count(url: str) -> int:
-    stats = httpclient.InferenceServerClient(url).get_inference_statistics(MODEL)["model_stats"][0]
-    return int(stats["inference_count"])
+def _inference_counts(servers: list[LocalTritonServer], until: int = 0, wait_s: float = 10.0) -> list[int]:
+    """Each server's inference count, read until they add up to ``until`` (or ``wait_s`` is over): a
+    server counts an execution just after it has sent the answers."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        counts = [
+            int(
+                httpclient.InferenceServerClient(s.http_url).get_inference_statistics(MODEL)["model_stats"][
+                    0
+                ]["inference_count"]
+            )
+            for s in servers
+        ]
+        if sum(counts) >= until or time.monotonic() > deadline:
+            return counts
+        time.sleep(0.02)
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
@@ -80,7 +94,7 @@ def test_load_through_nginx_reaches_every_replica(replica_set: LocalReplicaSet, 
     send = _client_for(protocol, replica_set.http_url if protocol == "http" else replica_set.grpc_url)
     with ThreadPoolExecutor(max_workers=8) as pool:
         answers = list(pool.map(send, range(200)))
-    per_replica = [_inference_count(server.http_url) for server in replica_set.servers]
+    per_replica = _inference_counts(replica_set.servers, until=200)
     print(f"\n{protocol}: 200 requests through nginx, per replica {per_replica}")
     assert all(answers)
     assert sum(per_replica) == 200
@@ -127,7 +141,7 @@ def test_losing_a_replica_mid_load_loses_no_acknowledged_request(
         list(pool.map(paced, range(total)))
     ended = time.monotonic()
     stopper.join(timeout=60)
-    survivor = _inference_count(replica_set.servers[1].http_url)
+    (survivor,) = _inference_counts(replica_set.servers[1:])
     print(
         f"\n{protocol}/{mode}: sent {total}, correct {outcomes['correct']}, wrong {outcomes['wrong']}, "
         f"failed {outcomes['failed']}; load {ended - began:.1f} s; replica 0 stopping at "
@@ -164,7 +178,7 @@ def test_a_body_over_the_limit_is_refused_by_the_proxy_with_413(replica_set: Loc
     response = connection.getresponse()
     assert response.status == 413, response.read()[:200]
     connection.close()
-    assert sum(_inference_count(server.http_url) for server in replica_set.servers) == 0
+    assert sum(_inference_counts(replica_set.servers)) == 0
     # A body at the limit passes the proxy and reaches the server, which judges its content (Triton
     # answers an empty JSON object with its own parse error).
     at_limit = http.client.HTTPConnection(host, int(port), timeout=60)

