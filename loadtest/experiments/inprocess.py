@@ -2,15 +2,17 @@
 
 Text: the shuffled corpus in arrival order (and, as the best case, sorted by length), cut into
 consecutive batches of B sentences, each batch tokenised into one ragged batch (what the encoder
-receives when B requests share an execution), encoded and pooled inside the exported graph. Images:
+receives when B requests share an execution), encoded and pooled inside the exported graph. A third
+text order repeats one sentence of the corpus's mean token count, so that every batch is of one
+length: what batching buys the file when nothing is ragged, the control for the two others. Images:
 distinct photograph variants, B per batch, preprocessed with the served code, classified, softmax +
 top-k. Two layouts (:class:`Arm`): one pipeline using every core's thread, and one single-thread
 pipeline per core taking batches from one queue, as the local configs run one instance per core. Each
 arm and batch size is measured in ``rounds`` rounds interleaved with the others (this machine is noisy)
 after one warm-up batch per size; the median round is reported.
 
-:func:`batch_cost` is experiment 6 in-process: the forward pass alone on the same real input repeated
-to a batch of 1 and of 32 (one length, so the batch's shape plays no part), median of ``repeats`` runs.
+:func:`batch_cost` is experiment 6 in-process: the forward pass alone on a batch of 1 and of 32 of one
+shape (corpus sentences of its most common length; a photograph repeated), median of ``repeats`` runs.
 """
 
 from __future__ import annotations
@@ -19,9 +21,11 @@ import functools
 import logging
 import statistics
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -40,6 +44,10 @@ from loadtest.load.pipelines import (
 logger = logging.getLogger(__name__)
 
 
+ARRIVAL, LENGTH_SORTED, ONE_LENGTH = "arrival", "length-sorted", "one length"
+TEXT_ORDERS = (LENGTH_SORTED, ONE_LENGTH)
+
+
 @dataclass(kw_only=True)
 class InProcessPoint:
     """One arm and batch size: ``items`` inputs cut into batches of ``batch_size``, items/s and ms per
@@ -49,7 +57,7 @@ class InProcessPoint:
     model: str
     runtime: str
     layout: str  # "1 x 2 threads": one pipeline with every thread; "2 x 1 thread": one per core, as served
-    order: str  # "arrival" or "length-sorted" (text)
+    order: str  # "arrival", or for text "length-sorted" or "one length" (a sentence of mean length repeated)
     batch_size: int
     items: int
     items_per_s: float
@@ -60,11 +68,12 @@ class InProcessPoint:
 @dataclass(frozen=True)
 class Arm:
     """How the in-process limit runs: ``workers`` pipelines of ``threads`` threads each take batches
-    from one queue; the inputs in arrival order or, for text, sorted by length first."""
+    from one queue; the inputs in arrival order or, for text, sorted by length first, or every one the
+    one sentence of the corpus's mean length."""
 
     workers: int
     threads: int
-    order: str = "arrival"
+    order: str = ARRIVAL
 
     @property
     def layout(self) -> str:
@@ -73,12 +82,13 @@ class Arm:
 
 def arms_for(pipeline: str, cores: int) -> list[Arm]:
     """One pipeline with every core's thread, and one single-thread pipeline per core (the local configs'
-    layout: one instance per core); text also length-sorted in the served layout, the best case."""
+    layout: one instance per core); text also length-sorted in the served layout, the best case, and in
+    one length, the control."""
     arms = [Arm(workers=1, threads=cores)]
     if cores > 1:
         arms.append(Arm(workers=cores, threads=1))
     if pipeline == "text":
-        arms.append(replace(arms[-1], order="length-sorted"))
+        arms.extend(replace(arms[-1], order=order) for order in (LENGTH_SORTED, ONE_LENGTH))
     return arms
 
 
@@ -110,19 +120,19 @@ def measure(
     arm; every arm and size is measured once per round, interleaved."""
     inputs = _inputs(encoder, items)
     runners = {arm: _runners(encoder, arm) for arm in arms}
-    ordered = {arm: _ordered(encoder, inputs, arm.order) for arm in arms}
+    arranged = {arm: ordered(encoder, inputs, arm.order) for arm in arms}
     cells = [(arm, size) for arm in arms for size in batch_sizes]
     with ThreadPoolExecutor(max_workers=max(arm.workers for arm in arms)) as pool:
 
         def run(arm: Arm, size: int) -> float:
-            batches = [ordered[arm][i : i + size] for i in range(0, len(inputs), size)]
+            batches = [arranged[arm][i : i + size] for i in range(0, len(inputs), size)]
             started = time.perf_counter()
             run_batches(runners[arm], batches, pool)
             return time.perf_counter() - started
 
         for arm, size in cells:  # warm-up: allocators, and torch.jit's first specialisations
             for runner in runners[arm]:
-                runner(ordered[arm][:size])
+                runner(arranged[arm][:size])
         seconds: dict[tuple[Arm, int], list[float]] = {cell: [] for cell in cells}
         for _ in range(rounds):
             for cell in cells:
@@ -192,13 +202,19 @@ def _inputs(encoder: ExportedModel, items: int) -> list[Any]:
     return payloads.image_variants(items, seed=11)
 
 
-def _ordered(encoder: ExportedModel, inputs: list[Any], order: str) -> list[Any]:
-    if order == "arrival":
+def ordered(encoder: ExportedModel, inputs: list[Any], order: str) -> list[Any]:
+    """``inputs`` in the arm's order: as they came, by token count, or a mean-length sentence repeated."""
+    if order == ARRIVAL:
         return inputs
-    if order != "length-sorted" or encoder.pipeline != "text":
-        raise ValueError(f"order {order!r} is not one of arrival, length-sorted (text)")
+    if order not in TEXT_ORDERS or encoder.pipeline != "text":
+        raise ValueError(f"order {order!r} is not one of {ARRIVAL}, {', '.join(TEXT_ORDERS)} (text)")
     lengths = TextTokenizer(encoder.repository).lengths(inputs)
-    return [text for _, text in sorted(zip(lengths, inputs, strict=True), key=lambda pair: pair[0])]
+    by_length = [text for _, text in sorted(zip(lengths, inputs, strict=True), key=lambda pair: pair[0])]
+    if order == ONE_LENGTH:  # as many tokens per sentence as the traffic has on average
+        mean = sum(lengths) / len(lengths)
+        nearest = min(range(len(inputs)), key=lambda i: abs(lengths[i] - mean))
+        return [inputs[nearest]] * len(inputs)
+    return by_length
 
 
 def alternating_median_ms(calls: Mapping[int, Callable[[], object]], repeats: int) -> dict[int, float]:
@@ -215,16 +231,29 @@ def alternating_median_ms(calls: Mapping[int, Callable[[], object]], repeats: in
     return {key: statistics.median(values) for key, values in samples_ms.items()}
 
 
+def same_length_texts(repository: Path, count: int = max(BATCH_COST_SIZES)) -> list[str]:
+    """``count`` corpus sentences of its most common token count (distinct while there are enough), so
+    that a batch of them has one shape: experiment 6's text, in-process and served alike."""
+    texts = samples.sentences()
+    lengths = TextTokenizer(repository).lengths(texts)
+    common = Counter(lengths).most_common(1)[0][0]
+    same = [text for text, length in zip(texts, lengths, strict=True) if length == common]
+    return [same[i % len(same)] for i in range(count)]
+
+
 def batch_cost(encoder: ExportedModel, *, repeats: int) -> BatchCost:
-    """Forward pass only: one real input repeated to batch 1 and 32 (same shape), median ms per call."""
+    """Forward pass only: a batch of 1 and of 32 of one shape (text: sentences of the corpus's most common
+    length; images: one photograph repeated), median ms per call."""
     runner = EncoderRunner(encoder.file, runtime=encoder.runtime, threads=encoder.threads)
+    batches: dict[int, tuple[np.ndarray, ...]]
     if encoder.pipeline == "text":
-        tokens = TextTokenizer(encoder.repository)([samples.sentences()[0]])
-        inputs = list(tokens.arrays)  # a ragged batch: ids back to back, lengths
+        tokenize = TextTokenizer(encoder.repository)
+        texts = same_length_texts(encoder.repository)
+        batches = {size: tokenize(texts[:size]).arrays for size in BATCH_COST_SIZES}  # ids, lengths
     else:
-        inputs = [ImagePreprocessor(encoder.repository)([samples.photographs()[0]]).astype(np.float32)]
-    repeat = np.tile if encoder.pipeline == "text" else lambda a, n: np.repeat(a, n, axis=0)
-    calls = {size: functools.partial(runner, *[repeat(a, size) for a in inputs]) for size in BATCH_COST_SIZES}
+        image = ImagePreprocessor(encoder.repository)([samples.photographs()[0]]).astype(np.float32)
+        batches = {size: (np.repeat(image, size, axis=0),) for size in BATCH_COST_SIZES}
+    calls = {size: functools.partial(runner, *arrays) for size, arrays in batches.items()}
     timings = alternating_median_ms(calls, repeats)
     return BatchCost(
         model=encoder.model,

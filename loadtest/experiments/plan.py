@@ -7,7 +7,6 @@ A stage returns a JSON-ready dict merged into results.json; which experiment run
 from __future__ import annotations
 
 import logging
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -312,12 +311,7 @@ def _attempt(result: dict, key: str, run: Callable[[], object]) -> None:
 
 
 def _served_batch_costs(plan: Plan, url: str, source: Path) -> list[dict]:
-    from loadtest.load.pipelines import TextTokenizer
-
-    lengths = dict(zip(samples.sentences(), TextTokenizer(source).lengths(samples.sentences()), strict=True))
-    common = Counter(lengths.values()).most_common(1)[0][0]  # one length, so the shape plays no part
-    same_length = [t for t, length in lengths.items() if length == common]
-    texts = [same_length[i % len(same_length)] for i in range(32)]
+    texts = inprocess.same_length_texts(source)  # one length, so the shape plays no part
     images = [samples.photographs()[0]] * 32
     costs = []
     for model, kind, items in ((TEXT_MODEL, "text", texts), (IMAGE_MODEL, "image", images)):

@@ -229,9 +229,11 @@ def _inprocess(r: dict, folder: Path) -> str:
         experiment("inprocess").heading
         + "\n\nThe exported files run in this process without a server (tokenise/"
         "preprocess, forward, pool/top-k), batches cut from the arrival order (text also sorted by "
-        "length, the best case). Layout: one pipeline with a thread per core, or one single-thread "
-        "pipeline per core taking batches from one queue (as the local configs run one instance per "
-        "core).\n\n"
+        "length, the best case, and as a control `one length`: a sentence of the corpus's mean length "
+        "repeated, so that nothing is ragged or padded; it is not traffic the service gets and never "
+        "the in-process figure of a target). Layout: one pipeline with a thread per core, or one "
+        "single-thread pipeline per core taking batches from one queue (as the local configs run one "
+        "instance per core).\n\n"
         + table(
             ("pipeline", "model", "runtime", "layout", "order", "batch", "items", "items/s", "ms per batch"),
             rows,
@@ -255,7 +257,8 @@ def _batch_costs(r: dict) -> str:
         if c["ms_batch_1"]
     ]
     return (
-        experiment("batchcost").heading + "\n\nSame input repeated (one shape). Published "
+        experiment("batchcost").heading + "\n\nOne shape, so that only the batch size differs: text "
+        "sentences of the corpus's most common token count, images one photograph repeated. Published "
         "expectation: 2-3x on a GPU.\n\n"
         + table(("model", "where", "ms batch 1", "ms batch 32", "cost ratio", "throughput gain"), rows)
     )

