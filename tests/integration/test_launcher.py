@@ -41,10 +41,12 @@ def _vectors(rows: int, seed: int = 0) -> np.ndarray:
 
 
 def _infer_http(url: str, vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    client = httpclient.InferenceServerClient(url)
     tensor = httpclient.InferInput("VECTOR", list(vectors.shape), "FP32")
     tensor.set_data_from_numpy(vectors)
-    result = client.infer(MODEL, [tensor])
+    # Closed in the thread that made it: left to the garbage collector, tritonclient's HTTP client may be
+    # closed from another thread, where its gevent pool has no hub and the close fails.
+    with httpclient.InferenceServerClient(url) as client:
+        result = client.infer(MODEL, [tensor])
     return result.as_numpy("NORMALIZED"), result.as_numpy("NORM")
 
 

@@ -73,7 +73,8 @@ def _one_request(url: str, seed: int) -> float:
     vector = np.random.default_rng(seed).normal(size=(1, 16)).astype(np.float32)
     tensor = httpclient.InferInput("VECTOR", [1, 16], "FP32")
     tensor.set_data_from_numpy(vector)
-    norm = httpclient.InferenceServerClient(url).infer(MODEL, [tensor]).as_numpy("NORM")
+    with httpclient.InferenceServerClient(url) as client:  # closed in this thread (test_launcher._infer_http)
+        norm = client.infer(MODEL, [tensor]).as_numpy("NORM")
     np.testing.assert_allclose(norm, np.linalg.norm(vector, axis=1, keepdims=True), rtol=1e-5)
     return float(norm[0, 0])
 

@@ -94,12 +94,9 @@ def test_encoder_batches_mixed_lengths_together_with_the_embeddings_of_one_at_a_
     client = httpclient.InferenceServerClient(text_server.http_url)
     alone = np.concatenate([client.infer(ensemble, [_text_input([t])]).as_numpy("EMBEDDING") for t in texts])
 
-    def send(text: bytes) -> np.ndarray:
-        return (
-            httpclient.InferenceServerClient(text_server.http_url)
-            .infer(ensemble, [_text_input([text])])
-            .as_numpy("EMBEDDING")
-        )
+    def send(text: bytes) -> np.ndarray:  # each thread closes its own client (see test_launcher._infer_http)
+        with httpclient.InferenceServerClient(text_server.http_url) as client:
+            return client.infer(ensemble, [_text_input([text])]).as_numpy("EMBEDDING")
 
     with TritonClient(f"http://{text_server.http_url}") as stats:
         before = stats.statistics(encoder)
@@ -117,11 +114,8 @@ def test_encoder_refuses_a_token_id_outside_the_vocabulary_and_serves_its_neighb
         tensor = httpclient.InferInput("INPUT_IDS__0", [1, len(ids)], "INT64")
         tensor.set_data_from_numpy(np.array([ids], dtype=np.int64))
         try:
-            return (
-                httpclient.InferenceServerClient(text_server.http_url)
-                .infer("minilm_onnx", [tensor])
-                .as_numpy("EMBEDDING__0")
-            )
+            with httpclient.InferenceServerClient(text_server.http_url) as client:
+                return client.infer("minilm_onnx", [tensor]).as_numpy("EMBEDDING__0")
         except InferenceServerException as e:
             return e
 
