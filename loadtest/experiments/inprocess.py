@@ -3,7 +3,7 @@
 Text: the shuffled corpus in arrival order (and, as the best case, sorted by length), cut into
 consecutive batches of B sentences, each batch tokenised into one ragged batch (what the encoder
 receives when B requests share an execution), encoded and pooled inside the exported graph. A third
-text order repeats one sentence of the corpus's mean token count, so that every batch is of one
+text order repeats one of the sentences of their mean token count, so that every batch is of one
 length: what batching buys the file when nothing is ragged, the control for the two others. Images:
 distinct photograph variants, B per batch, preprocessed with the served code, classified, softmax +
 top-k. Two layouts (:class:`Arm`): one pipeline using every core's thread, and one single-thread
@@ -69,7 +69,7 @@ class InProcessPoint:
 class Arm:
     """How the in-process limit runs: ``workers`` pipelines of ``threads`` threads each take batches
     from one queue; the inputs in arrival order or, for text, sorted by length first, or every one the
-    one sentence of the corpus's mean length."""
+    one sentence of their mean length."""
 
     workers: int
     threads: int
@@ -209,12 +209,11 @@ def ordered(encoder: ExportedModel, inputs: list[Any], order: str) -> list[Any]:
     if order not in TEXT_ORDERS or encoder.pipeline != "text":
         raise ValueError(f"order {order!r} is not one of {ARRIVAL}, {', '.join(TEXT_ORDERS)} (text)")
     lengths = TextTokenizer(encoder.repository).lengths(inputs)
-    by_length = [text for _, text in sorted(zip(lengths, inputs, strict=True), key=lambda pair: pair[0])]
     if order == ONE_LENGTH:  # as many tokens per sentence as the traffic has on average
         mean = sum(lengths) / len(lengths)
         nearest = min(range(len(inputs)), key=lambda i: abs(lengths[i] - mean))
         return [inputs[nearest]] * len(inputs)
-    return by_length
+    return [text for _, text in sorted(zip(lengths, inputs, strict=True), key=lambda pair: pair[0])]
 
 
 def alternating_median_ms(calls: Mapping[int, Callable[[], object]], repeats: int) -> dict[int, float]:

@@ -306,7 +306,7 @@ def batching_ceiling_line(results: dict, batch: int = 8) -> str | None:
         return None
     on, off = batching_arms(results, TARGET_CONCURRENCY)
     control = (
-        f"; with every sentence of one length (the corpus's mean length; nothing ragged, no padding) "
+        f"; with every sentence of one length (the inputs' mean length; nothing ragged, no padding) "
         f"{one_length[batch]:.1f}/s against {one_length[1]:.1f}/s: "
         f"{ratio_text(one_length[batch], one_length[1])}"
         if one_length.get(1) and one_length.get(batch)

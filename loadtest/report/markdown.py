@@ -229,7 +229,7 @@ def _inprocess(r: dict, folder: Path) -> str:
         experiment("inprocess").heading
         + "\n\nThe exported files run in this process without a server (tokenise/"
         "preprocess, forward, pool/top-k), batches cut from the arrival order (text also sorted by "
-        "length, the best case, and as a control `one length`: a sentence of the corpus's mean length "
+        "length, the best case, and as a control `one length`: a sentence of the inputs' mean length "
         "repeated, so that nothing is ragged or padded; it is not traffic the service gets and never "
         "the in-process figure of a target). Layout: one pipeline with a thread per core, or one "
         "single-thread pipeline per core taking batches from one queue (as the local configs run one "

@@ -290,7 +290,7 @@ TARGETS_MET = (
     "95% (190.0 of 200.0/s at batch 8, 2 x 1 thread, length-sorted)",
     # the measured ceiling of what batching can buy, beside the served on/off ratio
     "in the served layout (2 x 1 thread, arrival order), the served file ran 180.0/s in batches of 8 "
-    "against 120.0/s one at a time: 1.50x; with every sentence of one length (the corpus's mean length; "
+    "against 120.0/s one at a time: 1.50x; with every sentence of one length (the inputs' mean length; "
     "nothing ragged, no padding) 240.0/s against 150.0/s: 1.60x; served batching on vs off at c=32: 2.00x.",
     "| image c=32 vs the previous configuration | >= 1.3x, served file gated (experiment 8) "
     "| 1.40x (70.0 vs 50.0 img/s), serving int8, gate passed | met |",
