@@ -77,7 +77,10 @@ class Plan:
     ragged_rounds: int = 2
     minimal_concurrency: tuple[int, ...] = (1, 32)
     minimal_requests: int = 600
-    minimal_rounds: int = 3
+    # The alternative's rounds spread by a third at c=32 (onnxruntime's spinning thread pool, its fastest
+    # setting, against the Python server's threads): the median of five steadies the ratio; longer
+    # rounds did not (docs/benchmarks.md).
+    minimal_rounds: int = 5
     protocols: tuple[str, ...] = ("http", "grpc")
     client_texts: int = 200
     client_in_flight: int = 32

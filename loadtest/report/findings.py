@@ -19,8 +19,11 @@ from loadtest.report.records import ArmSummary, ModelStats, ServedRun, inprocess
 from loadtest.report.rounds import (
     central_comparison,
     client_comparison,
+    down,
     minimal_comparisons,
     ratio_text,
+    share_text,
+    up,
 )
 
 TEXT_MODEL, IMAGE_MODEL = "text_embedder", "image_classifier"
@@ -120,7 +123,7 @@ def verdicts(results: dict) -> list[Verdict]:
     image_gain = _ratio(_rate(image), _rate(image_previous))
     served_precision = results.get("image_precision", "fp32")
     image_text = (
-        f"{image_gain or 0:.2f}x ({_number(_rate(image), '.1f')} vs {_number(_rate(image_previous), '.1f')} "
+        f"{down(image_gain):.2f}x ({_number(_rate(image), '.1f')} vs {_number(_rate(image_previous), '.1f')} "
         f"img/s), serving {served_precision}"
         + (": no reduced precision passed its gate" if served_precision == "fp32" else ", gate passed")
     )
@@ -129,21 +132,22 @@ def verdicts(results: dict) -> list[Verdict]:
             "text c=32 vs the previous configuration",
             f">= {TARGET_GAIN:.0f}x (experiment 8)",
             gain,
-            f"{gain or 0:.2f}x ({_number(_rate(shipped), '.1f')} vs {_number(_rate(previous), '.1f')} req/s)",
+            f"{down(gain):.2f}x ({_number(_rate(shipped), '.1f')} vs {_number(_rate(previous), '.1f')} "
+            "req/s)",
             _at_least(gain, TARGET_GAIN),
         ),
         _verdict(
             "text c=32 p99",
             f"<= {TARGET_P99_MS:.0f} ms",
             p99,
-            f"{p99 or 0:.0f} ms",
+            f"{up(p99):.0f} ms",
             None if p99 is None else p99 <= TARGET_P99_MS,
         ),
         _verdict(
             "text c=32 vs the simplest alternative",
             f">= {TARGET_GAIN:.0f}x (experiment 9)",
             over_simple,
-            f"{over_simple or 0:.2f}x ({_number(triton, '.1f')} vs {_number(simple, '.1f')} req/s"
+            f"{down(over_simple):.2f}x ({_number(triton, '.1f')} vs {_number(simple, '.1f')} req/s"
             + (
                 f", medians of {minimal.rounds} rounds; {minimal.range_text()} by round)"
                 if minimal and minimal.rounds > 1
@@ -155,14 +159,14 @@ def verdicts(results: dict) -> list[Verdict]:
             "text c=1 median latency",
             f"<= {TARGET_LONE_P50_MS:.0f} ms",
             lone_p50,
-            f"{lone_p50 or 0:.1f} ms",
+            f"{up(lone_p50, 1):.1f} ms",
             None if lone_p50 is None else lone_p50 <= TARGET_LONE_P50_MS,
         ),
         _verdict(
             "dynamic batching on vs off, c=32",
             f">= {TARGET_GAIN:.0f}x, encoder batch >= {TARGET_BATCH:.0f}",
             on_off,
-            f"{on_off or 0:.2f}x, encoder batch {_number(batch, '.1f')}"
+            f"{down(on_off):.2f}x, encoder batch {down(batch, 1):.1f}"
             + (f" (means of {on.runs} alternating rounds)" if on and on.runs > 1 else ""),
             None if on_off is None else on_off >= TARGET_GAIN and (batch or 0) >= TARGET_BATCH,
         ),
@@ -170,7 +174,7 @@ def verdicts(results: dict) -> list[Verdict]:
             "served vs in-process (same file)",
             f">= {TARGET_INPROCESS_SHARE:.0%}",
             share,
-            f"{share or 0:.0%} ({_number(_rate(shipped), '.1f')} of {_number(best_rate, '.1f')}/s "
+            f"{share_text(share)} ({_number(_rate(shipped), '.1f')} of {_number(best_rate, '.1f')}/s "
             f"at batch {best['batch_size']}, {inprocess_arm(best)})"
             if best
             else "-)",

@@ -220,7 +220,8 @@ def _inprocess(r: dict, folder: Path) -> str:
     served_rate = shipped.throughput_per_s if shipped else (target.perf.throughput_per_s if target else None)
     share = (
         f"\n\nServed text ensemble at c=32: {served_rate:.1f}/s = "
-        f"{served_rate / best['items_per_s']:.0%} of the best in-process {best['items_per_s']:.1f}/s "
+        f"{rounds.share_text(served_rate / best['items_per_s'])} of the best in-process "
+        f"{best['items_per_s']:.1f}/s "
         f"({best['runtime']}, {inprocess_arm(best)}, batch {best['batch_size']})."
         if served_rate and best
         else ""

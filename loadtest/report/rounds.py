@@ -1,9 +1,13 @@
 """Experiments measured in alternating rounds, side against side: each side's median rate over its rounds
 and the ratio of every round both completed (experiments 3, 4 and 9), and the ratio text of the report.
+
+Ratios and shares are cut, not rounded, to the digits shown, and figures held against an upper bound
+raised: no figure reads as reaching a bound it missed.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass
 
@@ -24,7 +28,7 @@ class Paired:
     def range_text(self) -> str:
         if not self.round_ratios:
             return "no complete round"
-        return f"{min(self.round_ratios):.2f}x to {max(self.round_ratios):.2f}x"
+        return f"{down(min(self.round_ratios)):.2f}x to {down(max(self.round_ratios)):.2f}x"
 
     def text(self) -> str:
         """The ratio of the medians, with the rounds' range where there was more than one round."""
@@ -104,4 +108,20 @@ def central_comparison(results: dict) -> Paired:
 def ratio_text(numerator: float | None, denominator: float | None) -> str:
     if not numerator or not denominator:
         return "not measured"
-    return f"{numerator / denominator:.2f}x"
+    return f"{down(numerator / denominator):.2f}x"
+
+
+def down(value: float | None, digits: int = 2) -> float:
+    """``value`` cut, not rounded, to ``digits`` decimals: a figure held against a lower bound never reads
+    as reaching the bound it missed (84.98% would print as 85%, 1.996x as 2.00x)."""
+    return math.floor((value or 0.0) * 10**digits + 1e-9) / 10**digits
+
+
+def up(value: float | None, digits: int = 0) -> float:
+    """``value`` raised to ``digits`` decimals, for figures held against an upper bound."""
+    return math.ceil((value or 0.0) * 10**digits - 1e-9) / 10**digits
+
+
+def share_text(share: float | None) -> str:
+    """A fraction held against a lower bound, as a percentage with one decimal, cut down."""
+    return f"{down(share, 3):.1%}"
