@@ -290,7 +290,8 @@ def _cpu_lines(
 def batching_ceiling_line(results: dict, batch: int = 8) -> str | None:
     """What a batch buys the served text file in one process, in the served layout (one single-thread
     pipeline per core, arrival order): items/s in batches of ``batch`` over one at a time, beside the
-    served on/off ratio. Served batching cannot buy the encoder more than that. Where the run measured
+    served on/off ratio. Served batching cannot buy the encoder's own work more than that; the served
+    ratio can exceed it by the per-execution serving work a batch also saves. Where the run measured
     the control (every sentence of one length), its ratio too: whether mixed lengths are what limits it."""
     cores = results.get("machine", {}).get("logical_cores") or 1
     runtime = results.get("text_runtime", "onnxruntime")
