@@ -23,6 +23,7 @@ from loadtest.report.rounds import (
     minimal_comparisons,
     ratio_text,
     share_text,
+    times_text,
     up,
 )
 
@@ -123,8 +124,8 @@ def verdicts(results: dict) -> list[Verdict]:
     image_gain = _ratio(_rate(image), _rate(image_previous))
     served_precision = results.get("image_precision", "fp32")
     image_text = (
-        f"{down(image_gain):.2f}x ({_number(_rate(image), '.1f')} vs {_number(_rate(image_previous), '.1f')} "
-        f"img/s), serving {served_precision}"
+        f"{times_text(image_gain)} ({_number(_rate(image), '.1f')} vs "
+        f"{_number(_rate(image_previous), '.1f')} img/s), serving {served_precision}"
         + (": no reduced precision passed its gate" if served_precision == "fp32" else ", gate passed")
     )
     return [
@@ -132,7 +133,7 @@ def verdicts(results: dict) -> list[Verdict]:
             "text c=32 vs the previous configuration",
             f">= {TARGET_GAIN:.0f}x (experiment 8)",
             gain,
-            f"{down(gain):.2f}x ({_number(_rate(shipped), '.1f')} vs {_number(_rate(previous), '.1f')} "
+            f"{times_text(gain)} ({_number(_rate(shipped), '.1f')} vs {_number(_rate(previous), '.1f')} "
             "req/s)",
             _at_least(gain, TARGET_GAIN),
         ),
@@ -147,7 +148,7 @@ def verdicts(results: dict) -> list[Verdict]:
             "text c=32 vs the simplest alternative",
             f">= {TARGET_GAIN:.0f}x (experiment 9)",
             over_simple,
-            f"{down(over_simple):.2f}x ({_number(triton, '.1f')} vs {_number(simple, '.1f')} req/s"
+            f"{times_text(over_simple)} ({_number(triton, '.1f')} vs {_number(simple, '.1f')} req/s"
             + (
                 f", medians of {minimal.rounds} rounds; {minimal.range_text()} by round)"
                 if minimal and minimal.rounds > 1
@@ -166,7 +167,7 @@ def verdicts(results: dict) -> list[Verdict]:
             "dynamic batching on vs off, c=32",
             f">= {TARGET_GAIN:.0f}x, encoder batch >= {TARGET_BATCH:.0f}",
             on_off,
-            f"{down(on_off):.2f}x, encoder batch {down(batch, 1):.1f}"
+            f"{times_text(on_off)}, encoder batch {down(batch, 1):.1f}"
             + (f" (means of {on.runs} alternating rounds)" if on and on.runs > 1 else ""),
             None if on_off is None else on_off >= TARGET_GAIN and (batch or 0) >= TARGET_BATCH,
         ),

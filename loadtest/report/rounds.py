@@ -28,7 +28,7 @@ class Paired:
     def range_text(self) -> str:
         if not self.round_ratios:
             return "no complete round"
-        return f"{down(min(self.round_ratios)):.2f}x to {down(max(self.round_ratios)):.2f}x"
+        return f"{times_text(min(self.round_ratios))} to {times_text(max(self.round_ratios))}"
 
     def text(self) -> str:
         """The ratio of the medians, with the rounds' range where there was more than one round."""
@@ -108,7 +108,12 @@ def central_comparison(results: dict) -> Paired:
 def ratio_text(numerator: float | None, denominator: float | None) -> str:
     if not numerator or not denominator:
         return "not measured"
-    return f"{down(numerator / denominator):.2f}x"
+    return times_text(numerator / denominator)
+
+
+def times_text(ratio: float | None) -> str:
+    """A ratio as the report prints it, cut to two decimals: ``1.996`` -> ``1.99x``."""
+    return f"{down(ratio):.2f}x"
 
 
 def down(value: float | None, digits: int = 2) -> float:
