@@ -10,6 +10,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from clients import samples
 from export import image as export_image
@@ -52,6 +53,9 @@ TEXT_TOKENIZER, TEXT_TORCHSCRIPT_MODEL = "text_tokenizer", "text_embedder_torchs
 # The configuration before ragged batching: the tokenizer padded each request to one of these lengths
 # and the encoder's batcher merged equal shapes only (experiment 8's first arm reproduces it).
 PREVIOUS_BUCKETS = "8,16,24,32,48,64,96,128,256"
+# Experiment 8 runs the served text file in this process between its rounds at the targets' concurrency
+# (loadtest.report.findings), in batches of these sizes.
+TARGET_CONCURRENCY, RAGGED_INPROCESS_BATCHES = 32, (8, 32)
 # The image classifier before its ONNX file padded inside its convolutions and before its steps stopped
 # waiting for more requests on a CPU (experiment 8's image arms): the file, and the batchers it was
 # served with then.
@@ -75,6 +79,9 @@ class Plan:
     instance_rounds: int = 2
     ragged_concurrency: tuple[int, ...] = (1, 32)
     ragged_rounds: int = 2
+    # Sentences the served text file runs in this process after each round of experiment 8's text arms at
+    # c=32 (about a second per batch size and order on 2 cores): the figure served throughput is held to.
+    ragged_inprocess_texts: int = 512
     minimal_concurrency: tuple[int, ...] = (1, 32)
     minimal_requests: int = 600
     # The alternative's rounds spread by a third at c=32 (onnxruntime's spinning thread pool, its fastest
@@ -197,6 +204,43 @@ def image_arms(previous_file: Path) -> dict[str, tuple[Variant, str]]:
     return {label: (variant, variant.served_name) for label, variant in arms.items()}
 
 
+def ragged_experiment(
+    plan: Plan, session: PerfSession, source: Path, previous_image: Path, cores: int
+) -> dict[str, list]:
+    """Experiment 8: the text arms at each concurrency, then the image arms at 32, every arm once per round.
+
+    After each round of the text arms at the target concurrency, the served text file runs in this process
+    (tokenise, forward, pool; the served layout, one single-thread pipeline per core; batches of 8 and
+    32, in arrival order and sorted by length) while the server idles: the in-process figure that served
+    throughput is held to is measured between the served rounds it is compared with, not an experiment
+    (minutes of a shared machine) away."""
+    text_arms = {label: served for label, (_, served) in ragged_arms(source).items()}
+    encoder = next(e for e in exported_models(source, 1) if e.model == text_encoder_of(source))
+    beside_arms = [
+        arm
+        for arm in inprocess.arms_for("text", cores)
+        if arm.workers == cores and arm.threads == 1 and arm.order != inprocess.ONE_LENGTH
+    ]
+    points, beside = [], []
+    for concurrency in plan.ragged_concurrency:
+        for _ in range(plan.ragged_rounds):
+            points += arms_experiment(session, "ragged", TEXT_MODEL, text_arms, concurrencies=[concurrency])
+            if concurrency == TARGET_CONCURRENCY:
+                beside += inprocess.measure(
+                    encoder,
+                    batch_sizes=RAGGED_INPROCESS_BATCHES,
+                    items=plan.ragged_inprocess_texts,
+                    rounds=1,
+                    arms=beside_arms,
+                )
+    image = {label: served for label, (_, served) in image_arms(previous_image).items()}
+    # The image target is at c=32 only: spare the quick run the c=1 image arms.
+    points += arms_experiment(
+        session, "ragged", IMAGE_MODEL, image, concurrencies=[TARGET_CONCURRENCY], rounds=plan.ragged_rounds
+    )
+    return {"ragged": points, "ragged_inprocess": beside}
+
+
 def text_encoder_of(source: Path, ensemble: str = TEXT_MODEL) -> str:
     """The exported encoder a text ensemble calls (its step that is a native model)."""
     return exported_step(load_repository(source), ensemble)
@@ -249,22 +293,7 @@ def served_stage(plan: Plan, source: Path, work: Path, raw: Path, cores: int, sk
                 concurrencies=list(plan.instance_concurrency),
                 rounds=plan.instance_rounds,
             ),
-            "ragged": lambda: [
-                point
-                for model, arms in (
-                    (TEXT_MODEL, ragged_arms(source)),
-                    (IMAGE_MODEL, image_arms(previous_image)),
-                )
-                for point in arms_experiment(
-                    session,
-                    "ragged",
-                    model,
-                    {label: served for label, (_, served) in arms.items()},
-                    # The image target is at c=32 only: spare the quick run the c=1 image arms.
-                    concurrencies=list(plan.ragged_concurrency) if model == TEXT_MODEL else [32],
-                    rounds=plan.ragged_rounds,
-                )
-            ],
+            "ragged": lambda: ragged_experiment(plan, session, source, previous_image, cores),
             "minimal": lambda: minimal.compare(
                 triton_http_url=server.http_url,
                 model=TEXT_MODEL,
@@ -291,7 +320,7 @@ def served_stage(plan: Plan, source: Path, work: Path, raw: Path, cores: int, sk
         }
         for key, run in experiments.items():  # in this order: the sweeps reuse experiment 1's points
             if key not in skip:
-                _attempt(result, registry.experiment(key).result_keys[0], run)
+                _attempt(result, registry.experiment(key).result_keys, run)
         result["server_statistics_end"] = _all_statistics(server.http_url, raw)
     return result
 
@@ -304,10 +333,15 @@ def _server(repository: Path, log_path: Path, *, startup_timeout_s: float) -> Lo
     return LocalTritonServer(config)
 
 
-def _attempt(result: dict, key: str, run: Callable[[], object]) -> None:
+def _attempt(result: dict, keys: tuple[str, ...], run: Callable[[], Any]) -> None:
     """Run one experiment; a failure is recorded (and reported) and the next experiment still runs."""
+    key = keys[0]
     try:
-        result[key] = run()
+        value = run()
+        if len(keys) > 1:  # an experiment that writes several results.json keys returns them by key
+            result.update({k: value[k] for k in keys})
+        else:
+            result[keys[0]] = value
     except Exception as e:  # noqa: BLE001 - the report must say what failed, and the rest must run
         logger.exception("experiment %s failed", key)
         result.setdefault("experiment_errors", []).append(f"{key}: {type(e).__name__}: {e}")

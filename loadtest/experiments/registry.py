@@ -21,7 +21,7 @@ class Experiment:
     title: str
     stage: str = "served"  # one of STAGES
     number: int | None = None  # its number in the report; the sweeps and Locust runs have none
-    results: tuple[str, ...] = ()  # the results.json keys it writes, when not its own key
+    results: tuple[str, ...] = ()  # the results.json keys it writes, when not its own key alone
 
     @property
     def heading(self) -> str:
@@ -36,7 +36,12 @@ EXPERIMENTS = (
     Experiment(key="sweeps", title="perf_analyzer sweeps"),
     Experiment(key="batching", number=1, title="Dynamic batching on vs off"),
     Experiment(key="instances", number=2, title="Model instances"),
-    Experiment(key="ragged", number=8, title="Length-aware (ragged) batching and precision, arm by arm"),
+    Experiment(
+        key="ragged",
+        number=8,
+        title="Length-aware (ragged) batching and precision, arm by arm",
+        results=("ragged", "ragged_inprocess"),
+    ),
     Experiment(
         key="minimal",
         number=9,

@@ -4,12 +4,15 @@ Targets, each a ratio inside one run where it can be: the text ensemble at concu
 the previous configuration (experiment 8) and 2x the simplest alternative (experiment 9) with a p99 of
 at most 250 ms; at concurrency 1 a median of at most 10 ms; dynamic batching on vs off at least 2x
 with encoder batches of 8 or more (experiment 1); served throughput at least 85% of the in-process
-figure of the served file; the image classifier at least 1.3x its previous configuration (experiment 8),
+figure of the served file (experiment 8's in-process rounds, between its served ones, where the run has
+them; else experiment 5); the image classifier at least 1.3x its previous configuration (experiment 8),
 serving a file that passed its gate.
 """
 
 from __future__ import annotations
 
+import statistics
+from collections import defaultdict
 from dataclasses import dataclass
 
 from loadtest.experiments.inprocess import ARRIVAL, ONE_LENGTH
@@ -88,6 +91,33 @@ def best_inprocess(results: dict, pipeline: str = "text", runtime: str = "onnxru
     return max(rows, key=lambda p: p["items_per_s"]) if rows else None
 
 
+def beside_inprocess(results: dict) -> dict | None:
+    """The fastest cell of experiment 8's in-process rounds (the served text file between its served rounds
+    at c=32), each cell (layout, order, batch size) at its median round, with its rounds."""
+    cells: dict[tuple, list[dict]] = defaultdict(list)
+    for p in results.get("ragged_inprocess", []):
+        cells[(p["layout"], p["order"], p["batch_size"])].append(p)
+    rows = [
+        cell[0]
+        | {
+            "items_per_s": statistics.median(p["items_per_s"] for p in cell),
+            "rounds": [p["items_per_s"] for p in cell],
+        }
+        for cell in cells.values()
+    ]
+    return max(rows, key=lambda p: p["items_per_s"]) if rows else None
+
+
+def inprocess_reference(results: dict, pipeline: str = "text") -> tuple[dict | None, str]:
+    """The in-process figure served throughput is held to, and where it was measured: for text, experiment
+    8's rounds between the served ones where the run has them; else the best of experiment 5."""
+    beside = beside_inprocess(results) if pipeline == "text" else None
+    if beside:
+        return beside, f"experiment 8, median of {len(beside['rounds'])} rounds between the served ones"
+    runtime = results.get("text_runtime", "onnxruntime") if pipeline == "text" else "onnxruntime"
+    return best_inprocess(results, pipeline=pipeline, runtime=runtime), "experiment 5"
+
+
 def _verdict(name: str, required: str, value: float | None, text: str, met: bool | None) -> Verdict:
     return Verdict(
         name=name, required=required, measured=text if value is not None else "not measured", met=met
@@ -117,7 +147,7 @@ def verdicts(results: dict) -> list[Verdict]:
     on, off = batching_arms(results, TARGET_CONCURRENCY)
     on_off = _ratio(_rate(on), _rate(off))
     batch = on.encoder_batch if on else None
-    best = best_inprocess(results, runtime=results.get("text_runtime", "onnxruntime"))
+    best, where = inprocess_reference(results)
     best_rate = float(best["items_per_s"]) if best else None
     share = _ratio(_rate(shipped), best_rate)
     image, image_previous = against_previous(results, IMAGE_MODEL)
@@ -176,7 +206,7 @@ def verdicts(results: dict) -> list[Verdict]:
             f">= {TARGET_INPROCESS_SHARE:.0%}",
             share,
             f"{share_text(share)} ({_number(_rate(shipped), '.1f')} of {_number(best_rate, '.1f')}/s "
-            f"at batch {best['batch_size']}, {inprocess_arm(best)})"
+            f"at batch {best['batch_size']}, {inprocess_arm(best)}; {where})"
             if best
             else "-)",
             _at_least(share, TARGET_INPROCESS_SHARE),
@@ -280,8 +310,7 @@ def _cpu_lines(
     if cost is None:
         return []
     lines = [cost_line(cost, cores, what, unit)]
-    runtime = results.get("text_runtime", "onnxruntime") if pipeline == "text" else "onnxruntime"
-    best = best_inprocess(results, pipeline=pipeline, runtime=runtime)
+    best, _ = inprocess_reference(results, pipeline)
     line = per_core_line(cost, float(best["items_per_s"]), cores, unit) if best else None
     if line:
         lines.append(line)

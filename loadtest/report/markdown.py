@@ -223,6 +223,11 @@ def _inprocess(r: dict, folder: Path) -> str:
         f"{rounds.share_text(served_rate / best['items_per_s'])} of the best in-process "
         f"{best['items_per_s']:.1f}/s "
         f"({best['runtime']}, {inprocess_arm(best)}, batch {best['batch_size']})."
+        + (
+            " The target holds it to experiment 8's in-process rounds, measured between the served ones."
+            if findings.beside_inprocess(r)
+            else ""
+        )
         if served_rate and best
         else ""
     )

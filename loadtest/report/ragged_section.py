@@ -6,6 +6,7 @@ Called by :mod:`loadtest.report.markdown`.
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 
 from loadtest.experiments.registry import experiment
@@ -72,10 +73,43 @@ def section(r: dict, folder: Path) -> str:
         "time).\n\n"
         + table(header, rows)
         + (f"\n\n{line}" if line else "")
+        + _beside_inprocess(r)
         + (f"\n\n### Precision gates (from the export)\n\n{precision}" if precision else "")
         + "\n\nEvery run:\n\n"
         + table(PERF_HEADER, map(perf_row, points))
         + image(plot)
+    )
+
+
+def _beside_inprocess(r: dict) -> str:
+    """The served text file in this process, run after each round of the text arms at c=32."""
+    points = r.get("ragged_inprocess") or []
+    if not points:
+        return ""
+    cells: dict[tuple, list[float]] = {}
+    for p in points:
+        cells.setdefault((p["model"], p["layout"], p["order"], p["batch_size"]), []).append(p["items_per_s"])
+    rows = [
+        (*cell, " / ".join(f"{rate:.1f}" for rate in rates), statistics.median(rates))
+        for cell, rates in cells.items()
+    ]
+    shipped = findings.shipped_arm(r, findings.TARGET_CONCURRENCY)
+    best, _ = findings.inprocess_reference(r)
+    share = (
+        f" Served as shipped at c={findings.TARGET_CONCURRENCY}: {shipped.throughput_per_s:.1f}/s, "
+        f"{rounds.share_text(shipped.throughput_per_s / best['items_per_s'])} of the fastest of these "
+        f"({best['items_per_s']:.1f}/s)."
+        if shipped and best
+        else ""
+    )
+    return (
+        "\n\nIn process between the served rounds: after each round of the text arms at "
+        f"c={findings.TARGET_CONCURRENCY}, the served text file (tokenise, forward, pool) in this process, "
+        "one single-thread pipeline per core as the server runs it, while the server idles; the figure "
+        "served throughput is held to (experiment 5 measures the same file minutes away)."
+        + share
+        + "\n\n"
+        + table(("model", "layout", "order", "batch", "items/s by round", "items/s (median)"), rows)
     )
 
 
