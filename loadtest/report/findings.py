@@ -91,13 +91,14 @@ def best_inprocess(results: dict, pipeline: str = "text", runtime: str = "onnxru
     return max(rows, key=lambda p: p["items_per_s"]) if rows else None
 
 
-def beside_inprocess(results: dict) -> dict | None:
-    """The fastest cell of experiment 8's in-process rounds (the served text file between its served rounds
-    at c=32), each cell (layout, order, batch size) at its median round, with its rounds."""
+def beside_inprocess_cells(results: dict) -> list[dict]:
+    """Experiment 8's in-process rounds (the served text file between its served rounds at c=32), one row
+    per cell (layout, order, batch size) in the order measured: the cell at its median round, with its
+    rounds."""
     cells: dict[tuple, list[dict]] = defaultdict(list)
     for p in results.get("ragged_inprocess", []):
         cells[(p["layout"], p["order"], p["batch_size"])].append(p)
-    rows = [
+    return [
         cell[0]
         | {
             "items_per_s": statistics.median(p["items_per_s"] for p in cell),
@@ -105,7 +106,11 @@ def beside_inprocess(results: dict) -> dict | None:
         }
         for cell in cells.values()
     ]
-    return max(rows, key=lambda p: p["items_per_s"]) if rows else None
+
+
+def beside_inprocess(results: dict) -> dict | None:
+    """The fastest of :func:`beside_inprocess_cells`."""
+    return max(beside_inprocess_cells(results), key=lambda p: p["items_per_s"], default=None)
 
 
 def inprocess_reference(results: dict, pipeline: str = "text") -> tuple[dict | None, str]:

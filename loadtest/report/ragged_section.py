@@ -6,7 +6,6 @@ Called by :mod:`loadtest.report.markdown`.
 
 from __future__ import annotations
 
-import statistics
 from pathlib import Path
 
 from loadtest.experiments.registry import experiment
@@ -83,15 +82,19 @@ def section(r: dict, folder: Path) -> str:
 
 def _beside_inprocess(r: dict) -> str:
     """The served text file in this process, run after each round of the text arms at c=32."""
-    points = r.get("ragged_inprocess") or []
-    if not points:
+    cells = findings.beside_inprocess_cells(r)
+    if not cells:
         return ""
-    cells: dict[tuple, list[float]] = {}
-    for p in points:
-        cells.setdefault((p["model"], p["layout"], p["order"], p["batch_size"]), []).append(p["items_per_s"])
     rows = [
-        (*cell, " / ".join(f"{rate:.1f}" for rate in rates), statistics.median(rates))
-        for cell, rates in cells.items()
+        (
+            p["model"],
+            p["layout"],
+            p["order"],
+            p["batch_size"],
+            " / ".join(f"{rate:.1f}" for rate in p["rounds"]),
+            p["items_per_s"],
+        )
+        for p in cells
     ]
     shipped = findings.shipped_arm(r, findings.TARGET_CONCURRENCY)
     best, _ = findings.inprocess_reference(r)
