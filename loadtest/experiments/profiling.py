@@ -52,9 +52,10 @@ def profile_model(
     encoder: ExportedModel, *, batch_size: int, runs: int, out_dir: Path, top_n: int = 10
 ) -> ModelProfile:
     inputs = _real_batch(encoder, batch_size)
+    # a ragged text batch is one token vector: its length is the tokens', not the sentences' count
     if encoder.runtime == "onnxruntime":
-        return _profile_onnx(encoder, inputs, runs=runs, out_dir=out_dir, top_n=top_n)
-    return _profile_torch(encoder, inputs, runs=runs, top_n=top_n)
+        return _profile_onnx(encoder, inputs, batch_size, runs=runs, out_dir=out_dir, top_n=top_n)
+    return _profile_torch(encoder, inputs, batch_size, runs=runs, top_n=top_n)
 
 
 def _real_batch(encoder: ExportedModel, batch_size: int) -> list[np.ndarray]:
@@ -66,7 +67,7 @@ def _real_batch(encoder: ExportedModel, batch_size: int) -> list[np.ndarray]:
 
 
 def _profile_onnx(
-    encoder: ExportedModel, inputs: list[np.ndarray], *, runs: int, out_dir: Path, top_n: int
+    encoder: ExportedModel, inputs: list[np.ndarray], batch_size: int, *, runs: int, out_dir: Path, top_n: int
 ) -> ModelProfile:
     out_dir.mkdir(parents=True, exist_ok=True)
     warm = EncoderRunner(encoder.file, runtime="onnxruntime", threads=encoder.threads)
@@ -88,7 +89,7 @@ def _profile_onnx(
     return ModelProfile(
         model=encoder.model,
         runtime="onnxruntime",
-        batch_size=len(inputs[0]),
+        batch_size=batch_size,
         runs=runs,
         total_ms=total_ms,
         top=top,
@@ -132,7 +133,7 @@ def summarise_onnx_trace(
 
 
 def _profile_torch(
-    encoder: ExportedModel, inputs: list[np.ndarray], *, runs: int, top_n: int
+    encoder: ExportedModel, inputs: list[np.ndarray], batch_size: int, *, runs: int, top_n: int
 ) -> ModelProfile:
     from torch.profiler import ProfilerActivity, profile
 
@@ -158,7 +159,7 @@ def _profile_torch(
     return ModelProfile(
         model=encoder.model,
         runtime="torchscript",
-        batch_size=len(inputs[0]),
+        batch_size=batch_size,
         runs=runs,
         total_ms=total_us / 1000.0 / runs,
         top=top,

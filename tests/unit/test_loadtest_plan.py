@@ -52,6 +52,8 @@ def test_an_onnx_profile_keeps_its_whole_trace_compressed_and_summarises_it(tmp_
     events = json.loads(gzip.decompress((tmp_path / profile.trace_file).read_bytes()))
     nodes = [e for e in events if isinstance(e, dict) and e.get("cat") == "Node"]
     assert nodes and profile.total_ms > 0 and len(profile.top) == 3
+    # four sentences, though the ragged batch reaches the encoder as one vector of their tokens
+    assert profile.batch_size == 4
 
 
 def test_batch_costs_alternate_the_sizes_so_background_load_hits_both() -> None:
