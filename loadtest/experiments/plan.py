@@ -53,9 +53,9 @@ TEXT_TOKENIZER, TEXT_TORCHSCRIPT_MODEL = "text_tokenizer", "text_embedder_torchs
 # The configuration before ragged batching: the tokenizer padded each request to one of these lengths
 # and the encoder's batcher merged equal shapes only (experiment 8's first arm reproduces it).
 PREVIOUS_BUCKETS = "8,16,24,32,48,64,96,128,256"
-# Experiment 8 runs the served text file in this process between its rounds at the targets' concurrency
-# (loadtest.report.findings), in batches of these sizes.
-TARGET_CONCURRENCY, RAGGED_INPROCESS_BATCHES = 32, (8, 32)
+# Experiment 8 runs the served text file in this process between its rounds at the targets' concurrency,
+# in batches of these sizes.
+RAGGED_INPROCESS_BATCHES = (8, 32)
 # The image classifier before its ONNX file padded inside its convolutions and before its steps stopped
 # waiting for more requests on a CPU (experiment 8's image arms): the file, and the batchers it was
 # served with then.
@@ -225,7 +225,7 @@ def ragged_experiment(
     for concurrency in plan.ragged_concurrency:
         for _ in range(plan.ragged_rounds):
             points += arms_experiment(session, "ragged", TEXT_MODEL, text_arms, concurrencies=[concurrency])
-            if concurrency == TARGET_CONCURRENCY:
+            if concurrency == registry.TARGET_CONCURRENCY:
                 beside += inprocess.measure(
                     encoder,
                     batch_sizes=RAGGED_INPROCESS_BATCHES,
@@ -236,7 +236,12 @@ def ragged_experiment(
     image = {label: served for label, (_, served) in image_arms(previous_image).items()}
     # The image target is at c=32 only: spare the quick run the c=1 image arms.
     points += arms_experiment(
-        session, "ragged", IMAGE_MODEL, image, concurrencies=[TARGET_CONCURRENCY], rounds=plan.ragged_rounds
+        session,
+        "ragged",
+        IMAGE_MODEL,
+        image,
+        concurrencies=[registry.TARGET_CONCURRENCY],
+        rounds=plan.ragged_rounds,
     )
     return {"ragged": points, "ragged_inprocess": beside}
 
@@ -338,10 +343,8 @@ def _attempt(result: dict, keys: tuple[str, ...], run: Callable[[], Any]) -> Non
     key = keys[0]
     try:
         value = run()
-        if len(keys) > 1:  # an experiment that writes several results.json keys returns them by key
-            result.update({k: value[k] for k in keys})
-        else:
-            result[keys[0]] = value
+        # an experiment that writes several results.json keys returns them by key
+        result.update({k: value[k] for k in keys} if len(keys) > 1 else {key: value})
     except Exception as e:  # noqa: BLE001 - the report must say what failed, and the rest must run
         logger.exception("experiment %s failed", key)
         result.setdefault("experiment_errors", []).append(f"{key}: {type(e).__name__}: {e}")

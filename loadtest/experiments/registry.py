@@ -13,6 +13,8 @@ from dataclasses import dataclass
 STAGES = ("served", "central", "inprocess", "profile")
 # An arm label of experiment 8 that the report looks up: the previous image file behind today's batchers.
 PREVIOUS_IMAGE_FILE_ARM = "image: fp32 file with the exporter's Pad nodes alone"
+# The concurrency the report's targets are read at; experiment 8 measures in process beside its rounds there.
+TARGET_CONCURRENCY = 32
 
 
 @dataclass(kw_only=True, frozen=True)

@@ -16,7 +16,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from loadtest.experiments.inprocess import ARRIVAL, ONE_LENGTH
-from loadtest.experiments.registry import PREVIOUS_IMAGE_FILE_ARM
+from loadtest.experiments.registry import PREVIOUS_IMAGE_FILE_ARM, TARGET_CONCURRENCY
 from loadtest.report.cpu import cost_line, cpu_per_item, per_core_line
 from loadtest.report.records import ArmSummary, ModelStats, ServedRun, inprocess_arm, served_runs
 from loadtest.report.rounds import (
@@ -33,7 +33,6 @@ from loadtest.report.rounds import (
 TEXT_MODEL, IMAGE_MODEL = "text_embedder", "image_classifier"
 TEXT_ENCODER = "the encoder"  # plots label the batch of whichever exported encoder the ensemble called
 PREVIOUS_ARM = "previous"  # experiment 8's arms whose label starts with this reproduce the old configuration
-TARGET_CONCURRENCY = 32
 TARGET_GAIN = 2.0  # over the previous configuration, over the simplest alternative, batching on vs off
 TARGET_P99_MS = 250.0
 TARGET_LONE_P50_MS = 10.0
