@@ -1,4 +1,4 @@
-"""The local runner of exported models (tritonlocal/runners/native_model.py) without a server: it feeds the
+"""The local runner of exported models (model_repository/native_runner.py) without a server: it feeds the
 graph what the native backends would (ragged inputs concatenated, batch inputs computed from the
 requests' shapes) and refuses a bad request alone."""
 

@@ -6,10 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from tritonlocal.derive import RUNNER, derive_local_config, derive_repository
+from tritonlocal.derive import derive_local_config, derive_repository
 from tritonlocal.errors import RepositoryError
 from tritonlocal.repository import (
     BATCHING_HELPER,
+    NATIVE_RUNNER,
     exported_file,
     exported_step,
     load_model_config,
@@ -19,6 +20,7 @@ from tritonlocal.repository import (
 )
 
 REPOSITORY = Path(__file__).resolve().parents[2] / "model_repository"
+RUNNER = REPOSITORY / NATIVE_RUNNER
 COMMITTED_CONFIGS = sorted(REPOSITORY.glob("*/config.pbtxt"))
 
 # Configs written into test repositories: a native classifier and an ensemble of it.
@@ -91,7 +93,7 @@ def test_derive_turns_a_native_model_into_a_python_model_with_the_same_interface
 
     version = tmp_path / "local" / "classifier" / "1"
     assert (version / "model.onnx").resolve() == (source / "classifier" / "1" / "model.onnx").resolve()
-    assert (version / "model.py").read_text() == RUNNER.read_text()
+    assert (version / "model.py").resolve() == RUNNER
     assert parse_config(tmp_path / "local" / "pipeline" / "config.pbtxt") == parse_config(
         source / "pipeline" / "config.pbtxt"
     )
@@ -169,7 +171,7 @@ def test_a_derived_native_model_gets_the_batching_helper_beside_its_runner(tmp_p
     (source / BATCHING_HELPER).write_text("# the helper\n")
     derive_repository(source, tmp_path / "local")
     version = tmp_path / "local" / "classifier" / "1"
-    assert (version / "model.py").read_text() == RUNNER.read_text()
+    assert (version / "model.py").is_symlink() and (version / "model.py").resolve() == RUNNER
     assert (version / BATCHING_HELPER).resolve() == (source / BATCHING_HELPER).resolve()
 
 
