@@ -196,6 +196,38 @@ def test_no_call_is_made_when_every_request_is_rejected(helper) -> None:
     assert [r.error.message() for r in responses] == ["X: 1 rows refused", "X: 3 rows refused"]
 
 
+def test_a_failing_call_fails_each_accepted_request_and_keeps_the_rejections(helper) -> None:
+    def reject_negative(values: np.ndarray) -> np.ndarray:
+        if (values < 0).any():
+            raise helper.InvalidInput("X: negative")
+        return values
+
+    def broken(_values: np.ndarray) -> np.ndarray:
+        raise RuntimeError("out of memory")
+
+    batcher = helper.RequestBatcher(
+        _config({"X": "TYPE_FP32"}, {"Y": "TYPE_FP32"}), prepare=reject_negative, run=broken
+    )
+    good, bad, other = batcher.execute(
+        [{"X": np.ones((1, 2))}, {"X": -np.ones((1, 2))}, {"X": np.ones((2, 2))}]
+    )
+    assert (bad.error.message(), bad.error.code) == ("X: negative", "INVALID_ARG")
+    for response in (good, other):
+        assert (response.error.message(), response.error.code) == ("inference failed: out of memory", None)
+
+
+def test_a_model_can_ask_for_each_requests_row_count(helper) -> None:
+    seen = []
+
+    def run(values: np.ndarray, *, rows: list[int]) -> np.ndarray:
+        seen.append(rows)
+        return values
+
+    batcher = helper.RequestBatcher(_config({"X": "TYPE_FP32"}, {"Y": "TYPE_FP32"}), run=run, with_rows=True)
+    batcher.execute([{"X": np.ones((2, 1))}, {"X": np.ones((3, 1))}])
+    assert seen == [[2, 3]]
+
+
 def test_requests_whose_shapes_cannot_be_batched_fail_with_their_shapes(helper, fake_pb_utils) -> None:
     batcher = helper.RequestBatcher(_config({"X": "TYPE_FP32"}, {"Y": "TYPE_FP32"}), run=lambda x: x)
     with pytest.raises(fake_pb_utils.TritonModelException, match=r"shapes \[\[1, 2\], \[1, 3\]\]"):
