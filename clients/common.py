@@ -19,8 +19,6 @@ R = TypeVar("R")
 Errors = Literal["raise", "return"]
 DEFAULT_CLASSIFIER = "image_classifier"
 DEFAULT_EMBEDDER = "text_embedder"
-# The header this project's servers expect on restricted APIs (model config, repository, shared memory).
-ADMIN_HEADER = "triton-admin-key"
 # Rows per request in per_request=False mode when the server does not let us read max_batch_size
 # (a restricted model-config API): small enough for any batching model here.
 FALLBACK_MAX_BATCH_SIZE = 8

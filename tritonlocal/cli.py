@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from tritonlocal import perf_analyzer
-from tritonlocal.config import ServerConfig
+from tritonlocal.config import ADMIN_HEADER, ServerConfig
 from tritonlocal.derive import derive_repository, gpu_is_available
 from tritonlocal.errors import TritonLocalError
 from tritonlocal.local_repository import DEPLOYABLE, LOCAL, derive_local
@@ -160,7 +160,7 @@ def _serve(args: argparse.Namespace) -> int:
         )
         if server.admin_key:
             print(
-                f"restricted APIs need the header triton-admin-key; for the clients CLI:\n"
+                f"restricted APIs need the header {ADMIN_HEADER}; for the clients CLI:\n"
                 f"  export TRITON_ADMIN_KEY={server.admin_key}"
             )
         for name, reason in server.failed_models.items():
