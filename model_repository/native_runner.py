@@ -38,6 +38,7 @@ from pathlib import Path
 import numpy as np
 import triton_python_backend_utils as pb_utils
 from pybackend_batching import InvalidInput, RequestBatcher  # linked beside this runner by the derivation
+from pybackend_parameters import ModelParameters
 
 
 @dataclass(frozen=True)
@@ -56,9 +57,9 @@ class _BatchInput:
     dtype: type
 
 
-def _threads(value: str | None, config: dict) -> int:
-    if value != "auto":
-        return int(value or os.cpu_count() or 1)
+def _threads(parameters: ModelParameters, config: dict) -> int:
+    if parameters.text("intra_op_threads", default="") != "auto":
+        return parameters.integer("intra_op_threads", default=os.cpu_count() or 1, minimum=1)
     instances = sum(max(1, int(group.get("count", 1))) for group in config.get("instance_group", []))
     return max(1, (os.cpu_count() or 1) // max(1, instances))
 
@@ -66,8 +67,8 @@ def _threads(value: str | None, config: dict) -> int:
 class TritonPythonModel:
     def initialize(self, args: dict) -> None:
         config = json.loads(args["model_config"])
-        parameters = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
-        bounds = json.loads(parameters.get("input_bounds") or "{}")
+        parameters = ModelParameters(config)
+        bounds = parameters.json("input_bounds", default={})
         self.inputs = [
             _Input(
                 name=tensor["name"],
@@ -80,21 +81,21 @@ class TritonPythonModel:
         self.batch_inputs = _batch_inputs(config)
         self.flattened = {i.name for i in self.inputs if i.ragged} | {b.source for b in self.batch_inputs}
         self.outputs = [tensor["name"] for tensor in config["output"]]
-        path = Path(args["model_repository"]) / args["model_version"] / parameters["model_filename"]
+        path = Path(args["model_repository"]) / args["model_version"] / parameters.text("model_filename")
         if not path.is_file():
             raise pb_utils.TritonModelException(
                 f"{config['name']}: exported file {path} is missing; run `python -m export` first"
             )
-        threads = _threads(parameters.get("intra_op_threads"), config)
+        threads = _threads(parameters, config)
         feed_order = [i.name for i in self.inputs] + [b.target for b in self.batch_inputs]
-        runtime = parameters["runtime"]
+        runtime = parameters.text("runtime")
         self.runner: _OnnxRunner | _TorchScriptRunner
         if runtime == "onnxruntime":
             self.runner = _OnnxRunner(
                 path,
                 threads=threads,
                 outputs=self.outputs,
-                memory_pattern=parameters.get("enable_mem_pattern", "true").lower() != "false",
+                memory_pattern=parameters.flag("enable_mem_pattern", default=True),
             )
         elif runtime == "torchscript":
             self.runner = _TorchScriptRunner(
@@ -102,8 +103,8 @@ class TritonPythonModel:
                 threads=threads,
                 instance_kind=args.get("model_instance_kind"),
                 feed_order=sorted(feed_order, key=_libtorch_position(feed_order)),
-                optimized=parameters.get("DISABLE_OPTIMIZED_EXECUTION", "false").lower() != "true",
-                profiling=parameters.get("ENABLE_JIT_PROFILING", "true").lower() != "false",
+                optimized=not parameters.flag("DISABLE_OPTIMIZED_EXECUTION", default=False),
+                profiling=parameters.flag("ENABLE_JIT_PROFILING", default=True),
             )
         else:
             raise pb_utils.TritonModelException(

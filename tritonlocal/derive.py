@@ -22,6 +22,7 @@ from tritonlocal.repository import (
     BATCHING_HELPER,
     NATIVE_RUNNER,
     NATIVE_RUNTIMES,
+    PARAMETERS_HELPER,
     PROJECT_REPOSITORY,
     ModelConfig,
     ModelEntry,
@@ -137,9 +138,10 @@ def write_local_model(entry: ModelEntry, folder: Path, config: ModelConfig, *, h
             if item.name == "__pycache__" or item.name.startswith("."):
                 continue
             _link(item, local_version / item.name)
-        if entry.is_native:  # the runner is a Python model like the others, with the helper beside it
+        if entry.is_native:  # the runner is a Python model like the others, with the helpers beside it
             _link(triton_side_file(entry, NATIVE_RUNNER), local_version / "model.py")
-            _link(triton_side_file(entry, BATCHING_HELPER), local_version / BATCHING_HELPER)
+            for helper in (BATCHING_HELPER, PARAMETERS_HELPER):
+                _link(triton_side_file(entry, helper), local_version / helper)
 
 
 def triton_side_file(entry: ModelEntry, name: str) -> Path:

@@ -22,6 +22,7 @@ HELPER = DEPLOYABLE / "pybackend_batching.py"
 # The models whose execute() is the helper's, and the tokenizer, whose model.py is rewritten for it next.
 CONVERTED = ("image_preprocess", "image_postprocess", "l2_normalize")
 SHIPPING_THE_HELPER = (*CONVERTED, "text_tokenizer")
+HELPERS = ("pybackend_batching.py", "pybackend_parameters.py")
 
 
 def _png(size: tuple[int, int] = (300, 200)) -> bytes:
@@ -114,12 +115,23 @@ def test_each_model_answers_a_batch_of_good_requests_in_order(triton_python_mode
 
 
 # -- shipping ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("helper_name", HELPERS)
 @pytest.mark.parametrize("model_name", SHIPPING_THE_HELPER)
-def test_each_python_model_links_the_one_helper_from_its_version_folder(model_name: str) -> None:
-    link = DEPLOYABLE / model_name / "1" / "pybackend_batching.py"
-    assert link.is_symlink(), f"{link} must be a link to ../../pybackend_batching.py, not a copy"
-    assert link.readlink() == Path("../../pybackend_batching.py")  # relative: resolves inside a mount
-    assert link.resolve() == HELPER.resolve()
+def test_each_python_model_links_the_one_helper_from_its_version_folder(
+    model_name: str, helper_name: str
+) -> None:
+    link = DEPLOYABLE / model_name / "1" / helper_name
+    assert link.is_symlink(), f"{link} must be a link to ../../{helper_name}, not a copy"
+    assert link.readlink() == Path("../..", helper_name)  # relative: resolves inside a mount
+    assert link.resolve() == (DEPLOYABLE / helper_name).resolve()
+
+
+@pytest.mark.parametrize(
+    "model_py", [f"{name}/1/model.py" for name in SHIPPING_THE_HELPER] + ["native_runner.py"]
+)
+def test_every_python_model_reads_its_parameters_with_the_one_reader(model_py: str) -> None:
+    source = (DEPLOYABLE / model_py).read_text()
+    assert '"parameters"' not in source and '"string_value"' not in source, "read them with ModelParameters"
 
 
 def test_the_helper_file_is_not_a_model_and_the_derived_repository_keeps_the_link(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ from tritonlocal.errors import RepositoryError
 from tritonlocal.repository import (
     BATCHING_HELPER,
     NATIVE_RUNNER,
+    PARAMETERS_HELPER,
     exported_file,
     exported_step,
     load_model_config,
@@ -165,7 +166,7 @@ def test_a_served_module_that_fails_to_import_is_not_left_half_loaded(tmp_path: 
         load_served_module(tmp_path / "absent.py", name="_absent_module_for_test")
 
 
-def test_a_derived_native_model_gets_the_batching_helper_beside_its_runner(tmp_path: Path) -> None:
+def test_a_derived_native_model_gets_the_helpers_beside_its_runner(tmp_path: Path) -> None:
     source = tmp_path / "source"
     _write(source, "classifier", NATIVE_CONFIG, {"model.onnx": "x"})
     (source / BATCHING_HELPER).write_text("# the helper\n")
@@ -173,6 +174,7 @@ def test_a_derived_native_model_gets_the_batching_helper_beside_its_runner(tmp_p
     version = tmp_path / "local" / "classifier" / "1"
     assert (version / "model.py").is_symlink() and (version / "model.py").resolve() == RUNNER
     assert (version / BATCHING_HELPER).resolve() == (source / BATCHING_HELPER).resolve()
+    assert (version / PARAMETERS_HELPER).resolve() == REPOSITORY / PARAMETERS_HELPER  # none in source
 
 
 def test_the_local_cpu_runner_gets_onnxruntimes_memory_pattern_off_unless_the_config_sets_it() -> None:
