@@ -12,9 +12,9 @@ from collections.abc import Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
 from clients import operations as ops
-from clients.common import ClientOptions
 from clients.endpoint import Endpoint, parse_url
 from clients.model_info import ModelSignature
+from clients.options import ClientOptions
 from clients.retry import RetryPolicy
 from clients.transport import TransportBase
 
@@ -55,7 +55,7 @@ class ClientBase:
     """The endpoint, the options, the signature cache and the methods of both clients.
 
     ``url`` picks the protocol by scheme (``http://``, ``grpc://``) unless ``protocol`` is given; the
-    keyword arguments are :class:`~clients.common.ClientOptions`. Subclasses open their transport in
+    keyword arguments are :class:`~clients.options.ClientOptions`. Subclasses open their transport in
     ``_open`` and carry out an operation's steps in ``_run``.
     """
 

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from clients import tables
-from clients.common import DEFAULT_CLASSIFIER, DEFAULT_EMBEDDER
 from clients.errors import ClientError, ServerUnavailableError
+from clients.options import DEFAULT_CLASSIFIER, DEFAULT_EMBEDDER
 from clients.retry import RetryPolicy
 from clients.sync_client import TritonClient
 from tritonlocal.config import ADMIN_HEADER
