@@ -11,8 +11,8 @@ pipeline per core taking batches from one queue, as the local configs run one in
 arm and batch size is measured in ``rounds`` rounds interleaved with the others (this machine is noisy)
 after one warm-up batch per size; the median round is reported.
 
-:func:`batch_cost` is experiment 6 in-process: the forward pass alone on a batch of 1 and of 32 of one
-shape (corpus sentences of its most common length; a photograph repeated), median of ``repeats`` runs.
+:func:`batch_cost` is the `batchcost` experiment in-process: the forward pass alone on a batch of 1 and of 32
+of one shape (corpus sentences of its most common length; a photograph repeated), median of ``repeats`` runs.
 """
 
 from __future__ import annotations
@@ -232,7 +232,7 @@ def alternating_median_ms(calls: Mapping[int, Callable[[], object]], repeats: in
 
 def same_length_texts(repository: Path, count: int = max(BATCH_COST_SIZES)) -> list[str]:
     """``count`` corpus sentences of its most common token count (distinct while there are enough), so
-    that a batch of them has one shape: experiment 6's text, in-process and served alike."""
+    that a batch of them has one shape: the `batchcost` experiment's text, in-process and served alike."""
     texts = samples.sentences()
     lengths = TextTokenizer(repository).lengths(texts)
     common = Counter(lengths).most_common(1)[0][0]

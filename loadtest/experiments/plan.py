@@ -51,13 +51,13 @@ EXPORTED = {  # exported model -> (runtime, pipeline) for the in-process and pro
 NOBATCH, INSTANCE_SUFFIX = "__nobatch", "__x{}"
 TEXT_TOKENIZER, TEXT_TORCHSCRIPT_MODEL = "text_tokenizer", "text_embedder_torchscript"
 # The configuration before ragged batching: the tokenizer padded each request to one of these lengths
-# and the encoder's batcher merged equal shapes only (experiment 8's first arm reproduces it).
+# and the encoder's batcher merged equal shapes only (the `ragged` experiment's first arm reproduces it).
 PREVIOUS_BUCKETS = "8,16,24,32,48,64,96,128,256"
-# Experiment 8 runs the served text file in this process between its rounds at the targets' concurrency,
-# in batches of these sizes.
+# The `ragged` experiment runs the served text file in this process between its rounds at the targets'
+# concurrency, in batches of these sizes.
 RAGGED_INPROCESS_BATCHES = (8, 32)
 # The image classifier before its ONNX file padded inside its convolutions and before its steps stopped
-# waiting for more requests on a CPU (experiment 8's image arms): the file, and the batchers it was
+# waiting for more requests on a CPU (the `ragged` experiment's image arms): the file, and the batchers it was
 # served with then.
 PREVIOUS_IMAGE_ARM = "previous (image): fp32 file with the exporter's Pad nodes, 1-2 ms queue delays"
 PREVIOUS_IMAGE_BATCHERS = (
@@ -79,8 +79,8 @@ class Plan:
     instance_rounds: int = 2
     ragged_concurrency: tuple[int, ...] = (1, 32)
     ragged_rounds: int = 2
-    # Sentences the served text file runs in this process after each round of experiment 8's text arms at
-    # c=32 (about a second per batch size and order on 2 cores): the figure served throughput is held to.
+    # Sentences the served text file runs in this process after each round of the `ragged` experiment's
+    # text arms at c=32: the figure served throughput is held to.
     ragged_inprocess_texts: int = 512
     minimal_concurrency: tuple[int, ...] = (1, 32)
     minimal_requests: int = 600
@@ -115,7 +115,7 @@ PLANS = {
         perf=PerfSettings(measurement_interval_ms=1500, max_trials=4, stability_percent=25, timeout_s=60),
         sweep_models=(TEXT_MODEL, IMAGE_MODEL),
         sweep_concurrency=(1, 8, 32),
-        notes=("quick mode: the ONNX ensembles only, 150 images for experiment 3, short windows",),
+        notes=("quick mode: the ONNX ensembles only, 150 images for `central`, short windows",),
     ),
     "full": Plan(
         perf=PerfSettings(measurement_interval_ms=3000, max_trials=6, stability_percent=15, timeout_s=150),
@@ -151,9 +151,9 @@ def served_variants(plan: Plan, source: Path, previous_image: Path) -> list[Vari
 
 
 def ragged_arms(source: Path) -> dict[str, tuple[Variant, str]]:
-    """Experiment 8: arm label -> (variant, served model). On the default route's encoder: the previous
-    configuration (its fp32 file behind length buckets, equal-shape batches: what text_embedder served
-    before), ragged batching alone (the fp32 file, ragged), the served precision alone (equal shapes),
+    """The `ragged` experiment: arm label -> (variant, served model). On the default route's encoder: the
+    previous configuration (its fp32 file behind length buckets, equal-shape batches: what text_embedder
+    served before), ragged batching alone (the fp32 file, ragged), the served precision alone (equal shapes),
     and as shipped; then the TorchScript route as shipped. The fp32 file is the one the export keeps
     beside its precision record (:mod:`export.precision`); where the served file is fp32 already, the
     shipped file stands in for it and the arms that would repeat another are left out."""
@@ -179,9 +179,9 @@ def ragged_arms(source: Path) -> dict[str, tuple[Variant, str]]:
 
 
 def image_arms(previous_file: Path) -> dict[str, tuple[Variant, str]]:
-    """Experiment 8, images: the previous configuration (``previous_file``, the fp32 file as exported
-    before its ``Pad`` nodes were folded into the convolutions, behind the batchers it was served with),
-    that file alone behind today's batchers, the clone serving the fp32 file where the export serves a
+    """The `ragged` experiment, images: the previous configuration (``previous_file``, the fp32 file as
+    exported before its ``Pad`` nodes were folded into the convolutions, behind the batchers it was served
+    with), that file alone behind today's batchers, the clone serving the fp32 file where the export serves a
     reduced precision, and as shipped."""
     served = precision.served_variant(IMAGE_ENCODER)
     previous = ((IMAGE_ENCODER, "model_filename", str(previous_file.resolve())),)
@@ -207,7 +207,8 @@ def image_arms(previous_file: Path) -> dict[str, tuple[Variant, str]]:
 def ragged_experiment(
     plan: Plan, session: PerfSession, source: Path, previous_image: Path, cores: int
 ) -> dict[str, list]:
-    """Experiment 8: the text arms at each concurrency, then the image arms at 32, every arm once per round.
+    """The `ragged` experiment: the text arms at each concurrency, then the image arms at 32, every arm once
+    per round.
 
     After each round of the text arms at the target concurrency, the served text file runs in this process
     (tokenise, forward, pool; the served layout, one single-thread pipeline per core; batches of 8 and
@@ -323,7 +324,7 @@ def served_stage(plan: Plan, source: Path, work: Path, raw: Path, cores: int, sk
             "batchcost": lambda: _served_batch_costs(plan, grpc_url, source),
             "locust": lambda: [_locust(plan, server, raw, shape) for shape in plan.locust_shapes],
         }
-        for key, run in experiments.items():  # in this order: the sweeps reuse experiment 1's points
+        for key, run in experiments.items():  # in this order: the sweeps reuse `batching`'s points
             if key not in skip:
                 _attempt(result, registry.experiment(key).result_keys, run)
         result["server_statistics_end"] = _all_statistics(server.http_url, raw)
@@ -394,8 +395,8 @@ def _all_statistics(url: str, raw: Path) -> str:
 
 
 def central_stage(plan: Plan, source: Path, work: Path, raw: Path, cores: int) -> dict:
-    """Experiment 3: one server for every image vs N processes each loading the model, in alternating
-    rounds (the server stays up, idle, while the processes run)."""
+    """The `central` experiment: one server for every image vs N processes each loading the model, in
+    alternating rounds (the server stays up, idle, while the processes run)."""
     images = payloads.image_variants(plan.central_images, seed=7)
     build_repository(source, work / "central", [Variant(model=IMAGE_MODEL)], total_threads=cores)
     threads = max(1, cores // plan.central_workers)

@@ -1,12 +1,12 @@
 """From results.json to the verdicts: targets met or missed (with measured causes) and published claims.
 
 Targets, each a ratio inside one run where it can be: the text ensemble at concurrency 32 at least 2x
-the previous configuration (experiment 8) and 2x the simplest alternative (experiment 9) with a p99 of
-at most 250 ms; at concurrency 1 a median of at most 10 ms; dynamic batching on vs off at least 2x
-with encoder batches of 8 or more (experiment 1); served throughput at least 85% of the in-process
-figure of the served file (experiment 8's in-process rounds, between its served ones, where the run has
-them; else experiment 5); the image classifier at least 1.3x its previous configuration (experiment 8),
-serving a file that passed its gate.
+the previous configuration (the `ragged` experiment) and 2x the simplest alternative (the `minimal`
+experiment) with a p99 of at most 250 ms; at concurrency 1 a median of at most 10 ms; dynamic batching on vs
+off at least 2x with encoder batches of 8 or more (the `batching` experiment); served throughput at least 85%
+of the in-process figure of the served file (the `ragged` experiment's in-process rounds, between its served
+ones, where the run has them; else the `inprocess` experiment); the image classifier at least 1.3x its
+previous configuration (the `ragged` experiment), serving a file that passed its gate.
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ from loadtest.report.rounds import (
 
 TEXT_MODEL, IMAGE_MODEL = "text_embedder", "image_classifier"
 TEXT_ENCODER = "the encoder"  # plots label the batch of whichever exported encoder the ensemble called
-PREVIOUS_ARM = "previous"  # experiment 8's arms whose label starts with this reproduce the old configuration
+# The arms of the `ragged` experiment whose label starts with this reproduce the old configuration.
+PREVIOUS_ARM = "previous"
 TARGET_GAIN = 2.0  # over the previous configuration, over the simplest alternative, batching on vs off
 TARGET_P99_MS = 250.0
 TARGET_LONE_P50_MS = 10.0
@@ -91,8 +92,8 @@ def best_inprocess(results: dict, pipeline: str = "text", runtime: str = "onnxru
 
 
 def beside_inprocess_cells(results: dict) -> list[dict]:
-    """Experiment 8's in-process rounds (the served text file between its served rounds at c=32), one row
-    per cell (layout, order, batch size) in the order measured: the cell at its median round, with its
+    """The `ragged` experiment's in-process rounds (the served text file between its served rounds at c=32),
+    one row per cell (layout, order, batch size) in the order measured: the cell at its median round, with its
     rounds."""
     cells: dict[tuple, list[dict]] = defaultdict(list)
     for p in results.get("ragged_inprocess", []):
@@ -113,13 +114,15 @@ def beside_inprocess(results: dict) -> dict | None:
 
 
 def inprocess_reference(results: dict, pipeline: str = "text") -> tuple[dict | None, str]:
-    """The in-process figure served throughput is held to, and where it was measured: for text, experiment
-    8's rounds between the served ones where the run has them; else the best of experiment 5."""
+    """The in-process figure served throughput is held to, and where it was measured: for text, the
+    `ragged` experiment's rounds between the served ones where the run has them; else the best of the
+    `inprocess` experiment."""
     beside = beside_inprocess(results) if pipeline == "text" else None
     if beside:
-        return beside, f"experiment 8, median of {len(beside['rounds'])} rounds between the served ones"
+        rounds = len(beside["rounds"])
+        return beside, f"experiment `ragged`, median of {rounds} rounds between the served ones"
     runtime = results.get("text_runtime", "onnxruntime") if pipeline == "text" else "onnxruntime"
-    return best_inprocess(results, pipeline=pipeline, runtime=runtime), "experiment 5"
+    return best_inprocess(results, pipeline=pipeline, runtime=runtime), "experiment `inprocess`"
 
 
 def _verdict(name: str, required: str, value: float | None, text: str, met: bool | None) -> Verdict:
@@ -165,7 +168,7 @@ def verdicts(results: dict) -> list[Verdict]:
     return [
         _verdict(
             "text c=32 vs the previous configuration",
-            f">= {TARGET_GAIN:.0f}x (experiment 8)",
+            f">= {TARGET_GAIN:.0f}x (experiment `ragged`)",
             gain,
             f"{times_text(gain)} ({_number(_rate(shipped), '.1f')} vs {_number(_rate(previous), '.1f')} "
             "req/s)",
@@ -180,7 +183,7 @@ def verdicts(results: dict) -> list[Verdict]:
         ),
         _verdict(
             "text c=32 vs the simplest alternative",
-            f">= {TARGET_GAIN:.0f}x (experiment 9)",
+            f">= {TARGET_GAIN:.0f}x (experiment `minimal`)",
             over_simple,
             f"{times_text(over_simple)} ({_number(triton, '.1f')} vs {_number(simple, '.1f')} req/s"
             + (
@@ -217,7 +220,7 @@ def verdicts(results: dict) -> list[Verdict]:
         ),
         _verdict(
             "image c=32 vs the previous configuration",
-            f">= {TARGET_IMAGE_GAIN}x, served file gated (experiment 8)",
+            f">= {TARGET_IMAGE_GAIN}x, served file gated (experiment `ragged`)",
             image_gain,
             image_text,
             _at_least(image_gain, TARGET_IMAGE_GAIN),
@@ -226,7 +229,7 @@ def verdicts(results: dict) -> list[Verdict]:
 
 
 def target_point(results: dict) -> ServedRun | None:
-    """The text ensemble at concurrency 32: gRPC from experiment 1 or the sweep, else HTTP."""
+    """The text ensemble at concurrency 32: gRPC from the `batching` experiment or the sweep, else HTTP."""
     served = served_runs(results, "batching") + served_runs(results, "sweeps")
     for protocol in ("grpc", "http"):
         found = point_at(served, model=TEXT_MODEL, protocol=protocol, concurrency=TARGET_CONCURRENCY)
@@ -392,13 +395,14 @@ def arm_summary(results: dict, key: str) -> list[ArmSummary]:
 
 
 def batching_arms(results: dict, concurrency: int) -> tuple[ArmSummary | None, ArmSummary | None]:
-    """Experiment 1 at ``concurrency``: the 'batching on' and 'batching off' arms over their rounds."""
+    """The `batching` experiment at ``concurrency``: the 'batching on' and 'batching off' arms over their
+    rounds."""
     rows = {r.arm: r for r in arm_summary(results, "batching") if r.concurrency == concurrency}
     return rows.get("batching on"), rows.get("batching off")
 
 
 def ragged_arm(results: dict, concurrency: int, prefix: str, model: str = TEXT_MODEL) -> ArmSummary | None:
-    """The experiment 8 arm of ``model`` whose label starts with ``prefix`` at ``concurrency``."""
+    """The `ragged` experiment's arm of ``model`` whose label starts with ``prefix`` at ``concurrency``."""
     for row in arm_summary(results, "ragged"):
         if (
             row.concurrency == concurrency
@@ -417,7 +421,8 @@ def shipped_arm(results: dict, concurrency: int, model: str = TEXT_MODEL) -> Arm
 
 
 def against_previous(results: dict, model: str = TEXT_MODEL) -> tuple[ArmSummary | None, ArmSummary | None]:
-    """Experiment 8 at the target concurrency: ``model`` as shipped, and its previous configuration."""
+    """The `ragged` experiment at the target concurrency: ``model`` as shipped, and its previous
+    configuration."""
     return (
         shipped_arm(results, TARGET_CONCURRENCY, model),
         ragged_arm(results, TARGET_CONCURRENCY, PREVIOUS_ARM, model),

@@ -1,5 +1,5 @@
-"""The report's sections for experiment 8 (length-aware batching and precision, arm by arm) and
-experiment 9 (Triton against the simplest alternative).
+"""The report's sections for the `ragged` experiment (length-aware batching and precision, arm by arm) and
+the `minimal` experiment (Triton against the simplest alternative).
 
 Called by :mod:`loadtest.report.markdown`.
 """
@@ -109,8 +109,8 @@ def _beside_inprocess(r: dict) -> str:
         "\n\nIn process between the served rounds: after each round of the text arms at "
         f"c={findings.TARGET_CONCURRENCY}, the served text file (tokenise, forward, pool) in this process, "
         "one single-thread pipeline per core as the server runs it, while the server idles; the figure "
-        "served throughput is held to (experiment 5 measures the same file in a later stage, after the "
-        "server has stopped)."
+        "served throughput is held to (experiment `inprocess` measures the same file in a later stage, "
+        "after the server has stopped)."
         + share
         + "\n\n"
         + table(("model", "layout", "order", "batch", "items/s by round", "items/s (median)"), rows)
