@@ -50,17 +50,16 @@ EXPORTED = {  # exported model -> (runtime, pipeline) for the in-process and pro
 }
 NOBATCH, INSTANCE_SUFFIX = "__nobatch", "__x{}"
 TEXT_TOKENIZER, TEXT_TORCHSCRIPT_MODEL = "text_tokenizer", "text_embedder_torchscript"
-# The configuration before ragged batching: the tokenizer padded each request to one of these lengths
-# and the encoder's batcher merged equal shapes only (the `ragged` experiment's first arm reproduces it).
-PREVIOUS_BUCKETS = "8,16,24,32,48,64,96,128,256"
+# The equal-shape baseline arm of the `ragged` experiment (the configuration without ragged batching):
+# the tokenizer pads each request to one of these lengths and the encoder's batcher merges equal shapes.
+EQUAL_SHAPE_BUCKETS = "8,16,24,32,48,64,96,128,256"
 # The `ragged` experiment runs the served text file in this process between its rounds at the targets'
 # concurrency, in batches of these sizes.
 RAGGED_INPROCESS_BATCHES = (8, 32)
-# The image classifier before its ONNX file padded inside its convolutions and before its steps stopped
-# waiting for more requests on a CPU (the `ragged` experiment's image arms): the file, and the batchers it was
-# served with then.
-PREVIOUS_IMAGE_ARM = "previous (image): fp32 file with the exporter's Pad nodes, 1-2 ms queue delays"
-PREVIOUS_IMAGE_BATCHERS = (
+# The image baseline arm of the `ragged` experiment: the ONNX file with the exporter's Pad nodes (not
+# folded into its convolutions), behind batchers that wait for more requests on a CPU.
+PAD_NODES_AND_DELAYS_ARM = "previous (image): fp32 file with the exporter's Pad nodes, 1-2 ms queue delays"
+QUEUE_DELAY_IMAGE_BATCHERS = (
     (IMAGE_ENCODER, "preferred_batch_size: [16, 32, 64] max_queue_delay_microseconds: 2000"),
     ("image_preprocess", "max_queue_delay_microseconds: 1000"),
     ("image_postprocess", "max_queue_delay_microseconds: 1000"),
@@ -161,7 +160,7 @@ def ragged_arms(source: Path) -> dict[str, tuple[Variant, str]]:
     served = precision.served_variant(encoder)
     fp32 = precision.kept_file(encoder, "fp32") if served != "fp32" else None
     fp32_file = ((encoder, "model_filename", str(fp32.resolve())),) if fp32 is not None else ()
-    equal_shapes = ((TEXT_TOKENIZER, "length_buckets", PREVIOUS_BUCKETS),)
+    equal_shapes = ((TEXT_TOKENIZER, "length_buckets", EQUAL_SHAPE_BUCKETS),)
     arms = {
         "previous: fp32, buckets, equal shapes": Variant(
             model=TEXT_MODEL, suffix="__previous", ragged=False, parameters=equal_shapes + fp32_file
@@ -186,12 +185,10 @@ def image_arms(previous_file: Path) -> dict[str, tuple[Variant, str]]:
     served = precision.served_variant(IMAGE_ENCODER)
     previous = ((IMAGE_ENCODER, "model_filename", str(previous_file.resolve())),)
     arms = {
-        PREVIOUS_IMAGE_ARM: Variant(
-            model=IMAGE_MODEL, suffix="__previous", parameters=previous, batcher=PREVIOUS_IMAGE_BATCHERS
+        PAD_NODES_AND_DELAYS_ARM: Variant(
+            model=IMAGE_MODEL, suffix="__previous", parameters=previous, batcher=QUEUE_DELAY_IMAGE_BATCHERS
         ),
-        registry.PREVIOUS_IMAGE_FILE_ARM: Variant(
-            model=IMAGE_MODEL, suffix="__padnodes", parameters=previous
-        ),
+        registry.PAD_NODES_FILE_ARM: Variant(model=IMAGE_MODEL, suffix="__padnodes", parameters=previous),
     }
     fp32 = precision.kept_file(IMAGE_ENCODER, "fp32") if served != "fp32" else None
     if fp32 is not None:

@@ -16,7 +16,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from loadtest.experiments.inprocess import ARRIVAL, ONE_LENGTH
-from loadtest.experiments.registry import PREVIOUS_IMAGE_FILE_ARM, TARGET_CONCURRENCY
+from loadtest.experiments.registry import PAD_NODES_FILE_ARM, TARGET_CONCURRENCY
 from loadtest.report.cpu import cost_line, cpu_per_item, per_core_line
 from loadtest.report.records import ArmSummary, ModelStats, ServedRun, inprocess_arm, served_runs
 from loadtest.report.rounds import (
@@ -33,7 +33,7 @@ from loadtest.report.rounds import (
 TEXT_MODEL, IMAGE_MODEL = "text_embedder", "image_classifier"
 TEXT_ENCODER = "the encoder"  # plots label the batch of whichever exported encoder the ensemble called
 # The arms of the `ragged` experiment whose label starts with this reproduce the old configuration.
-PREVIOUS_ARM = "previous"
+BASELINE_ARM_PREFIX = "previous"
 TARGET_GAIN = 2.0  # over the previous configuration, over the simplest alternative, batching on vs off
 TARGET_P99_MS = 250.0
 TARGET_LONE_P50_MS = 10.0
@@ -425,7 +425,7 @@ def against_previous(results: dict, model: str = TEXT_MODEL) -> tuple[ArmSummary
     configuration."""
     return (
         shipped_arm(results, TARGET_CONCURRENCY, model),
-        ragged_arm(results, TARGET_CONCURRENCY, PREVIOUS_ARM, model),
+        ragged_arm(results, TARGET_CONCURRENCY, BASELINE_ARM_PREFIX, model),
     )
 
 
@@ -440,7 +440,7 @@ def image_line(results: dict) -> str | None:
         f"c={TARGET_CONCURRENCY}, its previous configuration {_number(previous.throughput_per_s, '.1f')}: "
         f"{ratio_text(shipped.throughput_per_s, previous.throughput_per_s)}"
     )
-    file_alone = ragged_arm(results, TARGET_CONCURRENCY, PREVIOUS_IMAGE_FILE_ARM, IMAGE_MODEL)
+    file_alone = ragged_arm(results, TARGET_CONCURRENCY, PAD_NODES_FILE_ARM, IMAGE_MODEL)
     if file_alone:
         line += (
             f"; against the previous file alone behind today's batchers "

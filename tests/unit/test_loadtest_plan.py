@@ -136,7 +136,7 @@ def test_the_image_arms_serve_the_previous_configuration_and_its_file_alone_besi
     monkeypatch.setattr(precision, "kept_file", lambda model, kind: fp32 if kind == "fp32" else None)
     previous = tmp_path / "previous.onnx"
     found = plan.image_arms(previous)
-    assert len(found) == arms and list(found)[0] == plan.PREVIOUS_IMAGE_ARM
+    assert len(found) == arms and list(found)[0] == plan.PAD_NODES_AND_DELAYS_ARM
     assert list(found.values())[-1][1] == plan.IMAGE_MODEL  # the shipped classifier, under its own name
     source = Path(__file__).resolve().parents[2] / "model_repository"
     build_repository(source, tmp_path / "served", [v for v, _ in found.values()], total_threads=2)

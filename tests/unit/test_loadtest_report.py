@@ -602,12 +602,11 @@ def test_cpu_per_request_needs_the_served_models_count_and_pools_rounds() -> Non
 
 
 def test_the_image_line_also_sets_the_shipped_classifier_against_the_previous_file_alone() -> None:
-    from loadtest.experiments.registry import PREVIOUS_IMAGE_FILE_ARM
+    from loadtest.experiments.registry import PAD_NODES_FILE_ARM
 
     results = recorded_results(served_c32=190.0)
     results["ragged"] += [
-        _point("ragged", PREVIOUS_IMAGE_FILE_ARM, "image_classifier__padnodes", 32, 56.0, 6.0)
-        for _ in range(2)
+        _point("ragged", PAD_NODES_FILE_ARM, "image_classifier__padnodes", 32, 56.0, 6.0) for _ in range(2)
     ]
     assert findings.image_line(results) == (
         "The image classifier served 70.0 img/s at c=32, its previous configuration 50.0: 1.40x; against the "
