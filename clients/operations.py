@@ -15,7 +15,7 @@ import logging
 import time
 from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -41,7 +41,7 @@ from clients.model_info import (
     parse_index,
     parse_signature,
 )
-from clients.options import DEFAULT_CLASSIFIER, DEFAULT_EMBEDDER
+from clients.options import DEFAULT_CLASSIFIER, DEFAULT_EMBEDDER, ClientOptions
 from clients.retry import NO_RETRY, RetryPolicy
 from clients.shm import SharedRequest
 from clients.stats import ModelStatistics, parse_statistics
@@ -57,14 +57,20 @@ from clients.transport import (
     UNREGISTER_SHM,
     Call,
     Op,
+    TransportBase,
 )
-
-if TYPE_CHECKING:
-    from clients.base import ClientBase
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
 Decode = Callable[[dict[str, np.ndarray]], list[Any]]
+
+
+class Client(Protocol):
+    """What an operation reads from the client that runs it (:class:`clients.base.Client`)."""
+
+    options: ClientOptions
+    _transport: TransportBase
+    _signatures: dict[str, ModelSignature]
 
 
 STATISTICS_POLL_S = 0.02
@@ -113,18 +119,18 @@ def resume(task: Task[Any], result: Any = None, error: BaseException | None = No
 
 
 # -- server -----------------------------------------------------------------------------------------
-def health(client: ClientBase, *, timeout_s: float | None = None) -> Task[Health]:
+def health(client: Client, *, timeout_s: float | None = None) -> Task[Health]:
     live = yield from _call(client, LIVE, timeout_s=timeout_s)
     ready = yield from _call(client, READY, timeout_s=timeout_s)
     return Health(live=bool(live), ready=bool(ready))
 
 
-def models(client: ClientBase, *, timeout_s: float | None = None) -> Task[list[ModelState]]:
+def models(client: Client, *, timeout_s: float | None = None) -> Task[list[ModelState]]:
     """The repository index: every model the server knows, with its state (READY, UNAVAILABLE...)."""
     return parse_index((yield from _call(client, INDEX, timeout_s=timeout_s)))
 
 
-def statistics(client: ClientBase, model: str, *, timeout_s: float | None = None) -> Task[ModelStatistics]:
+def statistics(client: Client, model: str, *, timeout_s: float | None = None) -> Task[ModelStatistics]:
     """The newest version's statistics for ``model``."""
     entries = parse_statistics(
         (yield from _call(client, STATISTICS, model, model=model, timeout_s=timeout_s))
@@ -135,7 +141,7 @@ def statistics(client: ClientBase, model: str, *, timeout_s: float | None = None
 
 
 def statistics_since(
-    client: ClientBase,
+    client: Client,
     earlier: ModelStatistics,
     *,
     requests: int,
@@ -160,11 +166,11 @@ def statistics_since(
     return delta
 
 
-def all_statistics(client: ClientBase, *, timeout_s: float | None = None) -> Task[list[ModelStatistics]]:
+def all_statistics(client: Client, *, timeout_s: float | None = None) -> Task[list[ModelStatistics]]:
     return parse_statistics((yield from _call(client, STATISTICS, "", timeout_s=timeout_s)))
 
 
-def signature(client: ClientBase, model: str, *, timeout_s: float | None = None) -> Task[ModelSignature]:
+def signature(client: Client, model: str, *, timeout_s: float | None = None) -> Task[ModelSignature]:
     """The model's tensors and max batch size, read from the server once and cached."""
     if model not in client._signatures:
         metadata = yield from _call(client, METADATA, model, model=model, timeout_s=timeout_s)
@@ -179,7 +185,7 @@ def signature(client: ClientBase, model: str, *, timeout_s: float | None = None)
 
 # -- inference --------------------------------------------------------------------------------------
 def infer(
-    client: ClientBase, model: str, inputs: Mapping[str, np.ndarray], *, timeout_s: float | None = None
+    client: Client, model: str, inputs: Mapping[str, np.ndarray], *, timeout_s: float | None = None
 ) -> Task[dict[str, np.ndarray]]:
     """One request with the given tensors (batch dimension included); returns every output."""
     spec = yield from signature(client, model, timeout_s=timeout_s)
@@ -187,7 +193,7 @@ def infer(
 
 
 def classify(
-    client: ClientBase,
+    client: Client,
     images: Sequence[ImageInput],
     model: str = DEFAULT_CLASSIFIER,
     *,
@@ -217,7 +223,7 @@ def classify(
 
 
 def embed(
-    client: ClientBase,
+    client: Client,
     texts: Sequence[str],
     model: str = DEFAULT_EMBEDDER,
     *,
@@ -247,7 +253,7 @@ def embed(
 
 # -- internals --------------------------------------------------------------------------------------
 def _call(
-    client: ClientBase,
+    client: Client,
     op: Op,
     *args: Any,
     timeout_s: float | None = None,
@@ -269,7 +275,7 @@ def _call(
 
 
 def _infer_arrays(
-    client: ClientBase, spec: ModelSignature, arrays: Mapping[str, np.ndarray], timeout_s: float | None
+    client: Client, spec: ModelSignature, arrays: Mapping[str, np.ndarray], timeout_s: float | None
 ) -> Task[dict[str, np.ndarray]]:
     names = list(arrays)
     transport = client._transport
@@ -310,7 +316,7 @@ def _infer_arrays(
         request.destroy()
 
 
-def _unregister(client: ClientBase, region: str) -> Task[None]:
+def _unregister(client: Client, region: str) -> Task[None]:
     for delay_s in (*UNREGISTER_DELAYS_S, None):
         try:
             yield from _call(client, UNREGISTER_SHM, region, retry=NO_RETRY)
@@ -323,7 +329,7 @@ def _unregister(client: ClientBase, region: str) -> Task[None]:
 
 
 def _run_items(
-    client: ClientBase,
+    client: Client,
     spec: ModelSignature,
     input_name: str,
     items: Items,
