@@ -272,60 +272,94 @@ def served_stage(plan: Plan, source: Path, work: Path, raw: Path, cores: int, sk
             settings=plan.perf,
             server_pid=server.pid,
         )
-        grpc_url = f"grpc://{server.grpc_url}"
-        texts = samples.shuffled_sentences(plan.client_texts, seed=3)
-        batching_arms = {"batching on": TEXT_MODEL, "batching off": TEXT_MODEL + NOBATCH}
-        instance_arms = {
-            f"{n} instance{'s' if n > 1 else ''}": TEXT_MODEL + INSTANCE_SUFFIX.format(n)
-            for n in plan.instance_counts
-        }
-        experiments: dict[str, Callable[[], object]] = {
-            "batching": lambda: arms_experiment(
-                session,
-                "batching",
-                TEXT_MODEL,
-                batching_arms,
-                concurrencies=list(plan.batching_concurrency),
-                rounds=plan.batching_rounds,
-            ),
-            "instances": lambda: arms_experiment(
-                session,
-                "instances",
-                TEXT_MODEL,
-                instance_arms,
-                concurrencies=list(plan.instance_concurrency),
-                rounds=plan.instance_rounds,
-            ),
-            "ragged": lambda: ragged_experiment(plan, session, source, previous_image, cores),
-            "minimal": lambda: minimal.compare(
-                triton_http_url=server.http_url,
-                model=TEXT_MODEL,
-                encoder_file=minimal.served_file(source, text_encoder_of(source)),
-                tokenizer_file=minimal.tokenizer_file(source),
-                threads=cores,
-                concurrencies=list(plan.minimal_concurrency),
-                requests=plan.minimal_requests,
-                rounds=plan.minimal_rounds,
-                log_path=raw / "minimal_server.log",
-            ),
-            "sweeps": lambda: sweeps(
-                session,
-                models=list(plan.sweep_models),
-                protocols=list(plan.protocols),
-                concurrencies=list(plan.sweep_concurrency),
-                measured=result.get("batching", []),
-            ),
-            "clients": lambda: client_experiments.alternating_embeds(
-                grpc_url, TEXT_MODEL, texts, in_flight=plan.client_in_flight, rounds=plan.client_rounds
-            ),
-            "batchcost": lambda: _served_batch_costs(plan, grpc_url, source),
-            "locust": lambda: [_locust(plan, server, raw, shape) for shape in plan.locust_shapes],
-        }
+        experiments = _served_experiments(
+            plan,
+            server,
+            session,
+            source=source,
+            previous_image=previous_image,
+            cores=cores,
+            raw=raw,
+            result=result,
+        )
         for key, run in experiments.items():  # in this order: the sweeps reuse `batching`'s points
             if key not in skip:
                 _attempt(result, registry.experiment(key).result_keys, run)
         result["server_statistics_end"] = _all_statistics(server.http_url, raw)
     return result
+
+
+def _arms_experiments(plan: Plan, session: PerfSession) -> dict[str, Callable[[], object]]:
+    """`batching` and `instances`: the text ensemble against its clones, arm by arm."""
+    batching_arms = {"batching on": TEXT_MODEL, "batching off": TEXT_MODEL + NOBATCH}
+    instance_arms = {
+        f"{n} instance{'s' if n > 1 else ''}": TEXT_MODEL + INSTANCE_SUFFIX.format(n)
+        for n in plan.instance_counts
+    }
+    return {
+        "batching": lambda: arms_experiment(
+            session,
+            "batching",
+            TEXT_MODEL,
+            batching_arms,
+            concurrencies=list(plan.batching_concurrency),
+            rounds=plan.batching_rounds,
+        ),
+        "instances": lambda: arms_experiment(
+            session,
+            "instances",
+            TEXT_MODEL,
+            instance_arms,
+            concurrencies=list(plan.instance_concurrency),
+            rounds=plan.instance_rounds,
+        ),
+    }
+
+
+def _served_experiments(
+    plan: Plan,
+    server: LocalTritonServer,
+    session: PerfSession,
+    *,
+    source: Path,
+    previous_image: Path,
+    cores: int,
+    raw: Path,
+    result: dict,
+) -> dict[str, Callable[[], object]]:
+    """The served stage's experiments by registry key, in the order they run."""
+    grpc_url = f"grpc://{server.grpc_url}"
+    return {
+        **_arms_experiments(plan, session),
+        "ragged": lambda: ragged_experiment(plan, session, source, previous_image, cores),
+        "minimal": lambda: minimal.compare(
+            triton_http_url=server.http_url,
+            model=TEXT_MODEL,
+            encoder_file=minimal.served_file(source, text_encoder_of(source)),
+            tokenizer_file=minimal.tokenizer_file(source),
+            threads=cores,
+            concurrencies=list(plan.minimal_concurrency),
+            requests=plan.minimal_requests,
+            rounds=plan.minimal_rounds,
+            log_path=raw / "minimal_server.log",
+        ),
+        "sweeps": lambda: sweeps(
+            session,
+            models=list(plan.sweep_models),
+            protocols=list(plan.protocols),
+            concurrencies=list(plan.sweep_concurrency),
+            measured=result.get("batching", []),
+        ),
+        "clients": lambda: client_experiments.alternating_embeds(
+            grpc_url,
+            TEXT_MODEL,
+            samples.shuffled_sentences(plan.client_texts, seed=3),
+            in_flight=plan.client_in_flight,
+            rounds=plan.client_rounds,
+        ),
+        "batchcost": lambda: _served_batch_costs(plan, grpc_url, source),
+        "locust": lambda: [_locust(plan, server, raw, shape) for shape in plan.locust_shapes],
+    }
 
 
 def _server(repository: Path, log_path: Path, *, startup_timeout_s: float) -> LocalTritonServer:

@@ -145,18 +145,87 @@ def _rate(row: ArmSummary | None) -> float | None:
 
 def verdicts(results: dict) -> list[Verdict]:
     (shipped, previous), lone = against_previous(results), shipped_arm(results, 1)
+    return [
+        _previous_verdict(shipped, previous),
+        _at_most_ms("text c=32 p99", TARGET_P99_MS, shipped.p99_ms if shipped else None, 0),
+        _alternative_verdict(results),
+        _at_most_ms("text c=1 median latency", TARGET_LONE_P50_MS, lone.p50_ms if lone else None, 1),
+        _batching_verdict(results),
+        _share_verdict(results, shipped),
+        _image_verdict(results),
+    ]
+
+
+def _previous_verdict(shipped: ArmSummary | None, previous: ArmSummary | None) -> Verdict:
     gain = _ratio(_rate(shipped), _rate(previous))
-    lone_p50 = lone.p50_ms if lone else None
-    p99 = shipped.p99_ms if shipped else None
+    return _verdict(
+        "text c=32 vs the previous configuration",
+        f">= {TARGET_GAIN:.0f}x (experiment `ragged`)",
+        gain,
+        f"{times_text(gain)} ({_number(_rate(shipped), '.1f')} vs {_number(_rate(previous), '.1f')} req/s)",
+        _at_least(gain, TARGET_GAIN),
+    )
+
+
+def _at_most_ms(name: str, limit_ms: float, value_ms: float | None, digits: int) -> Verdict:
+    return _verdict(
+        name,
+        f"<= {limit_ms:.0f} ms",
+        value_ms,
+        f"{up(value_ms, digits):.{digits}f} ms",
+        None if value_ms is None else value_ms <= limit_ms,
+    )
+
+
+def _alternative_verdict(results: dict) -> Verdict:
     minimal = next((m for m in minimal_comparisons(results) if m.concurrency == TARGET_CONCURRENCY), None)
     triton, simple = (minimal.triton_per_s, minimal.alternative_per_s) if minimal else (None, None)
     over_simple = _ratio(triton, simple)
+    return _verdict(
+        "text c=32 vs the simplest alternative",
+        f">= {TARGET_GAIN:.0f}x (experiment `minimal`)",
+        over_simple,
+        f"{times_text(over_simple)} ({_number(triton, '.1f')} vs {_number(simple, '.1f')} req/s"
+        + (
+            f", medians of {minimal.rounds} rounds; {minimal.range_text()} by round)"
+            if minimal and minimal.rounds > 1
+            else ")"
+        ),
+        _at_least(over_simple, TARGET_GAIN),
+    )
+
+
+def _batching_verdict(results: dict) -> Verdict:
     on, off = batching_arms(results, TARGET_CONCURRENCY)
     on_off = _ratio(_rate(on), _rate(off))
     batch = on.encoder_batch if on else None
+    return _verdict(
+        "dynamic batching on vs off, c=32",
+        f">= {TARGET_GAIN:.0f}x, encoder batch >= {TARGET_BATCH:.0f}",
+        on_off,
+        f"{times_text(on_off)}, encoder batch {down(batch, 1):.1f}"
+        + (f" (means of {on.runs} alternating rounds)" if on and on.runs > 1 else ""),
+        None if on_off is None else on_off >= TARGET_GAIN and (batch or 0) >= TARGET_BATCH,
+    )
+
+
+def _share_verdict(results: dict, shipped: ArmSummary | None) -> Verdict:
     best, where = inprocess_reference(results)
     best_rate = float(best["items_per_s"]) if best else None
     share = _ratio(_rate(shipped), best_rate)
+    return _verdict(
+        "served vs in-process (same file)",
+        f">= {TARGET_INPROCESS_SHARE:.0%}",
+        share,
+        f"{share_text(share)} ({_number(_rate(shipped), '.1f')} of {_number(best_rate, '.1f')}/s "
+        f"at batch {best['batch_size']}, {inprocess_arm(best)}; {where})"
+        if best
+        else "-)",
+        _at_least(share, TARGET_INPROCESS_SHARE),
+    )
+
+
+def _image_verdict(results: dict) -> Verdict:
     image, image_previous = against_previous(results, IMAGE_MODEL)
     image_gain = _ratio(_rate(image), _rate(image_previous))
     served_precision = results.get("image_precision", "fp32")
@@ -165,67 +234,13 @@ def verdicts(results: dict) -> list[Verdict]:
         f"{_number(_rate(image_previous), '.1f')} img/s), serving {served_precision}"
         + (": no reduced precision passed its gate" if served_precision == "fp32" else ", gate passed")
     )
-    return [
-        _verdict(
-            "text c=32 vs the previous configuration",
-            f">= {TARGET_GAIN:.0f}x (experiment `ragged`)",
-            gain,
-            f"{times_text(gain)} ({_number(_rate(shipped), '.1f')} vs {_number(_rate(previous), '.1f')} "
-            "req/s)",
-            _at_least(gain, TARGET_GAIN),
-        ),
-        _verdict(
-            "text c=32 p99",
-            f"<= {TARGET_P99_MS:.0f} ms",
-            p99,
-            f"{up(p99):.0f} ms",
-            None if p99 is None else p99 <= TARGET_P99_MS,
-        ),
-        _verdict(
-            "text c=32 vs the simplest alternative",
-            f">= {TARGET_GAIN:.0f}x (experiment `minimal`)",
-            over_simple,
-            f"{times_text(over_simple)} ({_number(triton, '.1f')} vs {_number(simple, '.1f')} req/s"
-            + (
-                f", medians of {minimal.rounds} rounds; {minimal.range_text()} by round)"
-                if minimal and minimal.rounds > 1
-                else ")"
-            ),
-            _at_least(over_simple, TARGET_GAIN),
-        ),
-        _verdict(
-            "text c=1 median latency",
-            f"<= {TARGET_LONE_P50_MS:.0f} ms",
-            lone_p50,
-            f"{up(lone_p50, 1):.1f} ms",
-            None if lone_p50 is None else lone_p50 <= TARGET_LONE_P50_MS,
-        ),
-        _verdict(
-            "dynamic batching on vs off, c=32",
-            f">= {TARGET_GAIN:.0f}x, encoder batch >= {TARGET_BATCH:.0f}",
-            on_off,
-            f"{times_text(on_off)}, encoder batch {down(batch, 1):.1f}"
-            + (f" (means of {on.runs} alternating rounds)" if on and on.runs > 1 else ""),
-            None if on_off is None else on_off >= TARGET_GAIN and (batch or 0) >= TARGET_BATCH,
-        ),
-        _verdict(
-            "served vs in-process (same file)",
-            f">= {TARGET_INPROCESS_SHARE:.0%}",
-            share,
-            f"{share_text(share)} ({_number(_rate(shipped), '.1f')} of {_number(best_rate, '.1f')}/s "
-            f"at batch {best['batch_size']}, {inprocess_arm(best)}; {where})"
-            if best
-            else "-)",
-            _at_least(share, TARGET_INPROCESS_SHARE),
-        ),
-        _verdict(
-            "image c=32 vs the previous configuration",
-            f">= {TARGET_IMAGE_GAIN}x, served file gated (experiment `ragged`)",
-            image_gain,
-            image_text,
-            _at_least(image_gain, TARGET_IMAGE_GAIN),
-        ),
-    ]
+    return _verdict(
+        "image c=32 vs the previous configuration",
+        f">= {TARGET_IMAGE_GAIN}x, served file gated (experiment `ragged`)",
+        image_gain,
+        image_text,
+        _at_least(image_gain, TARGET_IMAGE_GAIN),
+    )
 
 
 def target_point(results: dict) -> ServedRun | None:
@@ -241,27 +256,48 @@ def target_point(results: dict) -> ServedRun | None:
 def causes(results: dict) -> list[str]:
     """Measured reasons the text ensemble is where it is: compute saturation, queueing, batch sizes, load."""
     point = target_point(results)
-    lines: list[str] = []
     if point is None:
-        return lines
+        return []
     cores = results.get("machine", {}).get("logical_cores") or 1
-    used = point.server_cpu_cores
-    load = max((results.get(k) or [0.0])[0] for k in ("load_average_start", "load_average_end"))
+    lines = _cpu_causes(results, point, cores)
+    encoder = _encoder_line(point)
+    if encoder:
+        lines.append(encoder)
+    for name, stats in sorted(point.server.items()):
+        if stats.executions and name != point.served_model:
+            lines.append(
+                f"{name}: queue {stats.queue_us / 1000:.1f} ms vs compute "
+                f"{stats.compute_infer_us / 1000:.1f} ms per request, average batch "
+                f"{stats.average_batch_size:.1f}."
+            )
+    lines.extend(line for line in (ragged_line(results), batching_ceiling_line(results)) if line)
+    start, end = results.get("load_average_start"), results.get("load_average_end")
+    if start and end and start[0] > 0.5 * cores:  # at the end it includes the benchmark's own load
+        lines.append(
+            f"Background load: the 1-minute load average was {start[0]} before the run on {cores} cores "
+            f"({end[0]} at the end, this run included), so other processes shared the CPU."
+        )
+    return lines
+
+
+def _cpu_causes(results: dict, point: ServedRun, cores: int) -> list[str]:
+    """Where the CPU went at the target concurrency, text and image; a whole-server figure for a record
+    from before the per-process figures."""
     on_runs = [
         run
         for run in served_runs(results, "batching")
         if run.arm == "batching on" and run.perf.concurrency == TARGET_CONCURRENCY
     ]
-    lines.extend(
-        _cpu_lines(results, on_runs, cores, f"text c={TARGET_CONCURRENCY}, batching on", "text", "req/s")
-    )
+    lines = _cpu_lines(results, on_runs, cores, f"text c={TARGET_CONCURRENCY}, batching on", "text", "req/s")
     image_runs = [
         run
         for run in served_runs(results, "ragged")
         if run.served_model == IMAGE_MODEL and run.perf.concurrency == TARGET_CONCURRENCY
     ]
     lines.extend(_cpu_lines(results, image_runs, cores, f"image c={TARGET_CONCURRENCY}", "image", "img/s"))
-    if used is not None and not lines:  # a record from before the per-process figures
+    used = point.server_cpu_cores
+    if used is not None and not lines:
+        load = max((results.get(k) or [0.0])[0] for k in ("load_average_start", "load_average_end"))
         verdict = "."
         if used / cores > 0.85:
             verdict = ": the CPU is saturated."
@@ -271,42 +307,27 @@ def causes(results: dict) -> list[str]:
             f"CPU: the server and its Python-backend stubs used {used:.2f} of {cores} cores during the run "
             f"({used / cores:.0%}){verdict}"
         )
-    encoder = encoder_stats(point)
-    if encoder and point.wall_s:
-        busy_s = encoder.compute_infer_us * encoder.executions / 1e6
-        share = busy_s / point.wall_s
-        text = (
-            f"The encoder ({encoder.model}) ran {encoder.executions} executions of "
-            f"{encoder.average_batch_size:.1f} requests on average, computing for about {busy_s:.1f} s "
-            f"of the {point.wall_s:.1f} s run (~{share:.0%}; Triton reports compute per request, so this "
-            "is approximate)."
-        )
-        if encoder.average_batch_size < 4:
-            text += (
-                " An average batch this small means few requests were queued when the encoder became free: "
-                "the instances kept up with the load, or the steps before it held requests back."
-            )
-        lines.append(text)
-    for name, stats in sorted(point.server.items()):
-        if stats.executions and name != point.served_model:
-            lines.append(
-                f"{name}: queue {stats.queue_us / 1000:.1f} ms vs compute "
-                f"{stats.compute_infer_us / 1000:.1f} ms per request, average batch "
-                f"{stats.average_batch_size:.1f}."
-            )
-    ragged = ragged_line(results)
-    if ragged:
-        lines.append(ragged)
-    ceiling = batching_ceiling_line(results)
-    if ceiling:
-        lines.append(ceiling)
-    start, end = results.get("load_average_start"), results.get("load_average_end")
-    if start and end and start[0] > 0.5 * cores:  # at the end it includes the benchmark's own load
-        lines.append(
-            f"Background load: the 1-minute load average was {start[0]} before the run on {cores} cores "
-            f"({end[0]} at the end, this run included), so other processes shared the CPU."
-        )
     return lines
+
+
+def _encoder_line(point: ServedRun) -> str | None:
+    encoder = encoder_stats(point)
+    if not (encoder and point.wall_s):
+        return None
+    busy_s = encoder.compute_infer_us * encoder.executions / 1e6
+    share = busy_s / point.wall_s
+    text = (
+        f"The encoder ({encoder.model}) ran {encoder.executions} executions of "
+        f"{encoder.average_batch_size:.1f} requests on average, computing for about {busy_s:.1f} s "
+        f"of the {point.wall_s:.1f} s run (~{share:.0%}; Triton reports compute per request, so this "
+        "is approximate)."
+    )
+    if encoder.average_batch_size < 4:
+        text += (
+            " An average batch this small means few requests were queued when the encoder became free: "
+            "the instances kept up with the load, or the steps before it held requests back."
+        )
+    return text
 
 
 def _cpu_lines(
