@@ -216,17 +216,20 @@ def ordered(encoder: ExportedModel, inputs: list[Any], order: str) -> list[Any]:
     return [text for _, text in sorted(zip(lengths, inputs, strict=True), key=lambda pair: pair[0])]
 
 
-def alternating_median_ms(calls: Mapping[int, Callable[[], object]], repeats: int) -> dict[int, float]:
+def alternating_median_ms(
+    calls: Mapping[int, Callable[[], object]], repeats: int, clock: Callable[[], float] = time.perf_counter
+) -> dict[int, float]:
     """Median milliseconds of each call over ``repeats`` rounds, the calls alternating within a round
-    (1, 32, 1, 32...) so that a burst of background load hits both sizes alike; one warm-up call each."""
+    (1, 32, 1, 32...) so that a burst of background load hits both sizes alike; one warm-up call each.
+    ``clock``: seconds, monotonic."""
     for call in calls.values():
         call()
     samples_ms: dict[int, list[float]] = {key: [] for key in calls}
     for _ in range(repeats):
         for key, call in calls.items():
-            started = time.perf_counter()
+            started = clock()
             call()
-            samples_ms[key].append(1000.0 * (time.perf_counter() - started))
+            samples_ms[key].append(1000.0 * (clock() - started))
     return {key: statistics.median(values) for key, values in samples_ms.items()}
 
 
