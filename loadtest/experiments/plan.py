@@ -15,12 +15,11 @@ from typing import Any
 from clients import samples
 from export import image as export_image
 from export import precision
-from loadtest import environment
 from loadtest.experiments import clients as client_experiments
 from loadtest.experiments import inprocess, minimal, profiling, registry
 from loadtest.experiments.served import PerfSession, arms_experiment, sweeps
 from loadtest.experiments.variant_repository import Variant, build_repository
-from loadtest.load import payloads, workers
+from loadtest.load import environment, payloads, workers
 from loadtest.load.locust_run import LocustRun, run_locust
 from loadtest.load.perf import PerfSettings
 from loadtest.load.pipelines import ExportedModel

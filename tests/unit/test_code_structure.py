@@ -106,6 +106,31 @@ def test_no_import_cycles_between_the_projectsmodules() -> None:
     assert not found, "import cycles (type-only imports count):\n" + "\n".join(" <-> ".join(c) for c in found)
 
 
+# loadtest's folders: three layers, each importing only from those below it, and the commands above them,
+# which import no other command.
+LOADTEST_LAYERS = {"load": 0, "experiments": 1, "report": 2, "bench": 3, "soak": 3, "tune": 3}
+
+
+def test_loadtest_folders_are_layers_that_import_only_downwards() -> None:
+    def folder(module: str) -> str | None:
+        parts = module.split(".")
+        return parts[1] if parts[0] == "loadtest" and len(parts) > 2 else None
+
+    graph = import_graph()
+    folders = {f for f in map(folder, graph) if f}
+    assert folders == set(LOADTEST_LAYERS), f"every loadtest folder is a layer or a command: {folders}"
+    upwards = sorted(
+        f"{module} -> {target}"
+        for module, targets in graph.items()
+        for target in targets
+        if (here := folder(module))
+        and (there := folder(target))
+        and here != there
+        and LOADTEST_LAYERS[there] >= LOADTEST_LAYERS[here]
+    )
+    assert not upwards, "loadtest imports that go up or across:\n" + "\n".join(upwards)
+
+
 def long_functions() -> dict[str, int]:
     found = {}
     served = [p for p in sorted((ROOT / "model_repository").rglob("*.py")) if not p.is_symlink()]

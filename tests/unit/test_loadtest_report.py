@@ -506,7 +506,7 @@ def test_the_arm_summary_averages_the_rounds_of_each_arm(tmp_path: Path) -> None
 
 
 def test_only_leaves_out_every_other_experiment_and_refuses_unknown_names() -> None:
-    from loadtest.bench import skipped
+    from loadtest.bench.run import skipped
     from loadtest.experiments.registry import KEYS as EXPERIMENTS
 
     assert set(skipped("", "ragged")) == set(EXPERIMENTS) - {"ragged"}

@@ -1,4 +1,4 @@
-"""The soak benchmark's plot and summary (see loadtest/soak.py)."""
+"""The soak benchmark's plot and summary (see loadtest/soak/run.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ WINDOW_S = 120.0  # the first and the last two minutes of the soak are compared
 
 
 class SoakSettings(Protocol):
-    """What the report reads of the soak's settings (loadtest.soak.SoakConfig)."""
+    """What the report reads of the soak's settings (loadtest.soak.run.SoakConfig)."""
 
     @property
     def minutes(self) -> float: ...

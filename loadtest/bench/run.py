@@ -26,9 +26,9 @@ from dataclasses import asdict, dataclass, is_dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from loadtest import environment
 from loadtest.experiments import plan as experiments_plan
 from loadtest.experiments import registry
+from loadtest.load import environment
 from loadtest.report.markdown import write_report
 
 logger = logging.getLogger(__name__)
