@@ -126,9 +126,17 @@ def test_each_python_model_links_the_one_helper_from_its_version_folder(
     assert link.resolve() == (DEPLOYABLE / helper_name).resolve()
 
 
-@pytest.mark.parametrize(
-    "model_py", [f"{name}/1/model.py" for name in SHIPPING_THE_HELPER] + ["native_runner.py"]
-)
+PYTHON_MODELS = [f"{name}/1/model.py" for name in SHIPPING_THE_HELPER] + ["native_runner.py"]
+
+
+@pytest.mark.parametrize("model_py", PYTHON_MODELS)
+def test_every_python_model_batches_through_the_one_helper(model_py: str) -> None:
+    source = (DEPLOYABLE / model_py).read_text()
+    assert "RequestBatcher(" in source and "return self.batcher.execute(requests)" in source
+    assert "InferenceResponse" not in source and "np.split" not in source, "answer through RequestBatcher"
+
+
+@pytest.mark.parametrize("model_py", PYTHON_MODELS)
 def test_every_python_model_reads_its_parameters_with_the_one_reader(model_py: str) -> None:
     source = (DEPLOYABLE / model_py).read_text()
     assert '"parameters"' not in source and '"string_value"' not in source, "read them with ModelParameters"
