@@ -74,7 +74,7 @@ def derive_local_config(
         config.parameters["model_filename"].string_value = filename
         adopted = config.parameters["intra_op_threads"].string_value if overlay is not None else ""
         # Divide the cores between the instances: several pools that each take every core slow each
-        # other down (two instances of 2 threads on 2 cores ran slower than one).
+        # other down.
         threads = intra_op_threads or int(adopted or threads_per_instance(config, cores=os.cpu_count() or 1))
         config.parameters["intra_op_threads"].string_value = str(threads)
         bounds = _recorded_input_bounds(entry)
