@@ -9,7 +9,6 @@
 
 from clients.async_client import AsyncTritonClient
 from clients.codec import Classification
-from clients.common import ClientOptions, Health
 from clients.endpoint import Endpoint, parse_url
 from clients.errors import (
     ClientError,
@@ -21,7 +20,8 @@ from clients.errors import (
     ServerOverloadedError,
     ServerUnavailableError,
 )
-from clients.model_info import ModelSignature, ModelState, TensorSpec
+from clients.model_info import Health, ModelSignature, ModelState, TensorSpec
+from clients.options import ClientOptions
 from clients.retry import RetryPolicy
 from clients.stats import Duration, ModelStatistics
 from clients.sync_client import TritonClient

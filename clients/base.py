@@ -9,21 +9,30 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Coroutine, Mapping
-from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar, overload
+from typing import Any, Concatenate, Generic, ParamSpec, Protocol, TypeVar, overload
 
 from clients import operations as ops
-from clients.common import ClientOptions
 from clients.endpoint import Endpoint, parse_url
 from clients.model_info import ModelSignature
+from clients.options import ClientOptions
 from clients.retry import RetryPolicy
 from clients.transport import TransportBase
 
-if TYPE_CHECKING:
-    from clients.async_client import AsyncTritonClient
-    from clients.sync_client import TritonClient
-
 P = ParamSpec("P")
 T = TypeVar("T")
+R = TypeVar("R")
+
+
+class _Blocking(Protocol):
+    """A client whose ``_run`` returns the operation's result (TritonClient)."""
+
+    def _run(self, task: ops.Task[R]) -> R: ...
+
+
+class _Awaiting(Protocol):
+    """A client whose ``_run`` is a coroutine (AsyncTritonClient)."""
+
+    def _run(self, task: ops.Task[R]) -> Coroutine[Any, Any, R]: ...
 
 
 class Method(Generic[P, T]):
@@ -36,10 +45,10 @@ class Method(Generic[P, T]):
     @overload
     def __get__(self, client: None, owner: type) -> Method[P, T]: ...
     @overload
-    def __get__(self, client: TritonClient, owner: type) -> Callable[P, T]: ...
+    def __get__(self, client: _Awaiting, owner: type) -> Callable[P, Coroutine[Any, Any, T]]: ...
     @overload
-    def __get__(self, client: AsyncTritonClient, owner: type) -> Callable[P, Coroutine[Any, Any, T]]: ...
-    def __get__(self, client: ClientBase | None, owner: type) -> Any:
+    def __get__(self, client: _Blocking, owner: type) -> Callable[P, T]: ...
+    def __get__(self, client: Any, owner: type) -> Any:  # typed by the overloads above
         if client is None:
             return self
         operation = self._operation
@@ -55,7 +64,7 @@ class ClientBase:
     """The endpoint, the options, the signature cache and the methods of both clients.
 
     ``url`` picks the protocol by scheme (``http://``, ``grpc://``) unless ``protocol`` is given; the
-    keyword arguments are :class:`~clients.common.ClientOptions`. Subclasses open their transport in
+    keyword arguments are :class:`~clients.options.ClientOptions`. Subclasses open their transport in
     ``_open`` and carry out an operation's steps in ``_run``.
     """
 

@@ -23,10 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from clients import tables
-from clients.common import ADMIN_HEADER, DEFAULT_CLASSIFIER, DEFAULT_EMBEDDER
 from clients.errors import ClientError, ServerUnavailableError
+from clients.options import DEFAULT_CLASSIFIER, DEFAULT_EMBEDDER
 from clients.retry import RetryPolicy
 from clients.sync_client import TritonClient
+from tritonlocal.config import ADMIN_HEADER
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 DEFAULT_URL = "http://127.0.0.1:8000"
@@ -136,7 +137,7 @@ def _add_common(parser: argparse.ArgumentParser, *, defaults: bool) -> None:
         action="append",
         default=default([]),
         metavar="KEY=VALUE",
-        help="extra header on every call, e.g. triton-admin-key=... (repeatable; "
+        help=f"extra header on every call, e.g. {ADMIN_HEADER}=... (repeatable; "
         "$TRITON_ADMIN_KEY sets that one)",
     )
     parser.add_argument(

@@ -68,13 +68,6 @@ def bytes_rows(values: Sequence[bytes]) -> np.ndarray:
     return array
 
 
-def text_rows(texts: Sequence[str]) -> np.ndarray:
-    for index, text in enumerate(texts):
-        if not isinstance(text, str):
-            raise InvalidInputError(f"text {index} must be a str, got {type(text).__name__}")
-    return bytes_rows([t.encode("utf-8") for t in texts])
-
-
 def decode_classifications(
     outputs: Mapping[str, np.ndarray], roles: ClassifierRoles, top_k: int | None
 ) -> list[Classification]:

@@ -1,4 +1,5 @@
-"""What the server says about a model: tensors (from its metadata), batching (from its config), state.
+"""What the server says about itself and a model: health, tensors (from its metadata), batching (from
+its config), state.
 
 Nothing here names a tensor. The roles the client needs are derived from the metadata:
 - classify: the model's only input is BYTES; outputs are the BYTES one (labels), the integer one (class
@@ -20,6 +21,12 @@ from clients.errors import InvalidInputError
 
 _INTEGER = ("INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16", "UINT32", "UINT64")
 _FLOAT = ("FP16", "FP32", "FP64", "BF16")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Health:
+    live: bool
+    ready: bool
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -15,14 +15,25 @@ import logging
 import time
 from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
-from clients import common as c
 from clients.codec import Classification, ImageInput, check_top_k, coerce_inputs, decode_classifications
 from clients.errors import ClientError, InvalidInputError, RequestError, RestrictedApiError
+from clients.items import (
+    Errors,
+    Items,
+    check_rows,
+    chunks,
+    image_items,
+    mark,
+    rows_tensor,
+    settle,
+    text_items,
+)
 from clients.model_info import (
+    Health,
     ModelSignature,
     ModelState,
     classifier_roles,
@@ -30,7 +41,9 @@ from clients.model_info import (
     parse_index,
     parse_signature,
 )
+from clients.options import DEFAULT_CLASSIFIER, DEFAULT_EMBEDDER, ClientOptions
 from clients.retry import NO_RETRY, RetryPolicy
+from clients.shm import SharedRequest
 from clients.stats import ModelStatistics, parse_statistics
 from clients.transport import (
     CONFIG,
@@ -44,17 +57,29 @@ from clients.transport import (
     UNREGISTER_SHM,
     Call,
     Op,
+    TransportBase,
 )
-
-if TYPE_CHECKING:
-    from clients.base import ClientBase
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
 Decode = Callable[[dict[str, np.ndarray]], list[Any]]
 
 
+class Client(Protocol):
+    """What an operation reads from the client that runs it (:class:`clients.base.Client`)."""
+
+    options: ClientOptions
+    _transport: TransportBase
+    _signatures: dict[str, ModelSignature]
+
+
 STATISTICS_POLL_S = 0.02
+# Rows per request in per_request=False mode when the server does not let us read max_batch_size
+# (a restricted model-config API): small enough for any batching model here.
+FALLBACK_MAX_BATCH_SIZE = 8
+# The server may hold a region for a moment after the response has arrived ("Cannot unregister shared
+# memory region ..., it is currently in use"): unregistering is retried on that answer for up to ~1.5 s.
+UNREGISTER_DELAYS_S = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.4, 0.7)
 
 
 @dataclass(frozen=True)
@@ -94,18 +119,18 @@ def resume(task: Task[Any], result: Any = None, error: BaseException | None = No
 
 
 # -- server -----------------------------------------------------------------------------------------
-def health(client: ClientBase, *, timeout_s: float | None = None) -> Task[c.Health]:
+def health(client: Client, *, timeout_s: float | None = None) -> Task[Health]:
     live = yield from _call(client, LIVE, timeout_s=timeout_s)
     ready = yield from _call(client, READY, timeout_s=timeout_s)
-    return c.Health(live=bool(live), ready=bool(ready))
+    return Health(live=bool(live), ready=bool(ready))
 
 
-def models(client: ClientBase, *, timeout_s: float | None = None) -> Task[list[ModelState]]:
+def models(client: Client, *, timeout_s: float | None = None) -> Task[list[ModelState]]:
     """The repository index: every model the server knows, with its state (READY, UNAVAILABLE...)."""
     return parse_index((yield from _call(client, INDEX, timeout_s=timeout_s)))
 
 
-def statistics(client: ClientBase, model: str, *, timeout_s: float | None = None) -> Task[ModelStatistics]:
+def statistics(client: Client, model: str, *, timeout_s: float | None = None) -> Task[ModelStatistics]:
     """The newest version's statistics for ``model``."""
     entries = parse_statistics(
         (yield from _call(client, STATISTICS, model, model=model, timeout_s=timeout_s))
@@ -116,7 +141,7 @@ def statistics(client: ClientBase, model: str, *, timeout_s: float | None = None
 
 
 def statistics_since(
-    client: ClientBase,
+    client: Client,
     earlier: ModelStatistics,
     *,
     requests: int,
@@ -141,11 +166,11 @@ def statistics_since(
     return delta
 
 
-def all_statistics(client: ClientBase, *, timeout_s: float | None = None) -> Task[list[ModelStatistics]]:
+def all_statistics(client: Client, *, timeout_s: float | None = None) -> Task[list[ModelStatistics]]:
     return parse_statistics((yield from _call(client, STATISTICS, "", timeout_s=timeout_s)))
 
 
-def signature(client: ClientBase, model: str, *, timeout_s: float | None = None) -> Task[ModelSignature]:
+def signature(client: Client, model: str, *, timeout_s: float | None = None) -> Task[ModelSignature]:
     """The model's tensors and max batch size, read from the server once and cached."""
     if model not in client._signatures:
         metadata = yield from _call(client, METADATA, model, model=model, timeout_s=timeout_s)
@@ -160,7 +185,7 @@ def signature(client: ClientBase, model: str, *, timeout_s: float | None = None)
 
 # -- inference --------------------------------------------------------------------------------------
 def infer(
-    client: ClientBase, model: str, inputs: Mapping[str, np.ndarray], *, timeout_s: float | None = None
+    client: Client, model: str, inputs: Mapping[str, np.ndarray], *, timeout_s: float | None = None
 ) -> Task[dict[str, np.ndarray]]:
     """One request with the given tensors (batch dimension included); returns every output."""
     spec = yield from signature(client, model, timeout_s=timeout_s)
@@ -168,13 +193,13 @@ def infer(
 
 
 def classify(
-    client: ClientBase,
+    client: Client,
     images: Sequence[ImageInput],
-    model: str = c.DEFAULT_CLASSIFIER,
+    model: str = DEFAULT_CLASSIFIER,
     *,
     top_k: int | None = None,
     per_request: bool | None = None,
-    errors: c.Errors = "raise",
+    errors: Errors = "raise",
     timeout_s: float | None = None,
 ) -> Task[list[Classification]]:
     """Top classes per image (bytes or paths), in input order.
@@ -189,21 +214,21 @@ def classify(
         client,
         spec,
         roles.image,
-        c.image_items(images),
+        image_items(images),
         lambda out: decode_classifications(out, roles, top_k),
         per_request,
         timeout_s,
     )
-    return c.settle(results, errors)  # type: ignore[return-value]
+    return settle(results, errors)  # type: ignore[return-value]
 
 
 def embed(
-    client: ClientBase,
+    client: Client,
     texts: Sequence[str],
-    model: str = c.DEFAULT_EMBEDDER,
+    model: str = DEFAULT_EMBEDDER,
     *,
     per_request: bool | None = None,
-    errors: c.Errors = "raise",
+    errors: Errors = "raise",
     timeout_s: float | None = None,
 ) -> Task[Any]:
     """Embeddings as an array [len(texts), dim] (``errors="return"``: a list of rows or errors)."""
@@ -213,12 +238,12 @@ def embed(
         client,
         spec,
         roles.text,
-        c.text_items(texts),
+        text_items(texts),
         lambda out: list(out[roles.embedding]),
         per_request,
         timeout_s,
     )
-    settled = c.settle(results, errors)
+    settled = settle(results, errors)
     if errors == "return":
         return settled
     if not settled:
@@ -228,7 +253,7 @@ def embed(
 
 # -- internals --------------------------------------------------------------------------------------
 def _call(
-    client: ClientBase,
+    client: Client,
     op: Op,
     *args: Any,
     timeout_s: float | None = None,
@@ -250,12 +275,12 @@ def _call(
 
 
 def _infer_arrays(
-    client: ClientBase, spec: ModelSignature, arrays: Mapping[str, np.ndarray], timeout_s: float | None
+    client: Client, spec: ModelSignature, arrays: Mapping[str, np.ndarray], timeout_s: float | None
 ) -> Task[dict[str, np.ndarray]]:
     names = list(arrays)
     transport = client._transport
     if not client.options.use_shared_memory:
-        tensors, outputs = c.plain_request(transport, spec, arrays)
+        tensors, outputs = plain_request(transport, spec, arrays)
         result = yield from _call(
             client,
             INFER,
@@ -266,8 +291,8 @@ def _infer_arrays(
             input_names=names,
             timeout_s=timeout_s,
         )
-        return c.read_outputs(result, spec)
-    request = c.shared_request(spec, arrays)
+        return read_outputs(result, spec)
+    request = shared_request(spec, arrays)
     try:
         request.create()
         yield from _call(
@@ -291,23 +316,23 @@ def _infer_arrays(
         request.destroy()
 
 
-def _unregister(client: ClientBase, region: str) -> Task[None]:
-    for delay_s in (*c.UNREGISTER_DELAYS_S, None):
+def _unregister(client: Client, region: str) -> Task[None]:
+    for delay_s in (*UNREGISTER_DELAYS_S, None):
         try:
             yield from _call(client, UNREGISTER_SHM, region, retry=NO_RETRY)
             return
         except ClientError as e:  # the request's own outcome matters more than a cleanup failure
-            if delay_s is None or not c.region_in_use(e):
+            if delay_s is None or not region_in_use(e):
                 logger.warning("could not unregister shared memory region %s: %s", region, e)
                 return
             yield Pause(delay_s)
 
 
 def _run_items(
-    client: ClientBase,
+    client: Client,
     spec: ModelSignature,
     input_name: str,
-    items: c.Items,
+    items: Items,
     decode: Decode,
     per_request: bool | None,
     timeout_s: float | None,
@@ -317,14 +342,14 @@ def _run_items(
     valid = [i for i, p in enumerate(items.payloads) if not isinstance(p, ClientError)]
 
     def rows(indices: list[int]) -> Task[list[Any]]:
-        arrays = c.rows_tensor(items, indices, input_name)
+        arrays = rows_tensor(items, indices, input_name)
         return decode((yield InFlight(_infer_arrays(client, spec, arrays, timeout_s))))
 
     def one(index: int) -> Task[Any]:
         try:
             return (yield from rows([index]))[0]
         except ClientError as e:
-            return c.mark(e, index, items)
+            return mark(e, index, items)
 
     def group(indices: list[int]) -> Task[list[Any]]:
         try:
@@ -332,15 +357,48 @@ def _run_items(
         except InvalidInputError:  # one bad item fails its whole request: find which, keep the others
             return (yield Concurrently([one(i) for i in indices]))
         except ClientError as e:
-            return [c.mark(e, i, items, shared=True) for i in indices]
-        return c.check_rows(decoded, indices, spec.name)
+            return [mark(e, i, items, shared=True) for i in indices]
+        return check_rows(decoded, indices, spec.name)
 
     if client.options.per_request if per_request is None else per_request:
         for index, result in zip(valid, (yield Concurrently([one(i) for i in valid])), strict=True):
             results[index] = result
     else:
-        groups = c.chunks(valid, c.chunk_size(spec))
+        groups = chunks(valid, chunk_size(spec))
         for indices, decoded in zip(groups, (yield Concurrently([group(g) for g in groups])), strict=True):
             for index, result in zip(indices, decoded, strict=True):
                 results[index] = result
     return results
+
+
+# -- building requests and reading responses ---------------------------------------------------------
+def chunk_size(signature: ModelSignature) -> int:
+    if signature.max_batch_size > 0:
+        return signature.max_batch_size
+    return FALLBACK_MAX_BATCH_SIZE if signature.max_batch_size < 0 else 1
+
+
+def plain_request(
+    transport: Any, signature: ModelSignature, arrays: Mapping[str, np.ndarray]
+) -> tuple[list, list]:
+    """tritonclient InferInputs carrying ``arrays`` and requested outputs for every model output."""
+    tensors = []
+    for name, array in arrays.items():
+        spec = signature.input(name)
+        tensor = transport.infer_input(name, list(array.shape), spec.datatype)
+        tensor.set_data_from_numpy(array)
+        tensors.append(tensor)
+    return tensors, [transport.requested_output(s.name) for s in signature.outputs]
+
+
+def shared_request(signature: ModelSignature, arrays: Mapping[str, np.ndarray]) -> SharedRequest:
+    rows = next(iter(arrays.values())).shape[0] if signature.batches and arrays else None
+    return SharedRequest(arrays, signature.outputs, rows)
+
+
+def read_outputs(result: Any, signature: ModelSignature) -> dict[str, np.ndarray]:
+    return {spec.name: result.as_numpy(spec.name) for spec in signature.outputs}
+
+
+def region_in_use(error: ClientError) -> bool:
+    return "in use" in error.server_message

@@ -20,7 +20,7 @@ T = TypeVar("T")
 class TritonClient(ClientBase):
     """Blocking client: ``TritonClient("http://127.0.0.1:8000")`` or ``TritonClient("grpc://127.0.0.1:8001")``.
 
-    Thread-safe. See :class:`clients.common.ClientOptions` for the keyword arguments. Model metadata is
+    Thread-safe. See :class:`clients.options.ClientOptions` for the keyword arguments. Model metadata is
     fetched once per model and cached. Close it (or use ``with``) to release connections and threads.
     """
 

@@ -2,7 +2,7 @@
 
 onnxruntime's dynamic quantization takes one activation range per tensor, at run time: in a ragged
 batch, every token of every request shares it, so a sentence's embedding changes with its neighbours
-(measured on the sentence corpus: cosine 0.990 between a sentence batched and alone). Served behind
+(docs/measurements.md). Served behind
 a dynamic batcher, that makes an answer depend on the traffic around it. Static quantization fixes
 the ranges ahead of time, and loses too much on this encoder's activations.
 
@@ -117,7 +117,6 @@ def rewrite(
     """:func:`quantize_int8_per_token` on a loaded model, in place."""
     if not 0.0 <= smoothing <= 1.0:
         raise ValueError(f"smoothing must be in [0, 1], got {smoothing}")
-    weight_levels = 63.0 if reduce_range else 127.0
     graph = model.graph
     initializers = {tensor.name: tensor for tensor in graph.initializer}
     nodes = list(graph.node)
@@ -125,90 +124,121 @@ def rewrite(
     weights = {i: w for i, node in enumerate(nodes) if (w := _weight(node, initializers, ranks)) is not None}
     if not weights:
         raise ValueError("no Gemm or MatMul with a constant weight to quantize")
-    targets = [nodes[i] for i in weights]
-    shared_inputs = list(dict.fromkeys(node.input[0] for node in targets))
-    divisors: dict[str, np.ndarray] = {}
-    if smoothing > 0.0:
-        maxima = activation_maxima(model, shared_inputs, calibration)
-        for name in shared_inputs:
-            readers = [w for i, w in weights.items() if nodes[i].input[0] == name]
-            weight_max = np.max([np.abs(w).max(axis=0) for w in readers], axis=0)
-            divisor = np.power(np.maximum(maxima[name], 1e-5), smoothing) / np.power(
-                np.maximum(weight_max, 1e-5), 1.0 - smoothing
-            )
-            # Never amplify a channel: one quiet in calibration may be loud in service.
-            divisors[name] = np.maximum(divisor, 1.0).astype(np.float32)
-
+    divisors = (
+        _smoothing_divisors(
+            model, {nodes[i].input[0]: [] for i in weights}, weights, nodes, calibration, smoothing
+        )
+        if smoothing > 0.0
+        else {}
+    )
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
     build = _Builder()
-    axis = build.constant("int8pt/axis1", np.array([1], np.int64))
-
-    def reduce(op_type: str, x: str, output: str) -> str:
-        """Per row, over the last axis (``axes`` became an input in opset 18)."""
-        if opset >= 18:
-            return build.op(op_type, [x, axis], output, keepdims=0)
-        return build.op(op_type, [x], output, axes=[1], keepdims=0)
-
-    zero = build.constant("int8pt/zero", np.array(0.0, np.float32))
-    tiny = build.constant("int8pt/tiny", np.array(1e-8, np.float32))
-    levels = build.constant("int8pt/levels", np.array(255.0, np.float32))
-    quantized: dict[str, tuple[str, str, str]] = {}
-
-    def quantize_rows(name: str) -> tuple[str, str, str]:
-        """(uint8 rows, row scale [T, 1], row scale x zero point [T, 1]) of a float [T, K] tensor."""
-        if name in quantized:
-            return quantized[name]
-        p = f"int8pt/{len(quantized)}/"
-        x = name
-        if name in divisors:
-            x = build.op("Mul", [name, build.constant(p + "smooth", 1.0 / divisors[name])], p + "smoothed")
-        low = build.op("Min", [reduce("ReduceMin", x, p + "min"), zero], p + "low")
-        high = build.op("Max", [reduce("ReduceMax", x, p + "max"), zero], p + "high")
-        span = build.op("Max", [build.op("Sub", [high, low], p + "span"), tiny], p + "span_safe")
-        scale = build.op("Div", [span, levels], p + "scale")
-        zero_point = build.op(
-            "Round", [build.op("Neg", [build.op("Div", [low, scale], p + "z")], p + "nz")], p + "zr"
-        )
-        zero_u8 = build.op("Cast", [zero_point], p + "zero_point", to=TensorProto.UINT8)
-        rows = build.op("QuantizeLinear", [x, scale, zero_u8], p + "rows", axis=0)
-        scale_col = build.op("Unsqueeze", [scale, axis], p + "scale_col")
-        offset = build.op("Mul", [scale, zero_point], p + "offset")
-        offset_col = build.op("Unsqueeze", [offset, axis], p + "offset_col")
-        quantized[name] = (rows, scale_col, offset_col)
-        return quantized[name]
-
+    rows = _RowQuantizer(build, opset, divisors)
     for index, node in enumerate(nodes):
-        if index not in weights:
-            build.nodes.append(node)
-            continue
-        p = f"int8pt/{node.name or node.output[0]}/"
-        weight = weights[index]
-        if node.input[0] in divisors:
-            weight = weight * divisors[node.input[0]][None, :]
-        column_scale = (np.maximum(np.abs(weight).max(axis=1), 1e-12) / weight_levels).astype(np.float32)
-        weight_q = np.clip(np.round(weight / column_scale[:, None]), -weight_levels, weight_levels).astype(
-            np.int8
-        )
-        rows, scale_col, offset_col = quantize_rows(node.input[0])
-        product = build.op("MatMulInteger", [rows, build.constant(p + "w", weight_q.T.copy())], p + "int")
-        product = build.op("Cast", [product], p + "float", to=TensorProto.FLOAT)
-        product = build.op("Mul", [product, scale_col], p + "row_scaled")
-        product = build.op("Mul", [product, build.constant(p + "col_scale", column_scale)], p + "scaled")
-        column_sums = (weight_q.astype(np.float32).sum(axis=1) * column_scale)[None, :]
-        correction = build.op(
-            "Mul", [offset_col, build.constant(p + "colsum", column_sums)], p + "correction"
-        )
-        output = node.output[0]
-        if len(node.input) > 2 and node.input[2]:
-            product = build.op("Sub", [product, correction], p + "unbiased")
-            build.nodes.append(helper.make_node("Add", [product, node.input[2]], [output], name=p + "bias"))
+        if index in weights:
+            _quantized_product(build, rows, node, weights[index], divisors, 63.0 if reduce_range else 127.0)
         else:
-            build.nodes.append(helper.make_node("Sub", [product, correction], [output], name=p + "out"))
-
+            build.nodes.append(node)
     used = {name for node in build.nodes for name in node.input}
     kept = [tensor for tensor in graph.initializer if tensor.name in used]
     del graph.node[:]
     graph.node.extend(build.nodes)
     del graph.initializer[:]
     graph.initializer.extend([*kept, *build.constants])
-    return len(targets)
+    return len(weights)
+
+
+def _smoothing_divisors(
+    model: onnx.ModelProto,
+    readers: dict[str, list[np.ndarray]],
+    weights: dict[int, np.ndarray],
+    nodes: list[onnx.NodeProto],
+    calibration: Sequence[Feed],
+    smoothing: float,
+) -> dict[str, np.ndarray]:
+    """Per input channel of each quantized activation: the divisor that moves its range into the weights."""
+    for i, weight in weights.items():
+        readers[nodes[i].input[0]].append(weight)
+    maxima = activation_maxima(model, list(readers), calibration)
+    divisors = {}
+    for name, read_by in readers.items():
+        weight_max = np.max([np.abs(w).max(axis=0) for w in read_by], axis=0)
+        divisor = np.power(np.maximum(maxima[name], 1e-5), smoothing) / np.power(
+            np.maximum(weight_max, 1e-5), 1.0 - smoothing
+        )
+        # Never amplify a channel: one quiet in calibration may be loud in service.
+        divisors[name] = np.maximum(divisor, 1.0).astype(np.float32)
+    return divisors
+
+
+class _RowQuantizer:
+    """Quantizes an activation's rows once, however many products read it."""
+
+    def __init__(self, build: _Builder, opset: int, divisors: dict[str, np.ndarray]) -> None:
+        self.build, self.opset, self.divisors = build, opset, divisors
+        self.axis = build.constant("int8pt/axis1", np.array([1], np.int64))
+        self.zero = build.constant("int8pt/zero", np.array(0.0, np.float32))
+        self.tiny = build.constant("int8pt/tiny", np.array(1e-8, np.float32))
+        self.levels = build.constant("int8pt/levels", np.array(255.0, np.float32))
+        self.quantized: dict[str, tuple[str, str, str]] = {}
+
+    def _reduce(self, op_type: str, x: str, output: str) -> str:
+        """Per row, over the last axis (``axes`` became an input in opset 18)."""
+        if self.opset >= 18:
+            return self.build.op(op_type, [x, self.axis], output, keepdims=0)
+        return self.build.op(op_type, [x], output, axes=[1], keepdims=0)
+
+    def __call__(self, name: str) -> tuple[str, str, str]:
+        """(uint8 rows, row scale [T, 1], row scale x zero point [T, 1]) of a float [T, K] tensor."""
+        if name in self.quantized:
+            return self.quantized[name]
+        build, p, x = self.build, f"int8pt/{len(self.quantized)}/", name
+        if name in self.divisors:
+            x = build.op(
+                "Mul", [name, build.constant(p + "smooth", 1.0 / self.divisors[name])], p + "smoothed"
+            )
+        low = build.op("Min", [self._reduce("ReduceMin", x, p + "min"), self.zero], p + "low")
+        high = build.op("Max", [self._reduce("ReduceMax", x, p + "max"), self.zero], p + "high")
+        span = build.op("Max", [build.op("Sub", [high, low], p + "span"), self.tiny], p + "span_safe")
+        scale = build.op("Div", [span, self.levels], p + "scale")
+        zero_point = build.op(
+            "Round", [build.op("Neg", [build.op("Div", [low, scale], p + "z")], p + "nz")], p + "zr"
+        )
+        zero_u8 = build.op("Cast", [zero_point], p + "zero_point", to=TensorProto.UINT8)
+        rows = build.op("QuantizeLinear", [x, scale, zero_u8], p + "rows", axis=0)
+        scale_col = build.op("Unsqueeze", [scale, self.axis], p + "scale_col")
+        offset = build.op("Mul", [scale, zero_point], p + "offset")
+        offset_col = build.op("Unsqueeze", [offset, self.axis], p + "offset_col")
+        self.quantized[name] = (rows, scale_col, offset_col)
+        return self.quantized[name]
+
+
+def _quantized_product(
+    build: _Builder,
+    quantize_rows: _RowQuantizer,
+    node: onnx.NodeProto,
+    weight: np.ndarray,
+    divisors: dict[str, np.ndarray],
+    weight_levels: float,
+) -> None:
+    """``node`` (x @ W [+ b]) as an int8 product of x's quantized rows and W's quantized columns."""
+    p = f"int8pt/{node.name or node.output[0]}/"
+    if node.input[0] in divisors:
+        weight = weight * divisors[node.input[0]][None, :]
+    column_scale = (np.maximum(np.abs(weight).max(axis=1), 1e-12) / weight_levels).astype(np.float32)
+    weight_q = np.clip(np.round(weight / column_scale[:, None]), -weight_levels, weight_levels).astype(
+        np.int8
+    )
+    rows, scale_col, offset_col = quantize_rows(node.input[0])
+    product = build.op("MatMulInteger", [rows, build.constant(p + "w", weight_q.T.copy())], p + "int")
+    product = build.op("Cast", [product], p + "float", to=TensorProto.FLOAT)
+    product = build.op("Mul", [product, scale_col], p + "row_scaled")
+    product = build.op("Mul", [product, build.constant(p + "col_scale", column_scale)], p + "scaled")
+    column_sums = (weight_q.astype(np.float32).sum(axis=1) * column_scale)[None, :]
+    correction = build.op("Mul", [offset_col, build.constant(p + "colsum", column_sums)], p + "correction")
+    output = node.output[0]
+    if len(node.input) > 2 and node.input[2]:
+        product = build.op("Sub", [product, correction], p + "unbiased")
+        build.nodes.append(helper.make_node("Add", [product, node.input[2]], [output], name=p + "bias"))
+    else:
+        build.nodes.append(helper.make_node("Sub", [product, correction], [output], name=p + "out"))

@@ -8,9 +8,9 @@ all token ids concatenated, and each sentence's length.
 
 Variants: TorchScript fp32, bf16 (CPU with bf16 instructions, and GPU), fp16 (GPU); ONNX fp32, fp16 (GPU)
 and int8 with per-token activation ranges and smoothed channels (export/per_token_int8.py; CPU only).
-onnxruntime's dynamic int8 was measured and dropped: its activation range is taken over the whole batch, so
-a sentence embedded in a batch differs from the same sentence alone (cosine 0.990), which the
-batch-invariance gate refuses.
+onnxruntime's dynamic int8 is not a variant: its activation range is taken over the whole batch, so a
+sentence embedded in a batch differs from the same sentence alone, which the batch-invariance gate
+refuses (docs/measurements.md).
 The smoothing strength is chosen on the export's own check sentences (not the gate corpus): the one whose
 embeddings stay closest to float32 there.
 """

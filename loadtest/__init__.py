@@ -1,9 +1,16 @@
-"""Load tests and the benchmark, in three layers that import only downwards:
+"""Load tests and the benchmark: three layers that import only downwards, and three commands above them.
 
-- :mod:`loadtest.load`: load generators, payloads and observers;
+Layers:
+
+- :mod:`loadtest.load`: load generators, payloads, and observers of the server and the machine;
 - :mod:`loadtest.experiments`: the experiments, their registry and each mode's plan;
-- :mod:`loadtest.report`: findings, tables and plots from a run's results.json;
+- :mod:`loadtest.report`: findings, tables and plots from a run's results.json.
 
-and the entry point :mod:`loadtest.bench` (``python -m loadtest.bench``), which runs the stages and
-writes the report.
+Commands, each a folder run with ``python -m``; none imports another:
+
+- :mod:`loadtest.bench`: runs the stages of a mode's plan and writes the report;
+- :mod:`loadtest.soak`: steady mixed load for many minutes, tracking every process's memory;
+- :mod:`loadtest.tune`: Triton Model Analyzer on the local CPU configuration.
+
+tests/unit/test_code_structure.py checks the direction of every import between these folders.
 """

@@ -29,7 +29,9 @@ Use from a model.py::
 
 - ``prepare(*arrays) -> column or tuple of columns``: one array per config input, as the request
   carries it. Default: the arrays unchanged. Each column must have the same number of rows.
-- ``run(*columns) -> result or tuple of results``: ndarrays or lists, one row per input row.
+- ``run(*columns) -> result or tuple of results``: ndarrays or lists, one row per input row. With
+  ``with_rows=True`` it is called ``run(*columns, rows=[rows of each accepted request])``, for a model
+  that needs the requests' boundaries (the native runner computes Triton's batch inputs from them).
 - ``finish(*pieces) -> output or tuple of outputs``: one request's slice of every result -> its output
   tensors, for per-request work after the vectorised call (padding a request's token ids to its
   length bucket, for example). Default: the pieces unchanged.
@@ -88,17 +90,48 @@ class RequestBatcher:
         run: Callable[..., Any],
         prepare: Callable[..., Any] = _identity,
         finish: Callable[..., Any] = _identity,
+        with_rows: bool = False,
     ) -> None:
         self.input_names = [tensor["name"] for tensor in model_config["input"]]
         self.outputs = [
             (tensor["name"], pb_utils.triton_string_to_numpy(tensor["data_type"]))
             for tensor in model_config["output"]
         ]
-        self.run, self.prepare, self.finish = run, prepare, finish
+        self.run, self.prepare, self.finish, self.with_rows = run, prepare, finish, with_rows
 
     def execute(self, requests: list) -> list:
         responses: list = [None] * len(requests)
-        accepted: list[tuple[int, tuple]] = []  # (request index, prepared columns)
+        accepted = self._accept(requests, responses)
+        if not accepted:
+            return responses
+        rows = [len(columns[0]) for _, columns in accepted]
+        gathered = [
+            _concatenate(column) for column in zip(*(columns for _, columns in accepted), strict=True)
+        ]
+        try:
+            results = _as_tuple(self.run(*gathered, rows=rows) if self.with_rows else self.run(*gathered))
+        except Exception as e:  # noqa: BLE001 - reported to each request of the batch
+            for index, _ in accepted:
+                responses[index] = pb_utils.InferenceResponse(
+                    error=pb_utils.TritonError(f"inference failed: {e}")
+                )
+            return responses
+        for position, result in enumerate(results):
+            if len(result) != sum(rows):
+                raise pb_utils.TritonModelException(
+                    f"result {position} of the batch has {len(result)} rows for {sum(rows)} input rows "
+                    f"({len(accepted)} requests); every result needs one row per input row"
+                )
+        start = 0
+        for (index, _), count in zip(accepted, rows, strict=True):
+            responses[index] = self._answer([result[start : start + count] for result in results])
+            start += count
+        return responses
+
+    def _accept(self, requests: list, responses: list) -> list[tuple[int, tuple]]:
+        """(request index, prepared columns) of each request that ``prepare`` accepts; the others get
+        their error in ``responses``."""
+        accepted = []
         for index, request in enumerate(requests):
             arrays = [
                 pb_utils.get_input_tensor_by_name(request, name).as_numpy() for name in self.input_names
@@ -110,37 +143,21 @@ class RequestBatcher:
                 responses[index] = pb_utils.InferenceResponse(error=invalid_input(str(e)))
                 continue
             accepted.append((index, columns))
-        if not accepted:
-            return responses
+        return accepted
 
-        rows = [len(columns[0]) for _, columns in accepted]
-        gathered = [
-            _concatenate(column) for column in zip(*(columns for _, columns in accepted), strict=True)
+    def _answer(self, pieces: list) -> Any:
+        """One request's response from its slice of every result."""
+        values = _as_tuple(self.finish(*pieces))
+        if len(values) != len(self.outputs):
+            raise pb_utils.TritonModelException(
+                f"the model produced {len(values)} outputs, its config declares {len(self.outputs)}: "
+                f"{[name for name, _ in self.outputs]}"
+            )
+        tensors = [
+            pb_utils.Tensor(name, np.asarray(value).astype(dtype, copy=False))
+            for (name, dtype), value in zip(self.outputs, values, strict=True)
         ]
-        results = _as_tuple(self.run(*gathered))
-        for position, result in enumerate(results):
-            if len(result) != sum(rows):
-                raise pb_utils.TritonModelException(
-                    f"result {position} of the batch has {len(result)} rows for {sum(rows)} input rows "
-                    f"({len(accepted)} requests); every result needs one row per input row"
-                )
-
-        start = 0
-        for (index, _), count in zip(accepted, rows, strict=True):
-            pieces = [result[start : start + count] for result in results]
-            start += count
-            values = _as_tuple(self.finish(*pieces))
-            if len(values) != len(self.outputs):
-                raise pb_utils.TritonModelException(
-                    f"the model produced {len(values)} outputs, its config declares {len(self.outputs)}: "
-                    f"{[name for name, _ in self.outputs]}"
-                )
-            tensors = [
-                pb_utils.Tensor(name, np.asarray(value).astype(dtype, copy=False))
-                for (name, dtype), value in zip(self.outputs, values, strict=True)
-            ]
-            responses[index] = pb_utils.InferenceResponse(output_tensors=tensors)
-        return responses
+        return pb_utils.InferenceResponse(output_tensors=tensors)
 
 
 def _check_rows_agree(columns: tuple) -> None:

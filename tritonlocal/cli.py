@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from tritonlocal import perf_analyzer
-from tritonlocal.config import ServerConfig
+from tritonlocal.config import ADMIN_HEADER, ServerConfig
 from tritonlocal.derive import derive_repository, gpu_is_available
 from tritonlocal.errors import TritonLocalError
 from tritonlocal.local_repository import DEPLOYABLE, LOCAL, derive_local
@@ -59,13 +59,20 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("-v", "--verbose", action="store_true")
     sub = parser.add_subparsers(required=True)
+    for add_command in (_add_derive, _add_serve, _add_install, _add_variant, _add_monitor, _add_replicas):
+        add_command(sub)
+    return parser
 
+
+def _add_derive(sub: Any) -> None:
     derive = sub.add_parser("derive", help="write the local repository from the deployable one")
     derive.add_argument("--source", type=Path, default=DEPLOYABLE)
     derive.add_argument("--target", type=Path, default=LOCAL)
     derive.add_argument("--threads", type=int, default=None, help="intra-op threads per model instance")
     derive.set_defaults(handler=_derive)
 
+
+def _add_serve(sub: Any) -> None:
     serve = sub.add_parser("serve", help="serve a model repository until interrupted")
     serve.add_argument("--repository", type=Path, default=LOCAL)
     serve.add_argument(
@@ -92,10 +99,14 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--log-path", type=Path, default=None)
     serve.set_defaults(handler=_serve)
 
+
+def _add_install(sub: Any) -> None:
     install = sub.add_parser("install-perf-analyzer", help="unpack perf_analyzer into this environment")
     install.add_argument("--force", action="store_true")
     install.set_defaults(handler=_install)
 
+
+def _add_variant(sub: Any) -> None:
     variant = sub.add_parser(
         "variant", help="copy model_repository for another device (keeps native backends)"
     )
@@ -111,6 +122,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     variant.set_defaults(handler=_variant)
 
+
+def _add_monitor(sub: Any) -> None:
     monitor = sub.add_parser(
         "monitor", help="serve a repository with a local Prometheus beside it (loopback)"
     )
@@ -123,13 +136,14 @@ def _parser() -> argparse.ArgumentParser:
     monitor.add_argument("--prometheus-port", type=int, default=9090)
     monitor.set_defaults(handler=_monitor)
 
+
+def _add_replicas(sub: Any) -> None:
     replicas = sub.add_parser("replicas", help="serve N local replicas behind nginx (loopback) until Ctrl-C")
     replicas.add_argument("--repository", type=Path, default=LOCAL)
     replicas.add_argument("--count", type=int, default=2)
     replicas.add_argument("--http-port", type=int, default=8000)
     replicas.add_argument("--grpc-port", type=int, default=8001)
     replicas.set_defaults(handler=_replicas)
-    return parser
 
 
 def _derive(args: argparse.Namespace) -> int:
@@ -160,7 +174,7 @@ def _serve(args: argparse.Namespace) -> int:
         )
         if server.admin_key:
             print(
-                f"restricted APIs need the header triton-admin-key; for the clients CLI:\n"
+                f"restricted APIs need the header {ADMIN_HEADER}; for the clients CLI:\n"
                 f"  export TRITON_ADMIN_KEY={server.admin_key}"
             )
         for name, reason in server.failed_models.items():

@@ -10,6 +10,8 @@ from pathlib import Path
 # carries the restricted-API header (see ServerConfig.admin_key).
 RESTRICTED_HTTP_APIS = ("model-repository", "model-config", "shared-memory", "logging", "trace")
 RESTRICTED_GRPC_PROTOCOLS = ("model-repository", "model-config", "shared-memory", "logging", "trace")
+# The header that carries the key: the one definition in Python (the clients send it). Copies that must
+# stand alone, the deployments' probe, compose and the Kubernetes manifests, are checked against it.
 ADMIN_HEADER = "triton-admin-key"
 
 

@@ -29,6 +29,14 @@ from tritonlocal.errors import RepositoryError
 # The batching helper every Python model imports; it lives at the repository's top level and each
 # Python model's version folder links to it (see the file's docstring for why).
 BATCHING_HELPER = "pybackend_batching.py"
+# The typed reader of a model's config parameters, shipped the same way.
+PARAMETERS_HELPER = "pybackend_parameters.py"
+# The model.py that serves an exported file in the Python backend: the derived local repository links
+# it, with both helpers beside it, into each native model's version folder. Triton ignores files at a
+# repository's top level, so NVIDIA's container, which runs those models natively, never loads it.
+NATIVE_RUNNER = "native_runner.py"
+# Where both live: the project's deployable repository (a derivation from any other source uses these).
+PROJECT_REPOSITORY = Path(__file__).resolve().parents[1] / "model_repository"
 ONNX_FILENAME = "model.onnx"
 TORCHSCRIPT_FILENAME = "model.pt"
 # The runtime that runs an exported file outside its native backend, and the file's default name.

@@ -68,7 +68,8 @@ def sequential_embed(url: str, model: str, texts: list[str]) -> ClientRun:
 def alternating_embeds(
     url: str, model: str, texts: list[str], *, in_flight: int, rounds: int
 ) -> list[ClientRun]:
-    """Experiment 4: the sequential and the asyncio client in turn, ``rounds`` times (each run numbered)."""
+    """The `clients` experiment: the sequential and the asyncio client in turn, ``rounds`` times (each run
+    numbered)."""
     runs = []
     for round_ in range(rounds):
         runs.append(replace(sequential_embed(url, model, texts), round=round_))
@@ -94,7 +95,7 @@ class CentralRun:
 def central_classify(
     url: str, server_pid: int, model: str, images: list[bytes], *, in_flight: int
 ) -> CentralRun:
-    """Experiment 3, central side: every image sent to the one server, ``in_flight`` at a time."""
+    """The `central` experiment, central side: every image sent to the one server, ``in_flight`` at a time."""
     sampler = ProcessSampler(select=process_tree(server_pid), interval_s=0.2)
     run, results = _async_run(
         url, model, images, kind="image", in_flight=in_flight, label="central server", sampler=sampler
@@ -145,7 +146,8 @@ async def _async_send(url: str, model: str, items: list, kind: str, in_flight: i
 def served_batch_cost(
     url: str, model: str, items: list, *, kind: str, repeats: int
 ) -> tuple[BatchCost, dict]:
-    """Experiment 6 served: one request of 1 item vs one request of 32 items (same shape), median ms."""
+    """The `batchcost` experiment served: one request of 1 item vs one request of 32 items (same shape),
+    median ms."""
     if len(items) < 32:
         raise ValueError(f"served_batch_cost needs 32 items, got {len(items)}")
     before = statistics_snapshot(url)

@@ -11,8 +11,8 @@ pipeline per core taking batches from one queue, as the local configs run one in
 arm and batch size is measured in ``rounds`` rounds interleaved with the others (this machine is noisy)
 after one warm-up batch per size; the median round is reported.
 
-:func:`batch_cost` is experiment 6 in-process: the forward pass alone on a batch of 1 and of 32 of one
-shape (corpus sentences of its most common length; a photograph repeated), median of ``repeats`` runs.
+:func:`batch_cost` is the `batchcost` experiment in-process: the forward pass alone on a batch of 1 and of 32
+of one shape (corpus sentences of its most common length; a photograph repeated), median of ``repeats`` runs.
 """
 
 from __future__ import annotations
@@ -216,23 +216,26 @@ def ordered(encoder: ExportedModel, inputs: list[Any], order: str) -> list[Any]:
     return [text for _, text in sorted(zip(lengths, inputs, strict=True), key=lambda pair: pair[0])]
 
 
-def alternating_median_ms(calls: Mapping[int, Callable[[], object]], repeats: int) -> dict[int, float]:
+def alternating_median_ms(
+    calls: Mapping[int, Callable[[], object]], repeats: int, clock: Callable[[], float] = time.perf_counter
+) -> dict[int, float]:
     """Median milliseconds of each call over ``repeats`` rounds, the calls alternating within a round
-    (1, 32, 1, 32...) so that a burst of background load hits both sizes alike; one warm-up call each."""
+    (1, 32, 1, 32...) so that a burst of background load hits both sizes alike; one warm-up call each.
+    ``clock``: seconds, monotonic."""
     for call in calls.values():
         call()
     samples_ms: dict[int, list[float]] = {key: [] for key in calls}
     for _ in range(repeats):
         for key, call in calls.items():
-            started = time.perf_counter()
+            started = clock()
             call()
-            samples_ms[key].append(1000.0 * (time.perf_counter() - started))
+            samples_ms[key].append(1000.0 * (clock() - started))
     return {key: statistics.median(values) for key, values in samples_ms.items()}
 
 
 def same_length_texts(repository: Path, count: int = max(BATCH_COST_SIZES)) -> list[str]:
     """``count`` corpus sentences of its most common token count (distinct while there are enough), so
-    that a batch of them has one shape: experiment 6's text, in-process and served alike."""
+    that a batch of them has one shape: the `batchcost` experiment's text, in-process and served alike."""
     texts = samples.sentences()
     lengths = TextTokenizer(repository).lengths(texts)
     common = Counter(lengths).most_common(1)[0][0]

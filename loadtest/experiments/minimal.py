@@ -1,4 +1,4 @@
-"""Experiment 9: Triton against the simplest alternative, measured side by side in one run.
+"""The `minimal` experiment: Triton against the simplest alternative, measured side by side in one run.
 
 The alternative (:mod:`loadtest.load.minimal_server`) is one process answering one request at a time
 with the same exported encoder file and runtime the text ensemble serves, and the same tokenizer. One

@@ -15,12 +15,11 @@ from typing import Any
 from clients import samples
 from export import image as export_image
 from export import precision
-from loadtest import environment
 from loadtest.experiments import clients as client_experiments
 from loadtest.experiments import inprocess, minimal, profiling, registry
 from loadtest.experiments.served import PerfSession, arms_experiment, sweeps
 from loadtest.experiments.variant_repository import Variant, build_repository
-from loadtest.load import payloads, workers
+from loadtest.load import environment, payloads, workers
 from loadtest.load.locust_run import LocustRun, run_locust
 from loadtest.load.perf import PerfSettings
 from loadtest.load.pipelines import ExportedModel
@@ -50,17 +49,16 @@ EXPORTED = {  # exported model -> (runtime, pipeline) for the in-process and pro
 }
 NOBATCH, INSTANCE_SUFFIX = "__nobatch", "__x{}"
 TEXT_TOKENIZER, TEXT_TORCHSCRIPT_MODEL = "text_tokenizer", "text_embedder_torchscript"
-# The configuration before ragged batching: the tokenizer padded each request to one of these lengths
-# and the encoder's batcher merged equal shapes only (experiment 8's first arm reproduces it).
-PREVIOUS_BUCKETS = "8,16,24,32,48,64,96,128,256"
-# Experiment 8 runs the served text file in this process between its rounds at the targets' concurrency,
-# in batches of these sizes.
+# The equal-shape baseline arm of the `ragged` experiment (the configuration without ragged batching):
+# the tokenizer pads each request to one of these lengths and the encoder's batcher merges equal shapes.
+EQUAL_SHAPE_BUCKETS = "8,16,24,32,48,64,96,128,256"
+# The `ragged` experiment runs the served text file in this process between its rounds at the targets'
+# concurrency, in batches of these sizes.
 RAGGED_INPROCESS_BATCHES = (8, 32)
-# The image classifier before its ONNX file padded inside its convolutions and before its steps stopped
-# waiting for more requests on a CPU (experiment 8's image arms): the file, and the batchers it was
-# served with then.
-PREVIOUS_IMAGE_ARM = "previous (image): fp32 file with the exporter's Pad nodes, 1-2 ms queue delays"
-PREVIOUS_IMAGE_BATCHERS = (
+# The image baseline arm of the `ragged` experiment: the ONNX file with the exporter's Pad nodes (not
+# folded into its convolutions), behind batchers that wait for more requests on a CPU.
+PAD_NODES_AND_DELAYS_ARM = "previous (image): fp32 file with the exporter's Pad nodes, 1-2 ms queue delays"
+QUEUE_DELAY_IMAGE_BATCHERS = (
     (IMAGE_ENCODER, "preferred_batch_size: [16, 32, 64] max_queue_delay_microseconds: 2000"),
     ("image_preprocess", "max_queue_delay_microseconds: 1000"),
     ("image_postprocess", "max_queue_delay_microseconds: 1000"),
@@ -79,8 +77,8 @@ class Plan:
     instance_rounds: int = 2
     ragged_concurrency: tuple[int, ...] = (1, 32)
     ragged_rounds: int = 2
-    # Sentences the served text file runs in this process after each round of experiment 8's text arms at
-    # c=32 (about a second per batch size and order on 2 cores): the figure served throughput is held to.
+    # Sentences the served text file runs in this process after each round of the `ragged` experiment's
+    # text arms at c=32: the figure served throughput is held to.
     ragged_inprocess_texts: int = 512
     minimal_concurrency: tuple[int, ...] = (1, 32)
     minimal_requests: int = 600
@@ -115,7 +113,7 @@ PLANS = {
         perf=PerfSettings(measurement_interval_ms=1500, max_trials=4, stability_percent=25, timeout_s=60),
         sweep_models=(TEXT_MODEL, IMAGE_MODEL),
         sweep_concurrency=(1, 8, 32),
-        notes=("quick mode: the ONNX ensembles only, 150 images for experiment 3, short windows",),
+        notes=("quick mode: the ONNX ensembles only, 150 images for `central`, short windows",),
     ),
     "full": Plan(
         perf=PerfSettings(measurement_interval_ms=3000, max_trials=6, stability_percent=15, timeout_s=150),
@@ -151,9 +149,9 @@ def served_variants(plan: Plan, source: Path, previous_image: Path) -> list[Vari
 
 
 def ragged_arms(source: Path) -> dict[str, tuple[Variant, str]]:
-    """Experiment 8: arm label -> (variant, served model). On the default route's encoder: the previous
-    configuration (its fp32 file behind length buckets, equal-shape batches: what text_embedder served
-    before), ragged batching alone (the fp32 file, ragged), the served precision alone (equal shapes),
+    """The `ragged` experiment: arm label -> (variant, served model). On the default route's encoder: the
+    previous configuration (its fp32 file behind length buckets, equal-shape batches: what text_embedder
+    served before), ragged batching alone (the fp32 file, ragged), the served precision alone (equal shapes),
     and as shipped; then the TorchScript route as shipped. The fp32 file is the one the export keeps
     beside its precision record (:mod:`export.precision`); where the served file is fp32 already, the
     shipped file stands in for it and the arms that would repeat another are left out."""
@@ -161,7 +159,7 @@ def ragged_arms(source: Path) -> dict[str, tuple[Variant, str]]:
     served = precision.served_variant(encoder)
     fp32 = precision.kept_file(encoder, "fp32") if served != "fp32" else None
     fp32_file = ((encoder, "model_filename", str(fp32.resolve())),) if fp32 is not None else ()
-    equal_shapes = ((TEXT_TOKENIZER, "length_buckets", PREVIOUS_BUCKETS),)
+    equal_shapes = ((TEXT_TOKENIZER, "length_buckets", EQUAL_SHAPE_BUCKETS),)
     arms = {
         "previous: fp32, buckets, equal shapes": Variant(
             model=TEXT_MODEL, suffix="__previous", ragged=False, parameters=equal_shapes + fp32_file
@@ -179,19 +177,17 @@ def ragged_arms(source: Path) -> dict[str, tuple[Variant, str]]:
 
 
 def image_arms(previous_file: Path) -> dict[str, tuple[Variant, str]]:
-    """Experiment 8, images: the previous configuration (``previous_file``, the fp32 file as exported
-    before its ``Pad`` nodes were folded into the convolutions, behind the batchers it was served with),
-    that file alone behind today's batchers, the clone serving the fp32 file where the export serves a
+    """The `ragged` experiment, images: the previous configuration (``previous_file``, the fp32 file as
+    exported before its ``Pad`` nodes were folded into the convolutions, behind the batchers it was served
+    with), that file alone behind today's batchers, the clone serving the fp32 file where the export serves a
     reduced precision, and as shipped."""
     served = precision.served_variant(IMAGE_ENCODER)
     previous = ((IMAGE_ENCODER, "model_filename", str(previous_file.resolve())),)
     arms = {
-        PREVIOUS_IMAGE_ARM: Variant(
-            model=IMAGE_MODEL, suffix="__previous", parameters=previous, batcher=PREVIOUS_IMAGE_BATCHERS
+        PAD_NODES_AND_DELAYS_ARM: Variant(
+            model=IMAGE_MODEL, suffix="__previous", parameters=previous, batcher=QUEUE_DELAY_IMAGE_BATCHERS
         ),
-        registry.PREVIOUS_IMAGE_FILE_ARM: Variant(
-            model=IMAGE_MODEL, suffix="__padnodes", parameters=previous
-        ),
+        registry.PAD_NODES_FILE_ARM: Variant(model=IMAGE_MODEL, suffix="__padnodes", parameters=previous),
     }
     fp32 = precision.kept_file(IMAGE_ENCODER, "fp32") if served != "fp32" else None
     if fp32 is not None:
@@ -207,7 +203,8 @@ def image_arms(previous_file: Path) -> dict[str, tuple[Variant, str]]:
 def ragged_experiment(
     plan: Plan, session: PerfSession, source: Path, previous_image: Path, cores: int
 ) -> dict[str, list]:
-    """Experiment 8: the text arms at each concurrency, then the image arms at 32, every arm once per round.
+    """The `ragged` experiment: the text arms at each concurrency, then the image arms at 32, every arm once
+    per round.
 
     After each round of the text arms at the target concurrency, the served text file runs in this process
     (tokenise, forward, pool; the served layout, one single-thread pipeline per core; batches of 8 and
@@ -274,60 +271,94 @@ def served_stage(plan: Plan, source: Path, work: Path, raw: Path, cores: int, sk
             settings=plan.perf,
             server_pid=server.pid,
         )
-        grpc_url = f"grpc://{server.grpc_url}"
-        texts = samples.shuffled_sentences(plan.client_texts, seed=3)
-        batching_arms = {"batching on": TEXT_MODEL, "batching off": TEXT_MODEL + NOBATCH}
-        instance_arms = {
-            f"{n} instance{'s' if n > 1 else ''}": TEXT_MODEL + INSTANCE_SUFFIX.format(n)
-            for n in plan.instance_counts
-        }
-        experiments: dict[str, Callable[[], object]] = {
-            "batching": lambda: arms_experiment(
-                session,
-                "batching",
-                TEXT_MODEL,
-                batching_arms,
-                concurrencies=list(plan.batching_concurrency),
-                rounds=plan.batching_rounds,
-            ),
-            "instances": lambda: arms_experiment(
-                session,
-                "instances",
-                TEXT_MODEL,
-                instance_arms,
-                concurrencies=list(plan.instance_concurrency),
-                rounds=plan.instance_rounds,
-            ),
-            "ragged": lambda: ragged_experiment(plan, session, source, previous_image, cores),
-            "minimal": lambda: minimal.compare(
-                triton_http_url=server.http_url,
-                model=TEXT_MODEL,
-                encoder_file=minimal.served_file(source, text_encoder_of(source)),
-                tokenizer_file=minimal.tokenizer_file(source),
-                threads=cores,
-                concurrencies=list(plan.minimal_concurrency),
-                requests=plan.minimal_requests,
-                rounds=plan.minimal_rounds,
-                log_path=raw / "minimal_server.log",
-            ),
-            "sweeps": lambda: sweeps(
-                session,
-                models=list(plan.sweep_models),
-                protocols=list(plan.protocols),
-                concurrencies=list(plan.sweep_concurrency),
-                measured=result.get("batching", []),
-            ),
-            "clients": lambda: client_experiments.alternating_embeds(
-                grpc_url, TEXT_MODEL, texts, in_flight=plan.client_in_flight, rounds=plan.client_rounds
-            ),
-            "batchcost": lambda: _served_batch_costs(plan, grpc_url, source),
-            "locust": lambda: [_locust(plan, server, raw, shape) for shape in plan.locust_shapes],
-        }
-        for key, run in experiments.items():  # in this order: the sweeps reuse experiment 1's points
+        experiments = _served_experiments(
+            plan,
+            server,
+            session,
+            source=source,
+            previous_image=previous_image,
+            cores=cores,
+            raw=raw,
+            result=result,
+        )
+        for key, run in experiments.items():  # in this order: the sweeps reuse `batching`'s points
             if key not in skip:
                 _attempt(result, registry.experiment(key).result_keys, run)
         result["server_statistics_end"] = _all_statistics(server.http_url, raw)
     return result
+
+
+def _arms_experiments(plan: Plan, session: PerfSession) -> dict[str, Callable[[], object]]:
+    """`batching` and `instances`: the text ensemble against its clones, arm by arm."""
+    batching_arms = {"batching on": TEXT_MODEL, "batching off": TEXT_MODEL + NOBATCH}
+    instance_arms = {
+        f"{n} instance{'s' if n > 1 else ''}": TEXT_MODEL + INSTANCE_SUFFIX.format(n)
+        for n in plan.instance_counts
+    }
+    return {
+        "batching": lambda: arms_experiment(
+            session,
+            "batching",
+            TEXT_MODEL,
+            batching_arms,
+            concurrencies=list(plan.batching_concurrency),
+            rounds=plan.batching_rounds,
+        ),
+        "instances": lambda: arms_experiment(
+            session,
+            "instances",
+            TEXT_MODEL,
+            instance_arms,
+            concurrencies=list(plan.instance_concurrency),
+            rounds=plan.instance_rounds,
+        ),
+    }
+
+
+def _served_experiments(
+    plan: Plan,
+    server: LocalTritonServer,
+    session: PerfSession,
+    *,
+    source: Path,
+    previous_image: Path,
+    cores: int,
+    raw: Path,
+    result: dict,
+) -> dict[str, Callable[[], object]]:
+    """The served stage's experiments by registry key, in the order they run."""
+    grpc_url = f"grpc://{server.grpc_url}"
+    return {
+        **_arms_experiments(plan, session),
+        "ragged": lambda: ragged_experiment(plan, session, source, previous_image, cores),
+        "minimal": lambda: minimal.compare(
+            triton_http_url=server.http_url,
+            model=TEXT_MODEL,
+            encoder_file=minimal.served_file(source, text_encoder_of(source)),
+            tokenizer_file=minimal.tokenizer_file(source),
+            threads=cores,
+            concurrencies=list(plan.minimal_concurrency),
+            requests=plan.minimal_requests,
+            rounds=plan.minimal_rounds,
+            log_path=raw / "minimal_server.log",
+        ),
+        "sweeps": lambda: sweeps(
+            session,
+            models=list(plan.sweep_models),
+            protocols=list(plan.protocols),
+            concurrencies=list(plan.sweep_concurrency),
+            measured=result.get("batching", []),
+        ),
+        "clients": lambda: client_experiments.alternating_embeds(
+            grpc_url,
+            TEXT_MODEL,
+            samples.shuffled_sentences(plan.client_texts, seed=3),
+            in_flight=plan.client_in_flight,
+            rounds=plan.client_rounds,
+        ),
+        "batchcost": lambda: _served_batch_costs(plan, grpc_url, source),
+        "locust": lambda: [_locust(plan, server, raw, shape) for shape in plan.locust_shapes],
+    }
 
 
 def _server(repository: Path, log_path: Path, *, startup_timeout_s: float) -> LocalTritonServer:
@@ -394,8 +425,8 @@ def _all_statistics(url: str, raw: Path) -> str:
 
 
 def central_stage(plan: Plan, source: Path, work: Path, raw: Path, cores: int) -> dict:
-    """Experiment 3: one server for every image vs N processes each loading the model, in alternating
-    rounds (the server stays up, idle, while the processes run)."""
+    """The `central` experiment: one server for every image vs N processes each loading the model, in
+    alternating rounds (the server stays up, idle, while the processes run)."""
     images = payloads.image_variants(plan.central_images, seed=7)
     build_repository(source, work / "central", [Variant(model=IMAGE_MODEL)], total_threads=cores)
     threads = max(1, cores // plan.central_workers)

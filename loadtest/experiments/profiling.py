@@ -1,4 +1,5 @@
-"""Experiment 7: where the time goes in each exported model, layer by layer (ONNX) or op by op (TorchScript).
+"""The `profile` experiment: where the time goes in each exported model, layer by layer (ONNX) or op by op
+(TorchScript).
 
 - ONNX files: onnxruntime's own profiler (``SessionOptions.enable_profiling``) writes a JSON trace; every
   ``Node`` event's ``*_kernel_time`` is one layer's kernel, summed here over the profiled runs.

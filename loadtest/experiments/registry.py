@@ -11,9 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 STAGES = ("served", "central", "inprocess", "profile")
-# An arm label of experiment 8 that the report looks up: the previous image file behind today's batchers.
-PREVIOUS_IMAGE_FILE_ARM = "image: fp32 file with the exporter's Pad nodes alone"
-# The concurrency the report's targets are read at; experiment 8 measures in process beside its rounds there.
+# An arm label of the `ragged` experiment that the report looks up: the ONNX file with the exporter's Pad
+# nodes behind the shipped batchers.
+PAD_NODES_FILE_ARM = "image: fp32 file with the exporter's Pad nodes alone"
+# The concurrency the report's targets are read at; the `ragged` experiment measures in process beside its
+# rounds there.
 TARGET_CONCURRENCY = 32
 
 

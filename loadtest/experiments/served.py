@@ -130,9 +130,9 @@ def arms_experiment(
 ) -> list[ServedPoint]:
     """Each arm (label -> served clone of ``model``) in turn, ``rounds`` times at each concurrency.
 
-    The order is A, B, C, A, B, C... so that background load hits every arm alike. Experiment 1 is
-    ``model`` with dynamic batching against its clone without, experiment 2 its clones with more
-    instances (e.g. '2 instances' -> model__x2).
+    The order is A, B, C, A, B, C... so that background load hits every arm alike. The `batching` experiment
+    is ``model`` with dynamic batching against its clone without, the `instances` experiment its clones with
+    more instances (e.g. '2 instances' -> model__x2).
     """
     if rounds < 1:
         raise ValueError(f"rounds must be at least 1, got {rounds}")
@@ -154,8 +154,8 @@ def sweeps(
 ) -> list[ServedPoint]:
     """Throughput and latency against concurrency for every model and protocol.
 
-    A point already measured on the unchanged model in this run (experiment 1's 'batching on' arm) is
-    reused rather than measured twice.
+    A point already measured on the unchanged model in this run (the `batching` experiment's 'batching on'
+    arm) is reused rather than measured twice.
     """
     known = {
         (p.served_model, p.perf.protocol, p.perf.concurrency): p for p in measured if p.arm == "batching on"

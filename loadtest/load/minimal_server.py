@@ -8,10 +8,9 @@ output, so one load generator drives both and the benchmark can say what Triton 
 ``python -m loadtest.load.minimal_server --model model_repository/minilm_onnx/1/model.onnx
 --tokenizer model_repository/text_tokenizer/1/tokenizer.json --port 0`` prints the port it bound.
 Connections are handled by threads; inference runs under one lock, one request at a time. The runtime
-keeps its default thread pool (an intra-op thread per core, spinning between operators): against spinning
-off and against one thread, 5 alternating rounds of 600 requests in one run, it was the fastest alone
-(median 194 against 173 and 167 req/s) and level at 32 in flight (182, 167 and 186), so the comparison
-does not handicap the alternative; it also spreads the most from round to round (169 to 241 at 32).
+keeps its default thread pool (an intra-op thread per core, spinning between operators), its fastest
+setting one request at a time and level with the others at 32 in flight (docs/measurements.md), so the
+comparison does not handicap the alternative.
 """
 
 from __future__ import annotations

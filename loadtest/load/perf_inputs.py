@@ -101,11 +101,10 @@ def _sentences(config: ModelConfig, repository: Path, entries: int, seed: int) -
     perf_analyzer (synchronous, one thread per request in flight) gives thread t the entries t, t+C,
     t+2C... (modulo the entry count E) at concurrency C. With E=16 and C=32 every thread sent one
     sentence forever, and threads whose requests were batched together (same length) sent same-length
-    texts again together: a feedback loop that made 74% of consecutive arrivals share a length bucket
-    (25% by chance) and more than doubled the encoder's batches. An odd count of at least the corpus
-    (215 sentences), coprime with power-of-two concurrencies, makes each thread walk through all of
-    it; consecutive arrivals then share a bucket at the chance rate (docs/text-batching.md, measured
-    with perf_analyzer's --profile-export-file).
+    texts again together: a feedback loop that made consecutive arrivals share a length bucket far more
+    often than by chance and inflated the encoder's batches (docs/measurements.md). An odd count of at
+    least the corpus, coprime with power-of-two concurrencies, makes each thread walk through all of
+    it; consecutive arrivals then share a bucket at the chance rate.
     """
     name = config.input[0].name
     count = max(entries, len(samples.sentences()))

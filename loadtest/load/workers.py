@@ -1,4 +1,5 @@
-"""The no-server side of experiment 3: N worker processes that each load the model and classify a shard.
+"""The no-server side of the `central` experiment: N worker processes that each load the model and classify a
+shard.
 
 Each worker is a fresh process (``spawn``) that imports the runtime, loads the exported classifier and
 the preprocessing code itself (per-job model loading), then classifies its images one at a time. It

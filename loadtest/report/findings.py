@@ -1,12 +1,12 @@
 """From results.json to the verdicts: targets met or missed (with measured causes) and published claims.
 
 Targets, each a ratio inside one run where it can be: the text ensemble at concurrency 32 at least 2x
-the previous configuration (experiment 8) and 2x the simplest alternative (experiment 9) with a p99 of
-at most 250 ms; at concurrency 1 a median of at most 10 ms; dynamic batching on vs off at least 2x
-with encoder batches of 8 or more (experiment 1); served throughput at least 85% of the in-process
-figure of the served file (experiment 8's in-process rounds, between its served ones, where the run has
-them; else experiment 5); the image classifier at least 1.3x its previous configuration (experiment 8),
-serving a file that passed its gate.
+the previous configuration (the `ragged` experiment) and 2x the simplest alternative (the `minimal`
+experiment) with a p99 of at most 250 ms; at concurrency 1 a median of at most 10 ms; dynamic batching on vs
+off at least 2x with encoder batches of 8 or more (the `batching` experiment); served throughput at least 85%
+of the in-process figure of the served file (the `ragged` experiment's in-process rounds, between its served
+ones, where the run has them; else the `inprocess` experiment); the image classifier at least 1.3x its
+previous configuration (the `ragged` experiment), serving a file that passed its gate.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from loadtest.experiments.inprocess import ARRIVAL, ONE_LENGTH
-from loadtest.experiments.registry import PREVIOUS_IMAGE_FILE_ARM, TARGET_CONCURRENCY
+from loadtest.experiments.registry import PAD_NODES_FILE_ARM, TARGET_CONCURRENCY
 from loadtest.report.cpu import cost_line, cpu_per_item, per_core_line
 from loadtest.report.records import ArmSummary, ModelStats, ServedRun, inprocess_arm, served_runs
 from loadtest.report.rounds import (
@@ -32,7 +32,8 @@ from loadtest.report.rounds import (
 
 TEXT_MODEL, IMAGE_MODEL = "text_embedder", "image_classifier"
 TEXT_ENCODER = "the encoder"  # plots label the batch of whichever exported encoder the ensemble called
-PREVIOUS_ARM = "previous"  # experiment 8's arms whose label starts with this reproduce the old configuration
+# The arms of the `ragged` experiment whose label starts with this reproduce the old configuration.
+BASELINE_ARM_PREFIX = "previous"
 TARGET_GAIN = 2.0  # over the previous configuration, over the simplest alternative, batching on vs off
 TARGET_P99_MS = 250.0
 TARGET_LONE_P50_MS = 10.0
@@ -91,8 +92,8 @@ def best_inprocess(results: dict, pipeline: str = "text", runtime: str = "onnxru
 
 
 def beside_inprocess_cells(results: dict) -> list[dict]:
-    """Experiment 8's in-process rounds (the served text file between its served rounds at c=32), one row
-    per cell (layout, order, batch size) in the order measured: the cell at its median round, with its
+    """The `ragged` experiment's in-process rounds (the served text file between its served rounds at c=32),
+    one row per cell (layout, order, batch size) in the order measured: the cell at its median round, with its
     rounds."""
     cells: dict[tuple, list[dict]] = defaultdict(list)
     for p in results.get("ragged_inprocess", []):
@@ -113,13 +114,15 @@ def beside_inprocess(results: dict) -> dict | None:
 
 
 def inprocess_reference(results: dict, pipeline: str = "text") -> tuple[dict | None, str]:
-    """The in-process figure served throughput is held to, and where it was measured: for text, experiment
-    8's rounds between the served ones where the run has them; else the best of experiment 5."""
+    """The in-process figure served throughput is held to, and where it was measured: for text, the
+    `ragged` experiment's rounds between the served ones where the run has them; else the best of the
+    `inprocess` experiment."""
     beside = beside_inprocess(results) if pipeline == "text" else None
     if beside:
-        return beside, f"experiment 8, median of {len(beside['rounds'])} rounds between the served ones"
+        rounds = len(beside["rounds"])
+        return beside, f"experiment `ragged`, median of {rounds} rounds between the served ones"
     runtime = results.get("text_runtime", "onnxruntime") if pipeline == "text" else "onnxruntime"
-    return best_inprocess(results, pipeline=pipeline, runtime=runtime), "experiment 5"
+    return best_inprocess(results, pipeline=pipeline, runtime=runtime), "experiment `inprocess`"
 
 
 def _verdict(name: str, required: str, value: float | None, text: str, met: bool | None) -> Verdict:
@@ -142,18 +145,87 @@ def _rate(row: ArmSummary | None) -> float | None:
 
 def verdicts(results: dict) -> list[Verdict]:
     (shipped, previous), lone = against_previous(results), shipped_arm(results, 1)
+    return [
+        _previous_verdict(shipped, previous),
+        _at_most_ms("text c=32 p99", TARGET_P99_MS, shipped.p99_ms if shipped else None, 0),
+        _alternative_verdict(results),
+        _at_most_ms("text c=1 median latency", TARGET_LONE_P50_MS, lone.p50_ms if lone else None, 1),
+        _batching_verdict(results),
+        _share_verdict(results, shipped),
+        _image_verdict(results),
+    ]
+
+
+def _previous_verdict(shipped: ArmSummary | None, previous: ArmSummary | None) -> Verdict:
     gain = _ratio(_rate(shipped), _rate(previous))
-    lone_p50 = lone.p50_ms if lone else None
-    p99 = shipped.p99_ms if shipped else None
+    return _verdict(
+        "text c=32 vs the previous configuration",
+        f">= {TARGET_GAIN:.0f}x (experiment `ragged`)",
+        gain,
+        f"{times_text(gain)} ({_number(_rate(shipped), '.1f')} vs {_number(_rate(previous), '.1f')} req/s)",
+        _at_least(gain, TARGET_GAIN),
+    )
+
+
+def _at_most_ms(name: str, limit_ms: float, value_ms: float | None, digits: int) -> Verdict:
+    return _verdict(
+        name,
+        f"<= {limit_ms:.0f} ms",
+        value_ms,
+        f"{up(value_ms, digits):.{digits}f} ms",
+        None if value_ms is None else value_ms <= limit_ms,
+    )
+
+
+def _alternative_verdict(results: dict) -> Verdict:
     minimal = next((m for m in minimal_comparisons(results) if m.concurrency == TARGET_CONCURRENCY), None)
     triton, simple = (minimal.triton_per_s, minimal.alternative_per_s) if minimal else (None, None)
     over_simple = _ratio(triton, simple)
+    return _verdict(
+        "text c=32 vs the simplest alternative",
+        f">= {TARGET_GAIN:.0f}x (experiment `minimal`)",
+        over_simple,
+        f"{times_text(over_simple)} ({_number(triton, '.1f')} vs {_number(simple, '.1f')} req/s"
+        + (
+            f", medians of {minimal.rounds} rounds; {minimal.range_text()} by round)"
+            if minimal and minimal.rounds > 1
+            else ")"
+        ),
+        _at_least(over_simple, TARGET_GAIN),
+    )
+
+
+def _batching_verdict(results: dict) -> Verdict:
     on, off = batching_arms(results, TARGET_CONCURRENCY)
     on_off = _ratio(_rate(on), _rate(off))
     batch = on.encoder_batch if on else None
+    return _verdict(
+        "dynamic batching on vs off, c=32",
+        f">= {TARGET_GAIN:.0f}x, encoder batch >= {TARGET_BATCH:.0f}",
+        on_off,
+        f"{times_text(on_off)}, encoder batch {down(batch, 1):.1f}"
+        + (f" (means of {on.runs} alternating rounds)" if on and on.runs > 1 else ""),
+        None if on_off is None else on_off >= TARGET_GAIN and (batch or 0) >= TARGET_BATCH,
+    )
+
+
+def _share_verdict(results: dict, shipped: ArmSummary | None) -> Verdict:
     best, where = inprocess_reference(results)
     best_rate = float(best["items_per_s"]) if best else None
     share = _ratio(_rate(shipped), best_rate)
+    return _verdict(
+        "served vs in-process (same file)",
+        f">= {TARGET_INPROCESS_SHARE:.0%}",
+        share,
+        f"{share_text(share)} ({_number(_rate(shipped), '.1f')} of {_number(best_rate, '.1f')}/s "
+        f"at batch {best['batch_size']}, {inprocess_arm(best)}; {where})"
+        if best
+        else "-)",
+        _at_least(share, TARGET_INPROCESS_SHARE),
+    )
+
+
+def _image_verdict(results: dict) -> Verdict:
     image, image_previous = against_previous(results, IMAGE_MODEL)
     image_gain = _ratio(_rate(image), _rate(image_previous))
     served_precision = results.get("image_precision", "fp32")
@@ -162,71 +234,17 @@ def verdicts(results: dict) -> list[Verdict]:
         f"{_number(_rate(image_previous), '.1f')} img/s), serving {served_precision}"
         + (": no reduced precision passed its gate" if served_precision == "fp32" else ", gate passed")
     )
-    return [
-        _verdict(
-            "text c=32 vs the previous configuration",
-            f">= {TARGET_GAIN:.0f}x (experiment 8)",
-            gain,
-            f"{times_text(gain)} ({_number(_rate(shipped), '.1f')} vs {_number(_rate(previous), '.1f')} "
-            "req/s)",
-            _at_least(gain, TARGET_GAIN),
-        ),
-        _verdict(
-            "text c=32 p99",
-            f"<= {TARGET_P99_MS:.0f} ms",
-            p99,
-            f"{up(p99):.0f} ms",
-            None if p99 is None else p99 <= TARGET_P99_MS,
-        ),
-        _verdict(
-            "text c=32 vs the simplest alternative",
-            f">= {TARGET_GAIN:.0f}x (experiment 9)",
-            over_simple,
-            f"{times_text(over_simple)} ({_number(triton, '.1f')} vs {_number(simple, '.1f')} req/s"
-            + (
-                f", medians of {minimal.rounds} rounds; {minimal.range_text()} by round)"
-                if minimal and minimal.rounds > 1
-                else ")"
-            ),
-            _at_least(over_simple, TARGET_GAIN),
-        ),
-        _verdict(
-            "text c=1 median latency",
-            f"<= {TARGET_LONE_P50_MS:.0f} ms",
-            lone_p50,
-            f"{up(lone_p50, 1):.1f} ms",
-            None if lone_p50 is None else lone_p50 <= TARGET_LONE_P50_MS,
-        ),
-        _verdict(
-            "dynamic batching on vs off, c=32",
-            f">= {TARGET_GAIN:.0f}x, encoder batch >= {TARGET_BATCH:.0f}",
-            on_off,
-            f"{times_text(on_off)}, encoder batch {down(batch, 1):.1f}"
-            + (f" (means of {on.runs} alternating rounds)" if on and on.runs > 1 else ""),
-            None if on_off is None else on_off >= TARGET_GAIN and (batch or 0) >= TARGET_BATCH,
-        ),
-        _verdict(
-            "served vs in-process (same file)",
-            f">= {TARGET_INPROCESS_SHARE:.0%}",
-            share,
-            f"{share_text(share)} ({_number(_rate(shipped), '.1f')} of {_number(best_rate, '.1f')}/s "
-            f"at batch {best['batch_size']}, {inprocess_arm(best)}; {where})"
-            if best
-            else "-)",
-            _at_least(share, TARGET_INPROCESS_SHARE),
-        ),
-        _verdict(
-            "image c=32 vs the previous configuration",
-            f">= {TARGET_IMAGE_GAIN}x, served file gated (experiment 8)",
-            image_gain,
-            image_text,
-            _at_least(image_gain, TARGET_IMAGE_GAIN),
-        ),
-    ]
+    return _verdict(
+        "image c=32 vs the previous configuration",
+        f">= {TARGET_IMAGE_GAIN}x, served file gated (experiment `ragged`)",
+        image_gain,
+        image_text,
+        _at_least(image_gain, TARGET_IMAGE_GAIN),
+    )
 
 
 def target_point(results: dict) -> ServedRun | None:
-    """The text ensemble at concurrency 32: gRPC from experiment 1 or the sweep, else HTTP."""
+    """The text ensemble at concurrency 32: gRPC from the `batching` experiment or the sweep, else HTTP."""
     served = served_runs(results, "batching") + served_runs(results, "sweeps")
     for protocol in ("grpc", "http"):
         found = point_at(served, model=TEXT_MODEL, protocol=protocol, concurrency=TARGET_CONCURRENCY)
@@ -238,27 +256,48 @@ def target_point(results: dict) -> ServedRun | None:
 def causes(results: dict) -> list[str]:
     """Measured reasons the text ensemble is where it is: compute saturation, queueing, batch sizes, load."""
     point = target_point(results)
-    lines: list[str] = []
     if point is None:
-        return lines
+        return []
     cores = results.get("machine", {}).get("logical_cores") or 1
-    used = point.server_cpu_cores
-    load = max((results.get(k) or [0.0])[0] for k in ("load_average_start", "load_average_end"))
+    lines = _cpu_causes(results, point, cores)
+    encoder = _encoder_line(point)
+    if encoder:
+        lines.append(encoder)
+    for name, stats in sorted(point.server.items()):
+        if stats.executions and name != point.served_model:
+            lines.append(
+                f"{name}: queue {stats.queue_us / 1000:.1f} ms vs compute "
+                f"{stats.compute_infer_us / 1000:.1f} ms per request, average batch "
+                f"{stats.average_batch_size:.1f}."
+            )
+    lines.extend(line for line in (ragged_line(results), batching_ceiling_line(results)) if line)
+    start, end = results.get("load_average_start"), results.get("load_average_end")
+    if start and end and start[0] > 0.5 * cores:  # at the end it includes the benchmark's own load
+        lines.append(
+            f"Background load: the 1-minute load average was {start[0]} before the run on {cores} cores "
+            f"({end[0]} at the end, this run included), so other processes shared the CPU."
+        )
+    return lines
+
+
+def _cpu_causes(results: dict, point: ServedRun, cores: int) -> list[str]:
+    """Where the CPU went at the target concurrency, text and image; a whole-server figure for a record
+    from before the per-process figures."""
     on_runs = [
         run
         for run in served_runs(results, "batching")
         if run.arm == "batching on" and run.perf.concurrency == TARGET_CONCURRENCY
     ]
-    lines.extend(
-        _cpu_lines(results, on_runs, cores, f"text c={TARGET_CONCURRENCY}, batching on", "text", "req/s")
-    )
+    lines = _cpu_lines(results, on_runs, cores, f"text c={TARGET_CONCURRENCY}, batching on", "text", "req/s")
     image_runs = [
         run
         for run in served_runs(results, "ragged")
         if run.served_model == IMAGE_MODEL and run.perf.concurrency == TARGET_CONCURRENCY
     ]
     lines.extend(_cpu_lines(results, image_runs, cores, f"image c={TARGET_CONCURRENCY}", "image", "img/s"))
-    if used is not None and not lines:  # a record from before the per-process figures
+    used = point.server_cpu_cores
+    if used is not None and not lines:
+        load = max((results.get(k) or [0.0])[0] for k in ("load_average_start", "load_average_end"))
         verdict = "."
         if used / cores > 0.85:
             verdict = ": the CPU is saturated."
@@ -268,42 +307,27 @@ def causes(results: dict) -> list[str]:
             f"CPU: the server and its Python-backend stubs used {used:.2f} of {cores} cores during the run "
             f"({used / cores:.0%}){verdict}"
         )
-    encoder = encoder_stats(point)
-    if encoder and point.wall_s:
-        busy_s = encoder.compute_infer_us * encoder.executions / 1e6
-        share = busy_s / point.wall_s
-        text = (
-            f"The encoder ({encoder.model}) ran {encoder.executions} executions of "
-            f"{encoder.average_batch_size:.1f} requests on average, computing for about {busy_s:.1f} s "
-            f"of the {point.wall_s:.1f} s run (~{share:.0%}; Triton reports compute per request, so this "
-            "is approximate)."
-        )
-        if encoder.average_batch_size < 4:
-            text += (
-                " An average batch this small means few requests were queued when the encoder became free: "
-                "the instances kept up with the load, or the steps before it held requests back."
-            )
-        lines.append(text)
-    for name, stats in sorted(point.server.items()):
-        if stats.executions and name != point.served_model:
-            lines.append(
-                f"{name}: queue {stats.queue_us / 1000:.1f} ms vs compute "
-                f"{stats.compute_infer_us / 1000:.1f} ms per request, average batch "
-                f"{stats.average_batch_size:.1f}."
-            )
-    ragged = ragged_line(results)
-    if ragged:
-        lines.append(ragged)
-    ceiling = batching_ceiling_line(results)
-    if ceiling:
-        lines.append(ceiling)
-    start, end = results.get("load_average_start"), results.get("load_average_end")
-    if start and end and start[0] > 0.5 * cores:  # at the end it includes the benchmark's own load
-        lines.append(
-            f"Background load: the 1-minute load average was {start[0]} before the run on {cores} cores "
-            f"({end[0]} at the end, this run included), so other processes shared the CPU."
-        )
     return lines
+
+
+def _encoder_line(point: ServedRun) -> str | None:
+    encoder = encoder_stats(point)
+    if not (encoder and point.wall_s):
+        return None
+    busy_s = encoder.compute_infer_us * encoder.executions / 1e6
+    share = busy_s / point.wall_s
+    text = (
+        f"The encoder ({encoder.model}) ran {encoder.executions} executions of "
+        f"{encoder.average_batch_size:.1f} requests on average, computing for about {busy_s:.1f} s "
+        f"of the {point.wall_s:.1f} s run (~{share:.0%}; Triton reports compute per request, so this "
+        "is approximate)."
+    )
+    if encoder.average_batch_size < 4:
+        text += (
+            " An average batch this small means few requests were queued when the encoder became free: "
+            "the instances kept up with the load, or the steps before it held requests back."
+        )
+    return text
 
 
 def _cpu_lines(
@@ -392,13 +416,14 @@ def arm_summary(results: dict, key: str) -> list[ArmSummary]:
 
 
 def batching_arms(results: dict, concurrency: int) -> tuple[ArmSummary | None, ArmSummary | None]:
-    """Experiment 1 at ``concurrency``: the 'batching on' and 'batching off' arms over their rounds."""
+    """The `batching` experiment at ``concurrency``: the 'batching on' and 'batching off' arms over their
+    rounds."""
     rows = {r.arm: r for r in arm_summary(results, "batching") if r.concurrency == concurrency}
     return rows.get("batching on"), rows.get("batching off")
 
 
 def ragged_arm(results: dict, concurrency: int, prefix: str, model: str = TEXT_MODEL) -> ArmSummary | None:
-    """The experiment 8 arm of ``model`` whose label starts with ``prefix`` at ``concurrency``."""
+    """The `ragged` experiment's arm of ``model`` whose label starts with ``prefix`` at ``concurrency``."""
     for row in arm_summary(results, "ragged"):
         if (
             row.concurrency == concurrency
@@ -417,10 +442,11 @@ def shipped_arm(results: dict, concurrency: int, model: str = TEXT_MODEL) -> Arm
 
 
 def against_previous(results: dict, model: str = TEXT_MODEL) -> tuple[ArmSummary | None, ArmSummary | None]:
-    """Experiment 8 at the target concurrency: ``model`` as shipped, and its previous configuration."""
+    """The `ragged` experiment at the target concurrency: ``model`` as shipped, and its previous
+    configuration."""
     return (
         shipped_arm(results, TARGET_CONCURRENCY, model),
-        ragged_arm(results, TARGET_CONCURRENCY, PREVIOUS_ARM, model),
+        ragged_arm(results, TARGET_CONCURRENCY, BASELINE_ARM_PREFIX, model),
     )
 
 
@@ -435,7 +461,7 @@ def image_line(results: dict) -> str | None:
         f"c={TARGET_CONCURRENCY}, its previous configuration {_number(previous.throughput_per_s, '.1f')}: "
         f"{ratio_text(shipped.throughput_per_s, previous.throughput_per_s)}"
     )
-    file_alone = ragged_arm(results, TARGET_CONCURRENCY, PREVIOUS_IMAGE_FILE_ARM, IMAGE_MODEL)
+    file_alone = ragged_arm(results, TARGET_CONCURRENCY, PAD_NODES_FILE_ARM, IMAGE_MODEL)
     if file_alone:
         line += (
             f"; against the previous file alone behind today's batchers "

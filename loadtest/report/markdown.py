@@ -214,7 +214,8 @@ def _inprocess(r: dict, folder: Path) -> str:
     plot = plots.inprocess_vs_served(points, served, folder)
     columns = ("pipeline", "model", "runtime", "layout", "order", "batch_size", "items", "items_per_s")
     rows = [row_of(INPROCESS_BEFORE_ARMS | p, *columns, "ms_per_batch") for p in points]
-    # The same comparison as the target: the served file's runtime, experiment 8's shipped arm if measured.
+    # The same comparison as the target: the served file's runtime, the `ragged` experiment's shipped arm if
+    # measured.
     best = findings.best_inprocess(r, runtime=r.get("text_runtime", "onnxruntime"))
     shipped = findings.shipped_arm(r, findings.TARGET_CONCURRENCY)
     served_rate = shipped.throughput_per_s if shipped else (target.perf.throughput_per_s if target else None)
@@ -224,7 +225,8 @@ def _inprocess(r: dict, folder: Path) -> str:
         f"{best['items_per_s']:.1f}/s "
         f"({best['runtime']}, {inprocess_arm(best)}, batch {best['batch_size']})."
         + (
-            " The target holds it to experiment 8's in-process rounds, measured between the served ones."
+            " The target holds it to the in-process rounds of experiment `ragged`, measured between the "
+            "served ones."
             if findings.beside_inprocess(r)
             else ""
         )

@@ -1,5 +1,5 @@
-"""The report's sections for experiment 8 (length-aware batching and precision, arm by arm) and
-experiment 9 (Triton against the simplest alternative).
+"""The report's sections for the `ragged` experiment (length-aware batching and precision, arm by arm) and
+the `minimal` experiment (Triton against the simplest alternative).
 
 Called by :mod:`loadtest.report.markdown`.
 """
@@ -10,7 +10,7 @@ from pathlib import Path
 
 from loadtest.experiments.registry import experiment
 from loadtest.report import findings, plots, rounds
-from loadtest.report.records import served_runs
+from loadtest.report.records import ArmSummary, served_runs
 from loadtest.report.tables import PERF_HEADER, image, perf_row, row_of, table
 
 
@@ -26,6 +26,35 @@ def section(r: dict, folder: Path) -> str:
         "Ragged batching and precision, arm by arm (text ensemble)",
         "the encoder",
     )
+    line = " ".join(filter(None, (findings.ragged_line(r), findings.image_line(r))))
+    precision = r.get("precision_section") or ""
+    return (
+        experiment("ragged").heading + "\n\nThe text ensemble as shipped (the encoder takes a ragged "
+        "batch: requests of any length share an execution, and the served precision chosen and gated by "
+        "the export) against its clones, derived by `loadtest.experiments.variant_repository`: the "
+        "previous configuration (the tokenizer pads each request to a length bucket, the encoder's "
+        "batcher merges equal shapes only, fp32 file) and each change alone. The image classifier as "
+        "shipped against its previous configuration (the fp32 file as exported before its `Pad` nodes "
+        "were folded into the convolutions, behind the batchers it was served with then: 2 ms of queue "
+        "delay and preferred batches of 16 to 64 on the encoder, 1 ms on the pre- and post-processing; "
+        "today's preprocessing, code and instances, in both), that file alone behind today's batchers "
+        "and, where the export serves a reduced precision, its clone serving the fp32 file. Mixed-length "
+        "single-sentence requests (the whole corpus, shuffled) and photograph variants; arms alternate, "
+        "each measured in every round. Encoder figures from Triton's statistics: batch = inferences / "
+        "executions; queue and compute per request (a request in a batch counts the batch's compute "
+        "time).\n\n"
+        + _arms_table(summary)
+        + (f"\n\n{line}" if line else "")
+        + _beside_inprocess(r)
+        + (f"\n\n### Precision gates (from the export)\n\n{precision}" if precision else "")
+        + "\n\nEvery run:\n\n"
+        + table(PERF_HEADER, map(perf_row, points))
+        + image(plot)
+    )
+
+
+def _arms_table(summary: list[ArmSummary]) -> str:
+    """One row per arm and concurrency: throughput, latency and the encoder's batches."""
     rows = [
         (
             s.concurrency,
@@ -53,31 +82,7 @@ def section(r: dict, folder: Path) -> str:
         "encoder queue ms",
         "encoder compute ms",
     )
-    line = " ".join(filter(None, (findings.ragged_line(r), findings.image_line(r))))
-    precision = r.get("precision_section") or ""
-    return (
-        experiment("ragged").heading + "\n\nThe text ensemble as shipped (the encoder takes a ragged "
-        "batch: requests of any length share an execution, and the served precision chosen and gated by "
-        "the export) against its clones, derived by `loadtest.experiments.variant_repository`: the "
-        "previous configuration (the tokenizer pads each request to a length bucket, the encoder's "
-        "batcher merges equal shapes only, fp32 file) and each change alone. The image classifier as "
-        "shipped against its previous configuration (the fp32 file as exported before its `Pad` nodes "
-        "were folded into the convolutions, behind the batchers it was served with then: 2 ms of queue "
-        "delay and preferred batches of 16 to 64 on the encoder, 1 ms on the pre- and post-processing; "
-        "today's preprocessing, code and instances, in both), that file alone behind today's batchers "
-        "and, where the export serves a reduced precision, its clone serving the fp32 file. Mixed-length "
-        "single-sentence requests (the whole corpus, shuffled) and photograph variants; arms alternate, "
-        "each measured in every round. Encoder figures from Triton's statistics: batch = inferences / "
-        "executions; queue and compute per request (a request in a batch counts the batch's compute "
-        "time).\n\n"
-        + table(header, rows)
-        + (f"\n\n{line}" if line else "")
-        + _beside_inprocess(r)
-        + (f"\n\n### Precision gates (from the export)\n\n{precision}" if precision else "")
-        + "\n\nEvery run:\n\n"
-        + table(PERF_HEADER, map(perf_row, points))
-        + image(plot)
-    )
+    return table(header, rows)
 
 
 def _beside_inprocess(r: dict) -> str:
@@ -109,8 +114,8 @@ def _beside_inprocess(r: dict) -> str:
         "\n\nIn process between the served rounds: after each round of the text arms at "
         f"c={findings.TARGET_CONCURRENCY}, the served text file (tokenise, forward, pool) in this process, "
         "one single-thread pipeline per core as the server runs it, while the server idles; the figure "
-        "served throughput is held to (experiment 5 measures the same file in a later stage, after the "
-        "server has stopped)."
+        "served throughput is held to (experiment `inprocess` measures the same file in a later stage, "
+        "after the server has stopped)."
         + share
         + "\n\n"
         + table(("model", "layout", "order", "batch", "items/s by round", "items/s (median)"), rows)

@@ -1,5 +1,6 @@
 """Experiments measured in alternating rounds, side against side: each side's median rate over its rounds
-and the ratio of every round both completed (experiments 3, 4 and 9), and the ratio text of the report.
+and the ratio of every round both completed (the `central`, `clients` and `minimal` experiments), and the
+ratio text of the report.
 
 Ratios and shares are cut, not rounded, to the digits shown, and figures held against an upper bound
 raised: no figure reads as reaching a bound it missed.
@@ -50,7 +51,7 @@ def paired(first: dict[int, float], second: dict[int, float]) -> Paired:
 
 @dataclass(frozen=True, kw_only=True)
 class MinimalComparison(Paired):
-    """Experiment 9 at one concurrency: Triton first, the simplest alternative second."""
+    """The `minimal` experiment at one concurrency: Triton first, the simplest alternative second."""
 
     concurrency: int
 
@@ -79,7 +80,8 @@ def minimal_comparisons(results: dict) -> list[MinimalComparison]:
 
 
 def client_comparison(results: dict) -> Paired:
-    """Experiment 4: the asyncio client (more than one in flight) against the sequential one, by round."""
+    """The `clients` experiment: the asyncio client (more than one in flight) against the sequential one, by
+    round."""
     rates: dict[bool, dict[int, float]] = {True: {}, False: {}}
     for c in results.get("clients") or []:
         if c["wall_s"]:
@@ -88,14 +90,16 @@ def client_comparison(results: dict) -> Paired:
 
 
 def central_rounds(central: dict) -> list[dict]:
-    """Experiment 3's rounds, each {"server": ..., "pool": ...} (a record from before rounds: one)."""
+    """The `central` experiment's rounds, each {"server": ..., "pool": ...} (a record from before rounds:
+    one)."""
     if "rounds" in central:
         return list(central["rounds"])
     return [{"round": 0, "server": central["server"], "pool": central["pool"]}] if central else []
 
 
 def central_comparison(results: dict) -> Paired:
-    """Experiment 3: the central server's images/s against the processes that each load the model."""
+    """The `central` experiment: the central server's images/s against the processes that each load the
+    model."""
     central = results.get("central") or {}
     rounds = central_rounds(central)
     images = central.get("images", 0)

@@ -31,16 +31,10 @@ def adopt(results: list[ModelOutcome], source: Path, *, command: str, latency_bu
         winner = outcome.winner
         if winner is None or winner.shipped:
             continue
-        shipped = outcome.shipped
+        # The measurements stay in the tuning's report; the config says what chose it and why.
         note = (
-            f"Chosen by `{command}`: {winner.throughput_per_s:.1f} infer/s at p99 {winner.p99_ms:.0f} ms "
-            f"(budget {latency_budget_ms:g} ms)"
-            + (
-                f" vs shipped {shipped.throughput_per_s:.1f} infer/s, p99 {shipped.p99_ms:.0f} ms"
-                if shipped
-                else ""
-            )
-            + "."
+            f"Chosen by `{command}`: the most throughput within a p99 of {latency_budget_ms:g} ms "
+            "(the tuning's report.md holds the measurements)."
         )
         written.append(cpu_tuning.write_overlay(Path(source) / outcome.model, overlay_for(winner), note=note))
     return written

@@ -1,5 +1,5 @@
-"""Experiment 9's simplest alternative against the real server: the same answers as the served text
-ensemble, a clear error for a malformed request, and the experiment's alternating rounds, with the
+"""The `minimal` experiment's simplest alternative against the real server: the same answers as the served
+text ensemble, a clear error for a malformed request, and the experiment's alternating rounds, with the
 alternative's process stopped afterwards."""
 
 from __future__ import annotations

@@ -107,32 +107,40 @@ def test_losing_a_replica_mid_load_loses_no_acknowledged_request(
     replica_set: LocalReplicaSet, protocol: str, mode: str
 ) -> None:
     """drain: taken out of nginx's rotation, then SIGTERM (a rolling update); kill: SIGKILL (a crash)."""
-    total, threads, pause_s = 300, 6, 0.15  # paced: the load lasts ~8 s and outlives replica 0
+    # Paced, so that requests are in flight while replica 0 goes; replica 0 goes once a quarter of them
+    # have been answered, and the last quarter waits until it is gone: the load outlives it by design.
+    total, threads, pause_s = 300, 6, 0.15
     send = _client_for(protocol, replica_set.http_url if protocol == "http" else replica_set.grpc_url)
     outcomes: Counter[str] = Counter()
     errors: list[str] = []
-    started = threading.Event()
+    quarter_answered, stopper_done = threading.Event(), threading.Event()
 
     def paced(seed: int) -> None:
         time.sleep(pause_s)
-        started.set()
+        if seed >= total * 3 // 4:
+            stopper_done.wait(timeout=120)
         try:
             outcomes["correct" if send(seed) else "wrong"] += 1
         except Exception as e:  # noqa: BLE001 - every failure the client is told about is counted
             outcomes["failed"] += 1
             errors.append(f"{type(e).__name__}: {e}")
+        if sum(outcomes.values()) >= total // 4:
+            quarter_answered.set()
 
     events: dict[str, float] = {}
 
     def lose_first_replica() -> None:
-        started.wait(timeout=30)
-        time.sleep(1.0)
-        events["stopping"] = time.monotonic()
-        if mode == "drain":
-            replica_set.stop_replica(0, drain=True)
-        else:
-            replica_set.kill_replica(0)
-        events["gone"] = time.monotonic()
+        try:
+            if not quarter_answered.wait(timeout=120):
+                return  # "gone" stays unset: the assertion below reports it
+            events["stopping"] = time.monotonic()
+            if mode == "drain":
+                replica_set.stop_replica(0, drain=True)
+            else:
+                replica_set.kill_replica(0)
+            events["gone"] = time.monotonic()
+        finally:
+            stopper_done.set()
 
     stopper = threading.Thread(target=lose_first_replica)
     began = time.monotonic()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import shutil
-import time
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -59,36 +59,41 @@ def test_an_onnx_profile_keeps_its_whole_trace_compressed_and_summarises_it(tmp_
 def test_batch_costs_alternate_the_sizes_so_background_load_hits_both() -> None:
     order: list[int] = []
     durations = {1: iter([0.0, 0.001, 0.050, 0.001]), 32: iter([0.0, 0.010, 0.011, 0.012])}
+    now = [0.0]  # a clock each call advances by its scripted duration: no machine's speed involved
 
     def call(size: int) -> None:
         order.append(size)
-        time.sleep(next(durations[size]))
+        now[0] += next(durations[size])
 
-    medians = alternating_median_ms({1: lambda: call(1), 32: lambda: call(32)}, repeats=3)
+    medians = alternating_median_ms(
+        {1: lambda: call(1), 32: lambda: call(32)}, repeats=3, clock=lambda: now[0]
+    )
     assert order == [1, 32] * 4  # one warm-up each, then 1, 32, 1, 32...
     # The 50 ms stall of one batch-1 call does not move its median.
-    assert 1.0 <= medians[1] < 10.0 and 11.0 <= medians[32] < 30.0
+    assert medians == {1: pytest.approx(1.0), 32: pytest.approx(11.0)}
 
 
 def test_workers_share_one_queue_of_batches_and_each_batch_runs_once() -> None:
     done: dict[str, list[int]] = {"a": [], "b": []}
+    both_busy = threading.Barrier(2, timeout=60)  # each worker holds its first batch until the other has one
 
-    def runner(name: str) -> Callable[[Sequence[int]], None]:
+    def runner(name: str, *, wait_for_the_other: bool) -> Callable[[Sequence[int]], None]:
         def run(batch: Sequence[int]) -> None:
-            time.sleep(0.002)  # both workers get a share
+            if wait_for_the_other and not done[name]:
+                both_busy.wait()
             done[name].append(batch[0])
 
         return run
 
     batches = [[i, i + 1] for i in range(0, 40, 2)]
     with ThreadPoolExecutor(max_workers=2) as pool:
-        run_batches([runner("a"), runner("b")], batches, pool)
+        run_batches([runner(n, wait_for_the_other=True) for n in ("a", "b")], batches, pool)
     assert sorted(done["a"] + done["b"]) == list(range(0, 40, 2))
     assert done["a"] and done["b"]
     # A lone runner takes them in order.
     done["a"].clear()
     with ThreadPoolExecutor(max_workers=1) as pool:
-        run_batches([runner("a")], batches, pool)
+        run_batches([runner("a", wait_for_the_other=False)], batches, pool)
     assert done["a"] == list(range(0, 40, 2))
 
 
@@ -136,7 +141,7 @@ def test_the_image_arms_serve_the_previous_configuration_and_its_file_alone_besi
     monkeypatch.setattr(precision, "kept_file", lambda model, kind: fp32 if kind == "fp32" else None)
     previous = tmp_path / "previous.onnx"
     found = plan.image_arms(previous)
-    assert len(found) == arms and list(found)[0] == plan.PREVIOUS_IMAGE_ARM
+    assert len(found) == arms and list(found)[0] == plan.PAD_NODES_AND_DELAYS_ARM
     assert list(found.values())[-1][1] == plan.IMAGE_MODEL  # the shipped classifier, under its own name
     source = Path(__file__).resolve().parents[2] / "model_repository"
     build_repository(source, tmp_path / "served", [v for v, _ in found.values()], total_threads=2)

@@ -281,24 +281,25 @@ def test_the_report_has_every_section_table_and_plot(tmp_path: Path) -> None:
 
 
 TARGETS_MET = (
-    "| text c=32 vs the previous configuration | >= 2x (experiment 8) | 2.11x (190.0 vs 90.0 req/s) | met |",
-    "| text c=32 vs the simplest alternative | >= 2x (experiment 9) | 2.00x (190.0 vs 95.0 req/s, "
+    "| text c=32 vs the previous configuration | >= 2x (experiment `ragged`) | 2.11x (190.0 vs 90.0 req/s) "
+    "| met |",
+    "| text c=32 vs the simplest alternative | >= 2x (experiment `minimal`) | 2.00x (190.0 vs 95.0 req/s, "
     "medians of 3 rounds; 1.71x to 2.32x by round) | met |",
     "| text c=32 p99 | <= 250 ms | 200 ms | met |",
     "| text c=1 median latency | <= 10 ms | 8.0 ms | met |",
     "| dynamic batching on vs off, c=32 | >= 2x, encoder batch >= 8 | 2.00x, encoder batch 9.0 | met |",
-    "95.0% (190.0 of 200.0/s at batch 8, 2 x 1 thread, length-sorted; experiment 5)",
+    "95.0% (190.0 of 200.0/s at batch 8, 2 x 1 thread, length-sorted; experiment `inprocess`)",
     # the measured ceiling of what batching can buy, beside the served on/off ratio
     "in the served layout (2 x 1 thread, arrival order), the served file ran 180.0/s in batches of 8 "
     "against 120.0/s one at a time: 1.50x; with every sentence of one length (the inputs' mean length; "
     "nothing ragged, no padding) 240.0/s against 150.0/s: 1.60x; served batching on vs off at c=32: 2.00x.",
-    "| image c=32 vs the previous configuration | >= 1.3x, served file gated (experiment 8) "
+    "| image c=32 vs the previous configuration | >= 1.3x, served file gated (experiment `ragged`) "
     "| 1.40x (70.0 vs 50.0 img/s), serving int8, gate passed | met |",
 )
 TARGETS_MISSED = (
-    "| text c=32 vs the previous configuration | >= 2x (experiment 8) | 1.33x (120.0 vs 90.0 req/s) "
+    "| text c=32 vs the previous configuration | >= 2x (experiment `ragged`) | 1.33x (120.0 vs 90.0 req/s) "
     "| **missed** |",
-    "| text c=32 vs the simplest alternative | >= 2x (experiment 9) | 1.26x (120.0 vs 95.0 req/s, "
+    "| text c=32 vs the simplest alternative | >= 2x (experiment `minimal`) | 1.26x (120.0 vs 95.0 req/s, "
     "medians of 3 rounds; 1.08x to 1.46x by round) | **missed** |",
     # the measured causes
     "used 1.90 of 2 cores",
@@ -345,19 +346,20 @@ def test_served_throughput_is_held_to_the_in_process_rounds_measured_between_the
     ]
     best, where = findings.inprocess_reference(results)
     assert (best["order"], best["batch_size"], best["items_per_s"]) == ("arrival", 8, 190.0)
-    assert where == "experiment 8, median of 3 rounds between the served ones"
+    assert where == "experiment `ragged`, median of 3 rounds between the served ones"
     share = next(v for v in findings.verdicts(results) if v.name.startswith("served vs in-process"))
-    # against experiment 5's best (200/s) it would read 85.0%: the figure measured beside the served rounds
+    # against the `inprocess` experiment's best (200/s) it would read 85.0%: the figure measured beside the
+    # served rounds
     assert (share.met, share.measured.split()[0]) == (True, "89.4%")
-    assert "at batch 8, 2 x 1 thread, arrival; experiment 8, median of 3 rounds" in share.measured
+    assert "at batch 8, 2 x 1 thread, arrival; experiment `ragged`, median of 3 rounds" in share.measured
     text = _write(tmp_path, results)
     assert "Served as shipped at c=32: 170.0/s, 89.4% of the fastest of these (190.0/s)." in text
     assert "| minilm_onnx | 2 x 1 thread | arrival | 8 | 150.0 / 230.0 / 190.0 | 190.0 |" in text
-    # without those rounds (a record from before them), experiment 5's best is the figure
+    # without those rounds (a record from before them), the `inprocess` experiment's best is the figure
     del results["ragged_inprocess"]
     assert findings.inprocess_reference(results) == (
         next(p for p in results["inprocess"] if p["items_per_s"] == 200.0),
-        "experiment 5",
+        "experiment `inprocess`",
     )
 
 
@@ -504,7 +506,7 @@ def test_the_arm_summary_averages_the_rounds_of_each_arm(tmp_path: Path) -> None
 
 
 def test_only_leaves_out_every_other_experiment_and_refuses_unknown_names() -> None:
-    from loadtest.bench import skipped
+    from loadtest.bench.run import skipped
     from loadtest.experiments.registry import KEYS as EXPERIMENTS
 
     assert set(skipped("", "ragged")) == set(EXPERIMENTS) - {"ragged"}
@@ -600,12 +602,11 @@ def test_cpu_per_request_needs_the_served_models_count_and_pools_rounds() -> Non
 
 
 def test_the_image_line_also_sets_the_shipped_classifier_against_the_previous_file_alone() -> None:
-    from loadtest.experiments.registry import PREVIOUS_IMAGE_FILE_ARM
+    from loadtest.experiments.registry import PAD_NODES_FILE_ARM
 
     results = recorded_results(served_c32=190.0)
     results["ragged"] += [
-        _point("ragged", PREVIOUS_IMAGE_FILE_ARM, "image_classifier__padnodes", 32, 56.0, 6.0)
-        for _ in range(2)
+        _point("ragged", PAD_NODES_FILE_ARM, "image_classifier__padnodes", 32, 56.0, 6.0) for _ in range(2)
     ]
     assert findings.image_line(results) == (
         "The image classifier served 70.0 img/s at c=32, its previous configuration 50.0: 1.40x; against the "

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from loadtest.soak import SoakConfig, Tally, build_parser, sample_row, soak_config
-from loadtest.soak_report import growth, windows, write_report
+from loadtest.soak.report import growth, windows, write_report
+from loadtest.soak.run import SoakConfig, Tally, build_parser, sample_row, soak_config
 
 
 def _rows(rss: list[float], *, warmup: int = 2, sample_s: float = 60.0) -> list[dict]:

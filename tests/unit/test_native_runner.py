@@ -1,4 +1,4 @@
-"""The local runner of exported models (tritonlocal/runners/native_model.py) without a server: it feeds the
+"""The local runner of exported models (model_repository/native_runner.py) without a server: it feeds the
 graph what the native backends would (ragged inputs concatenated, batch inputs computed from the
 requests' shapes) and refuses a bad request alone."""
 
@@ -118,10 +118,22 @@ def test_an_empty_or_mistyped_ragged_input_fails_its_request_alone(encoder) -> N
     assert c.error is None and c.outputs["EMBEDDING__0"].shape == (1, 384)
 
 
+def test_a_runtime_failure_fails_each_request_with_the_batchers_one_message(encoder) -> None:
+    def fail(feeds: dict) -> list:
+        raise RuntimeError("indices element out of data bounds")
+
+    encoder.runner.run = fail
+    good = {"INPUT_IDS__0": np.array([[101, 102]], dtype=np.int64)}
+    floats = {"INPUT_IDS__0": np.ones((1, 3), dtype=np.float32)}
+    failed, refused = encoder.execute([good, floats])
+    assert failed.error.message() == "inference failed: indices element out of data bounds"
+    assert refused.error.code == "INVALID_ARG"
+
+
 def test_a_model_that_returns_the_wrong_row_count_is_caught_before_the_split(encoder, fake_pb_utils) -> None:
     encoder.runner.run = lambda feeds: [np.zeros((1, 384), np.float32)]
     request = {"INPUT_IDS__0": np.array([[101, 102]], dtype=np.int64)}
-    with pytest.raises(fake_pb_utils.TritonModelException, match="returned 1 rows for a batch of 2"):
+    with pytest.raises(fake_pb_utils.TritonModelException, match="has 1 rows for 2 input rows"):
         encoder.execute([request, request])
 
 

@@ -22,6 +22,7 @@ HELPER = DEPLOYABLE / "pybackend_batching.py"
 # The models whose execute() is the helper's, and the tokenizer, whose model.py is rewritten for it next.
 CONVERTED = ("image_preprocess", "image_postprocess", "l2_normalize")
 SHIPPING_THE_HELPER = (*CONVERTED, "text_tokenizer")
+HELPERS = ("pybackend_batching.py", "pybackend_parameters.py")
 
 
 def _png(size: tuple[int, int] = (300, 200)) -> bytes:
@@ -114,12 +115,31 @@ def test_each_model_answers_a_batch_of_good_requests_in_order(triton_python_mode
 
 
 # -- shipping ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("helper_name", HELPERS)
 @pytest.mark.parametrize("model_name", SHIPPING_THE_HELPER)
-def test_each_python_model_links_the_one_helper_from_its_version_folder(model_name: str) -> None:
-    link = DEPLOYABLE / model_name / "1" / "pybackend_batching.py"
-    assert link.is_symlink(), f"{link} must be a link to ../../pybackend_batching.py, not a copy"
-    assert link.readlink() == Path("../../pybackend_batching.py")  # relative: resolves inside a mount
-    assert link.resolve() == HELPER.resolve()
+def test_each_python_model_links_the_one_helper_from_its_version_folder(
+    model_name: str, helper_name: str
+) -> None:
+    link = DEPLOYABLE / model_name / "1" / helper_name
+    assert link.is_symlink(), f"{link} must be a link to ../../{helper_name}, not a copy"
+    assert link.readlink() == Path("../..", helper_name)  # relative: resolves inside a mount
+    assert link.resolve() == (DEPLOYABLE / helper_name).resolve()
+
+
+PYTHON_MODELS = [f"{name}/1/model.py" for name in SHIPPING_THE_HELPER] + ["native_runner.py"]
+
+
+@pytest.mark.parametrize("model_py", PYTHON_MODELS)
+def test_every_python_model_batches_through_the_one_helper(model_py: str) -> None:
+    source = (DEPLOYABLE / model_py).read_text()
+    assert "RequestBatcher(" in source and "return self.batcher.execute(requests)" in source
+    assert "InferenceResponse" not in source and "np.split" not in source, "answer through RequestBatcher"
+
+
+@pytest.mark.parametrize("model_py", PYTHON_MODELS)
+def test_every_python_model_reads_its_parameters_with_the_one_reader(model_py: str) -> None:
+    source = (DEPLOYABLE / model_py).read_text()
+    assert '"parameters"' not in source and '"string_value"' not in source, "read them with ModelParameters"
 
 
 def test_the_helper_file_is_not_a_model_and_the_derived_repository_keeps_the_link(tmp_path: Path) -> None:
@@ -194,6 +214,38 @@ def test_no_call_is_made_when_every_request_is_rejected(helper) -> None:
     )
     responses = batcher.execute([{"X": np.ones((1, 2))}, {"X": np.ones((3, 2))}])
     assert [r.error.message() for r in responses] == ["X: 1 rows refused", "X: 3 rows refused"]
+
+
+def test_a_failing_call_fails_each_accepted_request_and_keeps_the_rejections(helper) -> None:
+    def reject_negative(values: np.ndarray) -> np.ndarray:
+        if (values < 0).any():
+            raise helper.InvalidInput("X: negative")
+        return values
+
+    def broken(_values: np.ndarray) -> np.ndarray:
+        raise RuntimeError("out of memory")
+
+    batcher = helper.RequestBatcher(
+        _config({"X": "TYPE_FP32"}, {"Y": "TYPE_FP32"}), prepare=reject_negative, run=broken
+    )
+    good, bad, other = batcher.execute(
+        [{"X": np.ones((1, 2))}, {"X": -np.ones((1, 2))}, {"X": np.ones((2, 2))}]
+    )
+    assert (bad.error.message(), bad.error.code) == ("X: negative", "INVALID_ARG")
+    for response in (good, other):
+        assert (response.error.message(), response.error.code) == ("inference failed: out of memory", None)
+
+
+def test_a_model_can_ask_for_each_requests_row_count(helper) -> None:
+    seen = []
+
+    def run(values: np.ndarray, *, rows: list[int]) -> np.ndarray:
+        seen.append(rows)
+        return values
+
+    batcher = helper.RequestBatcher(_config({"X": "TYPE_FP32"}, {"Y": "TYPE_FP32"}), run=run, with_rows=True)
+    batcher.execute([{"X": np.ones((2, 1))}, {"X": np.ones((3, 1))}])
+    assert seen == [[2, 3]]
 
 
 def test_requests_whose_shapes_cannot_be_batched_fail_with_their_shapes(helper, fake_pb_utils) -> None:

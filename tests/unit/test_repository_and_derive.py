@@ -6,10 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from tritonlocal.derive import RUNNER, derive_local_config, derive_repository
+from tritonlocal.derive import derive_local_config, derive_repository
 from tritonlocal.errors import RepositoryError
 from tritonlocal.repository import (
     BATCHING_HELPER,
+    NATIVE_RUNNER,
+    PARAMETERS_HELPER,
     exported_file,
     exported_step,
     load_model_config,
@@ -19,6 +21,7 @@ from tritonlocal.repository import (
 )
 
 REPOSITORY = Path(__file__).resolve().parents[2] / "model_repository"
+RUNNER = REPOSITORY / NATIVE_RUNNER
 COMMITTED_CONFIGS = sorted(REPOSITORY.glob("*/config.pbtxt"))
 
 # Configs written into test repositories: a native classifier and an ensemble of it.
@@ -91,7 +94,7 @@ def test_derive_turns_a_native_model_into_a_python_model_with_the_same_interface
 
     version = tmp_path / "local" / "classifier" / "1"
     assert (version / "model.onnx").resolve() == (source / "classifier" / "1" / "model.onnx").resolve()
-    assert (version / "model.py").read_text() == RUNNER.read_text()
+    assert (version / "model.py").resolve() == RUNNER
     assert parse_config(tmp_path / "local" / "pipeline" / "config.pbtxt") == parse_config(
         source / "pipeline" / "config.pbtxt"
     )
@@ -163,14 +166,15 @@ def test_a_served_module_that_fails_to_import_is_not_left_half_loaded(tmp_path: 
         load_served_module(tmp_path / "absent.py", name="_absent_module_for_test")
 
 
-def test_a_derived_native_model_gets_the_batching_helper_beside_its_runner(tmp_path: Path) -> None:
+def test_a_derived_native_model_gets_the_helpers_beside_its_runner(tmp_path: Path) -> None:
     source = tmp_path / "source"
     _write(source, "classifier", NATIVE_CONFIG, {"model.onnx": "x"})
     (source / BATCHING_HELPER).write_text("# the helper\n")
     derive_repository(source, tmp_path / "local")
     version = tmp_path / "local" / "classifier" / "1"
-    assert (version / "model.py").read_text() == RUNNER.read_text()
+    assert (version / "model.py").is_symlink() and (version / "model.py").resolve() == RUNNER
     assert (version / BATCHING_HELPER).resolve() == (source / BATCHING_HELPER).resolve()
+    assert (version / PARAMETERS_HELPER).resolve() == REPOSITORY / PARAMETERS_HELPER  # none in source
 
 
 def test_the_local_cpu_runner_gets_onnxruntimes_memory_pattern_off_unless_the_config_sets_it() -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 from pybackend_batching import InvalidInput, RequestBatcher
+from pybackend_parameters import ModelParameters
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:
@@ -40,10 +41,10 @@ def load_labels(path: Path, expected: int) -> np.ndarray:
 class TritonPythonModel:
     def initialize(self, args: dict) -> None:
         config = json.loads(args["model_config"])
-        params = {key: value["string_value"] for key, value in config.get("parameters", {}).items()}
+        parameters = ModelParameters(config)
         self.input_name = config["input"][0]["name"]
         num_classes = int(config["input"][0]["dims"][0])
-        self.k = int(params["top_k"])
+        self.k = parameters.integer("top_k")
         if len(config["output"]) != 3:
             names = [output["name"] for output in config["output"]]
             raise ValueError(f"expected 3 outputs (scores, class ids, labels, in that order), got {names}")
@@ -53,7 +54,7 @@ class TritonPythonModel:
         if not 0 < self.k <= num_classes:
             raise ValueError(f"top_k must be between 1 and {num_classes}, got {self.k}")
         version_dir = Path(args["model_repository"]) / args["model_version"]
-        self.labels = load_labels(version_dir / params["labels_file"], num_classes)
+        self.labels = load_labels(version_dir / parameters.text("labels_file"), num_classes)
         self.batcher = RequestBatcher(config, prepare=self._check_finite, run=self._top_k)
 
     def execute(self, requests: list) -> list:

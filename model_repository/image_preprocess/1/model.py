@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image, ImageOps
 from pybackend_batching import InvalidInput, RequestBatcher
+from pybackend_parameters import ModelParameters
 
 
 class ImageInputError(ValueError):
@@ -52,23 +53,20 @@ class PreprocessSettings:
 
     @classmethod
     def from_model_config(cls, config: dict) -> PreprocessSettings:
-        """From the model config as Triton hands it over (JSON: parameters -> {key: {string_value}})."""
-        params = {key: value["string_value"] for key, value in config.get("parameters", {}).items()}
+        """From the model config as Triton hands it over (its parameters read by ModelParameters)."""
+        parameters = ModelParameters(config)
         channels, height, width = (int(d) for d in config["output"][0]["dims"])
         if channels != 3:
             raise ValueError(f"output dims must be [3, H, W], got {config['output'][0]['dims']}")
-        try:
-            return cls(
-                height_px=height,
-                width_px=width,
-                resize_shorter_px=int(params["resize_shorter_px"]),
-                mean_rgb=tuple(float(v) for v in params["mean_rgb"].split(",")),
-                std_rgb=tuple(float(v) for v in params["std_rgb"].split(",")),
-                max_image_pixels=int(params["max_image_pixels"]),
-                max_image_bytes=int(params["max_image_bytes"]),
-            )
-        except KeyError as e:
-            raise ValueError(f"config parameter {e} is missing (see image_preprocess/config.pbtxt)") from e
+        return cls(
+            height_px=height,
+            width_px=width,
+            resize_shorter_px=parameters.integer("resize_shorter_px"),
+            mean_rgb=parameters.numbers("mean_rgb"),
+            std_rgb=parameters.numbers("std_rgb"),
+            max_image_pixels=parameters.integer("max_image_pixels"),
+            max_image_bytes=parameters.integer("max_image_bytes"),
+        )
 
 
 def decode_and_crop(data: bytes, settings: PreprocessSettings) -> np.ndarray:

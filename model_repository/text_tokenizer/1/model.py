@@ -22,22 +22,23 @@ from pathlib import Path
 import numpy as np
 import triton_python_backend_utils as pb_utils
 from pybackend_batching import InvalidInput, RequestBatcher
+from pybackend_parameters import ModelParameters, ParameterError
 from tokenizers import Encoding, Tokenizer
 
 
 class TritonPythonModel:
     def initialize(self, args: dict) -> None:
         config = json.loads(args["model_config"])
-        # An empty string_value may be left out of the JSON Triton hands over.
-        params = {key: value.get("string_value", "") for key, value in config.get("parameters", {}).items()}
-        self.max_length = int(params["max_length"])
-        self.max_text_bytes = int(params["max_text_bytes"])
-        self.buckets = parse_buckets(params.get("length_buckets", ""), max_length=self.max_length)
+        parameters = ModelParameters(config)
+        self.max_length = parameters.integer("max_length", minimum=1)
+        self.max_text_bytes = parameters.integer("max_text_bytes", minimum=1)
+        buckets = parameters.integers("length_buckets", default=())
+        self.buckets = check_buckets(buckets, max_length=self.max_length)
         self.input_name = config["input"][0]["name"]
         if len(config["output"]) != 1:
             raise pb_utils.TritonModelException("text_tokenizer has one output: the token ids")
 
-        path = Path(args["model_repository"]) / args["model_version"] / params["tokenizer_file"]
+        path = Path(args["model_repository"]) / args["model_version"] / parameters.text("tokenizer_file")
         if not path.is_file():
             raise pb_utils.TritonModelException(f"{path} is missing; write it with `python -m export`")
         self.tokenizer = Tokenizer.from_file(str(path))
@@ -75,19 +76,11 @@ class TritonPythonModel:
         return texts
 
 
-def parse_buckets(text: str, *, max_length: int) -> tuple[int, ...]:
-    """Ascending lengths from "8,16,...,256" (the last must be max_length); "" means no buckets."""
-    if not text.strip():
-        return ()
-    try:
-        buckets = tuple(int(part) for part in text.split(","))
-    except ValueError as e:
-        raise pb_utils.TritonModelException(
-            f"length_buckets must be integers like '16,64,256': {text!r}"
-        ) from e
-    if list(buckets) != sorted(set(buckets)) or buckets[0] < 1 or buckets[-1] != max_length:
-        raise pb_utils.TritonModelException(
-            f"length_buckets must ascend from 1 or more and end at max_length {max_length}, got {text!r}"
+def check_buckets(buckets: tuple[int, ...], *, max_length: int) -> tuple[int, ...]:
+    """Ascending lengths (the last must be max_length); () means no buckets."""
+    if buckets and (list(buckets) != sorted(set(buckets)) or buckets[0] < 1 or buckets[-1] != max_length):
+        raise ParameterError(
+            f"length_buckets must ascend from 1 or more and end at max_length {max_length}, got {buckets}"
         )
     return buckets
 

@@ -309,7 +309,7 @@ def soak_config(args: argparse.Namespace) -> SoakConfig:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from loadtest.soak_report import write_report  # plotting pulls in matplotlib: only when running
+    from loadtest.soak.report import write_report  # plotting pulls in matplotlib: only when running
 
     parser = build_parser()
     config = soak_config(parser.parse_args(argv))

@@ -6,7 +6,7 @@ statistics, onnxruntime profiles). Quick mode takes about 8 minutes on 2 cores, 
 
     python -m loadtest.bench --mode quick
     python -m loadtest.bench --mode full --output reports --run-id my-run
-    python -m loadtest.bench --mode quick --only ragged         # one experiment (here: experiment 8)
+    python -m loadtest.bench --mode quick --only ragged         # one experiment, by its registry key
 
 The served experiments run against a repository derived for the run
 (:mod:`loadtest.experiments.variant_repository`) holding the public models and their variants side by
@@ -26,9 +26,9 @@ from dataclasses import asdict, dataclass, is_dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from loadtest import environment
 from loadtest.experiments import plan as experiments_plan
 from loadtest.experiments import registry
+from loadtest.load import environment
 from loadtest.report.markdown import write_report
 
 logger = logging.getLogger(__name__)

@@ -13,9 +13,12 @@ when one is present), feeding it what the native backend would:
 - each ``batch_input`` is computed from the requests' shapes as Triton's backends compute it
   (element counts, accumulated counts, item shapes).
 
-Each request is checked before it joins the batch: its inputs' datatypes, a non-empty ragged input, and
-the value bounds the export recorded for an input (token ids inside the vocabulary). A request that fails
-gets its own INVALID_ARGUMENT response naming the input; the rest of the batch runs.
+It batches through ``RequestBatcher`` (pybackend_batching.py) like every Python model: each request is
+checked before it joins the batch (its inputs' datatypes, a non-empty ragged input, the value bounds the
+export recorded for an input: token ids inside the vocabulary), and a request that fails gets its own
+INVALID_ARGUMENT response naming the input while the rest of the batch runs. Inputs that are not
+flattened are concatenated along the batch axis: without ragged batching Triton's dynamic batcher
+batches only requests of equal shapes.
 
 Config parameters (written by derive): ``runtime`` ("onnxruntime" or "torchscript"), ``model_filename``,
 ``intra_op_threads`` (a number, or ``auto`` for the cores divided between this model's instances, what a
@@ -34,7 +37,8 @@ from pathlib import Path
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
-from pybackend_batching import invalid_input  # placed beside this runner by the derivation
+from pybackend_batching import InvalidInput, RequestBatcher  # linked beside this runner by the derivation
+from pybackend_parameters import ModelParameters
 
 
 @dataclass(frozen=True)
@@ -53,9 +57,9 @@ class _BatchInput:
     dtype: type
 
 
-def _threads(value: str | None, config: dict) -> int:
-    if value != "auto":
-        return int(value or os.cpu_count() or 1)
+def _threads(parameters: ModelParameters, config: dict) -> int:
+    if parameters.text("intra_op_threads", default="") != "auto":
+        return parameters.integer("intra_op_threads", default=os.cpu_count() or 1, minimum=1)
     instances = sum(max(1, int(group.get("count", 1))) for group in config.get("instance_group", []))
     return max(1, (os.cpu_count() or 1) // max(1, instances))
 
@@ -63,8 +67,8 @@ def _threads(value: str | None, config: dict) -> int:
 class TritonPythonModel:
     def initialize(self, args: dict) -> None:
         config = json.loads(args["model_config"])
-        parameters = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
-        bounds = json.loads(parameters.get("input_bounds") or "{}")
+        parameters = ModelParameters(config)
+        bounds = parameters.json("input_bounds", default={})
         self.inputs = [
             _Input(
                 name=tensor["name"],
@@ -74,43 +78,24 @@ class TritonPythonModel:
             )
             for tensor in config["input"]
         ]
-        self.batch_inputs = [
-            _BatchInput(
-                kind=entry["kind"],
-                target=entry["target_name"][0],
-                source=entry["source_input"][0],
-                dtype=pb_utils.triton_string_to_numpy(entry["data_type"]),
-            )
-            for entry in config.get("batch_input", [])
-        ]
-        unknown = [b.kind for b in self.batch_inputs if b.kind not in _BATCH_INPUT_KINDS]
-        if unknown:
-            raise pb_utils.TritonModelException(
-                f"{config['name']}: batch_input kind(s) {unknown} are not supported here; "
-                f"supported: {sorted(_BATCH_INPUT_KINDS)}"
-            )
-        self.ragged = any(i.ragged for i in self.inputs)
+        self.batch_inputs = _batch_inputs(config)
         self.flattened = {i.name for i in self.inputs if i.ragged} | {b.source for b in self.batch_inputs}
         self.outputs = [tensor["name"] for tensor in config["output"]]
-        self.output_dtypes = {
-            tensor["name"]: pb_utils.triton_string_to_numpy(tensor["data_type"])
-            for tensor in config["output"]
-        }
-        path = Path(args["model_repository"]) / args["model_version"] / parameters["model_filename"]
+        path = Path(args["model_repository"]) / args["model_version"] / parameters.text("model_filename")
         if not path.is_file():
             raise pb_utils.TritonModelException(
                 f"{config['name']}: exported file {path} is missing; run `python -m export` first"
             )
-        threads = _threads(parameters.get("intra_op_threads"), config)
+        threads = _threads(parameters, config)
         feed_order = [i.name for i in self.inputs] + [b.target for b in self.batch_inputs]
-        runtime = parameters["runtime"]
+        runtime = parameters.text("runtime")
         self.runner: _OnnxRunner | _TorchScriptRunner
         if runtime == "onnxruntime":
             self.runner = _OnnxRunner(
                 path,
                 threads=threads,
                 outputs=self.outputs,
-                memory_pattern=parameters.get("enable_mem_pattern", "true").lower() != "false",
+                memory_pattern=parameters.flag("enable_mem_pattern", default=True),
             )
         elif runtime == "torchscript":
             self.runner = _TorchScriptRunner(
@@ -118,88 +103,84 @@ class TritonPythonModel:
                 threads=threads,
                 instance_kind=args.get("model_instance_kind"),
                 feed_order=sorted(feed_order, key=_libtorch_position(feed_order)),
-                optimized=parameters.get("DISABLE_OPTIMIZED_EXECUTION", "false").lower() != "true",
-                profiling=parameters.get("ENABLE_JIT_PROFILING", "true").lower() != "false",
+                optimized=not parameters.flag("DISABLE_OPTIMIZED_EXECUTION", default=False),
+                profiling=parameters.flag("ENABLE_JIT_PROFILING", default=True),
             )
         else:
             raise pb_utils.TritonModelException(
                 f"unknown runtime {runtime!r}; expected onnxruntime or torchscript"
             )
+        self.batcher = RequestBatcher(config, prepare=self._prepare, run=self._run, with_rows=True)
 
     def execute(self, requests: list) -> list:
-        responses: list = [None] * len(requests)
-        arrays: dict[int, dict[str, np.ndarray]] = {}
-        for index, request in enumerate(requests):
-            tensors = {
-                i.name: pb_utils.get_input_tensor_by_name(request, i.name).as_numpy() for i in self.inputs
-            }
-            problem = self._problem(tensors)
+        return self.batcher.execute(requests)
+
+    def _prepare(self, *arrays: np.ndarray) -> tuple:
+        """Check one request; a flattened input becomes a list of its items, so requests of different
+        lengths concatenate (into one list) and each item keeps its shape for the batch inputs."""
+        columns: list = []
+        for spec, array in zip(self.inputs, arrays, strict=True):
+            problem = _problem(spec, array)
             if problem:
-                responses[index] = pb_utils.InferenceResponse(error=invalid_input(problem))
-            else:
-                arrays[index] = tensors
-        # Ragged inputs let requests of any shape share the execution; otherwise the dynamic batcher only
-        # batches equal shapes, but group by shape anyway so that one array never mixes them.
-        groups: dict[tuple, list[int]] = {}
-        for index, tensors in arrays.items():
-            key = () if self.ragged else tuple(t.shape[1:] for t in tensors.values())
-            groups.setdefault(key, []).append(index)
-        for members in groups.values():
-            self._run_group(members, [arrays[i] for i in members], responses)
-        return responses
+                raise InvalidInput(problem)
+            columns.append(list(array) if spec.name in self.flattened else array)
+        return tuple(columns)
 
-    def _problem(self, tensors: dict[str, np.ndarray]) -> str | None:
-        rows = {len(t) for t in tensors.values()}
-        if len(rows) != 1:
-            return f"inputs {sorted(tensors)} must have the same batch size, got {sorted(rows)}"
-        for spec in self.inputs:
-            array = tensors[spec.name]
-            if array.dtype != spec.dtype:
-                return f"{spec.name}: expected {np.dtype(spec.dtype).name}, got {array.dtype.name}"
-            if spec.ragged and array.size == 0:
-                return f"{spec.name}: empty; every item needs at least one element"
-            if spec.bounds is not None and array.size:
-                low, high = spec.bounds
-                outside = (array < low) | (array > high)
-                if outside.any():
-                    value = array[outside].flat[0]
-                    return (
-                        f"{spec.name}: value {value} is outside [{low:g}, {high:g}] (the model's valid range)"
-                    )
-        return None
-
-    def _run_group(self, members: list[int], group: list[dict[str, np.ndarray]], responses: list) -> None:
+    def _run(self, *columns: np.ndarray | list, rows: list[int]) -> tuple[np.ndarray, ...]:
         feeds = {
-            spec.name: np.concatenate(
-                [t[spec.name].reshape(-1) if spec.name in self.flattened else t[spec.name] for t in group]
-            )
-            for spec in self.inputs
+            spec.name: np.concatenate([item.reshape(-1) for item in column])
+            if spec.name in self.flattened
+            else column
+            for spec, column in zip(self.inputs, columns, strict=True)
         }
+        items = dict(zip((spec.name for spec in self.inputs), columns, strict=True))
         for batch_input in self.batch_inputs:
             feeds[batch_input.target] = _batch_input(
-                batch_input, [t[batch_input.source].shape for t in group]
+                batch_input, _request_shapes(items[batch_input.source], rows)
             )
-        try:
-            results = self.runner.run(feeds)
-        except Exception as e:  # noqa: BLE001 - reported to each request of the group
-            for i in members:
-                responses[i] = pb_utils.InferenceResponse(
-                    error=pb_utils.TritonError(f"inference failed: {e}")
-                )
-            return
-        sizes = [len(next(iter(t.values()))) for t in group]
-        for name, result in zip(self.outputs, results, strict=True):
-            if len(result) != sum(sizes):
-                raise pb_utils.TritonModelException(
-                    f"{name}: the model returned {len(result)} rows for a batch of {sum(sizes)}"
-                )
-        per_output = [np.split(result, np.cumsum(sizes)[:-1]) for result in results]
-        for position, i in enumerate(members):
-            tensors = [
-                pb_utils.Tensor(name, parts[position].astype(self.output_dtypes[name], copy=False))
-                for name, parts in zip(self.outputs, per_output, strict=True)
-            ]
-            responses[i] = pb_utils.InferenceResponse(output_tensors=tensors)
+        return tuple(self.runner.run(feeds))
+
+
+def _batch_inputs(config: dict) -> list[_BatchInput]:
+    batch_inputs = [
+        _BatchInput(
+            kind=entry["kind"],
+            target=entry["target_name"][0],
+            source=entry["source_input"][0],
+            dtype=pb_utils.triton_string_to_numpy(entry["data_type"]),
+        )
+        for entry in config.get("batch_input", [])
+    ]
+    unknown = [b.kind for b in batch_inputs if b.kind not in _BATCH_INPUT_KINDS]
+    if unknown:
+        raise pb_utils.TritonModelException(
+            f"{config['name']}: batch_input kind(s) {unknown} are not supported here; "
+            f"supported: {sorted(_BATCH_INPUT_KINDS)}"
+        )
+    return batch_inputs
+
+
+def _problem(spec: _Input, array: np.ndarray) -> str | None:
+    if array.dtype != spec.dtype:
+        return f"{spec.name}: expected {np.dtype(spec.dtype).name}, got {array.dtype.name}"
+    if spec.ragged and array.size == 0:
+        return f"{spec.name}: empty; every item needs at least one element"
+    if spec.bounds is not None and array.size:
+        low, high = spec.bounds
+        outside = (array < low) | (array > high)
+        if outside.any():
+            value = array[outside].flat[0]
+            return f"{spec.name}: value {value} is outside [{low:g}, {high:g}] (the model's valid range)"
+    return None
+
+
+def _request_shapes(items: list[np.ndarray], rows: list[int]) -> list[tuple[int, ...]]:
+    """Each request's shape, from the items of the whole batch and each request's item count."""
+    shapes, start = [], 0
+    for count in rows:
+        shapes.append((count, *items[start].shape) if count else (0,))
+        start += count
+    return shapes
 
 
 def _item_shapes(shapes: list[tuple[int, ...]]) -> list[tuple[int, ...]]:

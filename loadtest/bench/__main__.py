@@ -1,0 +1,3 @@
+from loadtest.bench.run import main
+
+raise SystemExit(main())

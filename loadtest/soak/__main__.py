@@ -1,0 +1,3 @@
+from loadtest.soak.run import main
+
+raise SystemExit(main())
