@@ -15,6 +15,9 @@ from pathlib import Path
 import psutil
 import pytest
 
+from loadtest.tune.analyzer import prepare
+from loadtest.tune.plan import make_plan
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -98,3 +101,14 @@ def test_model_analyzer_searched_queue_delay_and_instances(dry_run: tuple[Path, 
     assert "--kind KIND_CPU" in results["analyzer"]["command"]
     summary = (folder / results["analyzer"]["summary"]).read_text()
     assert "queue delay" in summary and "instance(s)" in summary
+
+
+def test_the_gpu_search_keeps_kind_gpu_in_model_analyzers_repository(tmp_path: Path) -> None:
+    """Not a server test: it derives the exported files, which the integration tier has."""
+    source = ROOT / "model_repository"
+    plan = make_plan(["text_embedder"], sweep="gpu", latency_budget_ms=1000, source=source, kind="KIND_GPU")
+    workspace = prepare(plan, tmp_path)  # derives the repository as Model Analyzer will serve it
+    config = (workspace.repository / "minilm_onnx" / "config.pbtxt").read_text()
+    assert "KIND_GPU" in config and "KIND_CPU" not in config
+    analyzer_config = workspace.config_file.read_text()
+    assert "cpu_only: false" in analyzer_config and "kind: KIND_GPU" in analyzer_config

@@ -11,7 +11,6 @@ import pytest
 from loadtest.experiments.minimal import alternative_label
 from loadtest.gpu import stage
 from loadtest.gpu.plan import DRY_RUN, GPU, GpuPlan
-from loadtest.tune.analyzer import prepare
 from loadtest.tune.cli import main as tune_main
 from loadtest.tune.plan import SWEEPS, make_plan, model_config_parameters
 
@@ -103,13 +102,3 @@ def test_a_gpu_search_is_never_adopted_into_the_local_cpu_settings(
 ) -> None:
     assert tune_main(["--models", "text_embedder", "--kind", "KIND_GPU", "--adopt"]) == 2
     assert "--adopt writes the local CPU settings" in capsys.readouterr().err
-
-
-def test_the_gpu_search_keeps_kind_gpu_in_model_analyzers_repository(tmp_path: Path) -> None:
-    source = ROOT / "model_repository"
-    plan = make_plan(["text_embedder"], sweep="gpu", latency_budget_ms=1000, source=source, kind="KIND_GPU")
-    workspace = prepare(plan, tmp_path)  # derives the repository as Model Analyzer will serve it
-    config = (workspace.repository / "minilm_onnx" / "config.pbtxt").read_text()
-    assert "KIND_GPU" in config and "KIND_CPU" not in config
-    analyzer_config = workspace.config_file.read_text()
-    assert "cpu_only: false" in analyzer_config and "kind: KIND_GPU" in analyzer_config
