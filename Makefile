@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 EXPORTED := build/.exported
 
 .DEFAULT_GOAL := help
-.PHONY: help venv system-tools export derive demo test test-unit test-integration serve bench bench-full tune lint lock clean
+.PHONY: help venv system-tools export derive demo test test-unit test-integration serve bench bench-full bench-gpu tune lint lock clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-17s %s\n", $$1, $$2}'
@@ -56,6 +56,9 @@ bench: $(EXPORTED) ## benchmark, quick mode (~8 min on 2 cores): reports/<run id
 
 bench-full: $(EXPORTED) ## benchmark, full mode (about 45 min on 2 cores)
 	$(PY) -m loadtest.bench --mode full
+
+bench-gpu: $(STAMP) ## on a CUDA machine: export on the GPU, serve KIND_GPU, measure batching: reports/<run id>/
+	$(PY) -m loadtest.bench --mode gpu
 
 tune: $(EXPORTED) ## Model Analyzer searches the local CPU configs under a p99 budget (~10 min): reports/tune-<time>/
 	$(PY) -m loadtest.tune $(TUNE_ARGS)

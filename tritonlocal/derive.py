@@ -35,6 +35,7 @@ from tritonlocal.variants import (
     set_default_parameters,
     threads_per_instance,
 )
+from tritonlocal.warmup_samples import WARMUP_FOLDER
 
 logger = logging.getLogger(__name__)
 
@@ -131,6 +132,8 @@ def write_local_model(entry: ModelEntry, folder: Path, config: ModelConfig, *, h
     for extra in entry.path.iterdir():  # data files beside config.pbtxt (labels, tokenizer files)
         if extra.is_file() and extra.name not in ("config.pbtxt", cpu_tuning.FILENAME):
             _link(extra, folder / extra.name)
+    if (entry.path / WARMUP_FOLDER).is_dir():  # the files model_warmup samples read
+        _link(entry.path / WARMUP_FOLDER, folder / WARMUP_FOLDER)
     for version in entry.version_dirs:
         local_version = folder / version.name
         local_version.mkdir()

@@ -7,6 +7,7 @@ statistics, onnxruntime profiles). Quick mode takes about 8 minutes on 2 cores, 
     python -m loadtest.bench --mode quick
     python -m loadtest.bench --mode full --output reports --run-id my-run
     python -m loadtest.bench --mode quick --only ragged         # one experiment, by its registry key
+    python -m loadtest.bench --mode gpu [--dry-run]             # on a CUDA machine (loadtest/bench/gpu/)
 
 The served experiments run against a repository derived for the run
 (:mod:`loadtest.experiments.variant_repository`) holding the public models and their variants side by
@@ -17,15 +18,15 @@ with it for the cores. Which experiment runs in which stage: :mod:`loadtest.expe
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import sys
 import time
-from dataclasses import asdict, dataclass, is_dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from loadtest.bench.results import write_results
 from loadtest.experiments import plan as experiments_plan
 from loadtest.experiments import registry
 from loadtest.load import environment
@@ -35,6 +36,7 @@ logger = logging.getLogger(__name__)
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = ROOT / "model_repository"
+GPU_MODE = "gpu"  # export, serve and measure on this machine's GPU: loadtest/bench/gpu/
 
 
 @dataclass(kw_only=True)
@@ -56,7 +58,12 @@ class BenchOptions:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m loadtest.bench", description=__doc__.splitlines()[0])
-    parser.add_argument("--mode", choices=sorted(experiments_plan.PLANS), default="quick")
+    parser.add_argument("--mode", choices=sorted((*experiments_plan.PLANS, GPU_MODE)), default="quick")
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="--mode gpu only: the same plan on the CPU with tiny counts (KIND_CPU, no export)",
+    )
     parser.add_argument("--output", type=Path, default=Path("reports"))
     parser.add_argument("--run-id", default=None, help="folder name under --output (default: time and mode)")
     parser.add_argument(
@@ -76,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     run_id = args.run_id or datetime.now(timezone.utc).strftime(f"%Y%m%dT%H%M%SZ-{args.mode}")
+    if args.mode == GPU_MODE or args.dry_run:
+        return _gpu(args, run_id)
     try:
         options = BenchOptions(
             mode=args.mode,
@@ -87,6 +96,22 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     report = run(options)
+    print(f"report: {report}")
+    return 0
+
+
+def _gpu(args: argparse.Namespace, run_id: str) -> int:
+    from loadtest.bench.gpu import run as gpu_run
+    from loadtest.bench.gpu.stage import GpuBenchError
+
+    if args.mode != GPU_MODE or args.skip or args.only:
+        print("error: --dry-run goes with --mode gpu, which takes no --skip or --only", file=sys.stderr)
+        return 2
+    try:
+        report = gpu_run.run(dry_run=args.dry_run, output=args.output, run_id=run_id)
+    except GpuBenchError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     print(f"report: {report}")
     return 0
 
@@ -137,7 +162,7 @@ def run(options: BenchOptions) -> Path:
             _stage(results, name, stages[name])
     results["load_average_end"] = environment.load_average()
     results["duration_s"] = round(time.monotonic() - started, 1)
-    (folder / "results.json").write_text(json.dumps(results, indent=2, default=_json_default))
+    write_results(folder, results)
     return write_report(folder)
 
 
@@ -152,14 +177,6 @@ def _stage(results: dict, name: str, stage) -> None:  # noqa: ANN001 - a callabl
         logger.exception("stage %s failed", name)
         results["errors"].append(f"{name}: {type(e).__name__}: {e}")
     results.setdefault("stage_durations_s", {})[name] = round(time.monotonic() - started, 1)
-
-
-def _json_default(value: object) -> object:
-    if isinstance(value, Path):
-        return str(value)
-    if is_dataclass(value) and not isinstance(value, type):
-        return asdict(value)
-    raise TypeError(f"cannot write {type(value).__name__} to results.json")
 
 
 if __name__ == "__main__":

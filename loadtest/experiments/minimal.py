@@ -42,26 +42,35 @@ def tokenizer_file(repository: Path) -> Path:
 
 @contextlib.contextmanager
 def running(
-    *, encoder_file: Path, tokenizer_file: Path, model: str, threads: int, log_path: Path
+    *, encoder_file: Path, tokenizer_file: Path, model: str, threads: int, log_path: Path, workers: int = 1
 ) -> Iterator[str]:
-    """The simplest alternative as its own process on a free port; its base URL. Stopped on exit
-    (its whole process group), also when the body raises."""
+    """The simplest alternative as ``workers`` processes sharing one free port (the kernel spreads the
+    connections); its base URL. Every process is stopped on exit (its whole process group), also when
+    the body raises."""
+    command = [
+        sys.executable,
+        "-m",
+        "loadtest.load.minimal_server",
+        f"--model={encoder_file}",
+        f"--tokenizer={tokenizer_file}",
+        f"--name={model}",
+        f"--threads={threads}",
+        *(["--reuse-port"] if workers > 1 else []),
+    ]
+    with contextlib.ExitStack() as stack:
+        url = stack.enter_context(_process([*command, "--port=0"], log_path))
+        port = url.rsplit(":", 1)[-1]
+        for worker in range(1, workers):
+            worker_log = log_path.with_name(f"{log_path.stem}.{worker}{log_path.suffix}")
+            stack.enter_context(_process([*command, f"--port={port}"], worker_log))
+        yield url
+
+
+@contextlib.contextmanager
+def _process(command: list[str], log_path: Path) -> Iterator[str]:
     with open(log_path, "wb") as log:
         process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "loadtest.load.minimal_server",
-                f"--model={encoder_file}",
-                f"--tokenizer={tokenizer_file}",
-                f"--name={model}",
-                f"--threads={threads}",
-                "--port=0",
-            ],
-            stdout=subprocess.PIPE,
-            stderr=log,
-            text=True,
-            start_new_session=True,
+            command, stdout=subprocess.PIPE, stderr=log, text=True, start_new_session=True
         )
         try:
             yield _wait_ready(process)
@@ -75,6 +84,12 @@ def running(
                 process.wait()
 
 
+def alternative_label(workers: int) -> str:
+    if workers == 1:
+        return "one process, one request at a time"
+    return f"{workers} worker processes, one request at a time each"
+
+
 def compare(
     *,
     triton_http_url: str,
@@ -86,20 +101,25 @@ def compare(
     requests: int,
     rounds: int,
     log_path: Path,
+    workers: tuple[int, ...] = (1,),
 ) -> list[dict]:
+    """Triton and the alternative deployed with each number of ``workers`` (threads divided between
+    them), alternating round by round at each concurrency."""
     texts = samples.shuffled_sentences(len(samples.sentences()), seed=11)
-    alternative = running(
-        encoder_file=encoder_file,
-        tokenizer_file=tokenizer_file,
-        model=model,
-        threads=threads,
-        log_path=log_path,
-    )
-    with alternative as url:
-        arms = {
-            "Triton (text_embedder)": f"http://{triton_http_url}/v2/models/{model}/infer",
-            "one process, one request at a time": f"{url}/v2/models/{model}/infer",
-        }
+    with contextlib.ExitStack() as stack:
+        arms = {"Triton (text_embedder)": f"http://{triton_http_url}/v2/models/{model}/infer"}
+        for count in dict.fromkeys(workers):
+            url = stack.enter_context(
+                running(
+                    encoder_file=encoder_file,
+                    tokenizer_file=tokenizer_file,
+                    model=model,
+                    threads=max(1, threads // count),
+                    log_path=log_path if count == 1 else log_path.with_name(f"{log_path.stem}_x{count}.log"),
+                    workers=count,
+                )
+            )
+            arms[alternative_label(count)] = f"{url}/v2/models/{model}/infer"
         results = []
         for concurrency in concurrencies:
             for round_ in range(rounds):

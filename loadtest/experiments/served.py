@@ -25,6 +25,7 @@ from loadtest.load.observe import (
 )
 from loadtest.load.perf import PerfPoint, PerfSettings, PerfTarget, run_perf
 from loadtest.load.perf_inputs import InputData, write_input_data
+from tritonlocal import LocalTritonServer
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +58,20 @@ class PerfSession:
     entries: int = 16
     server_pid: int | None = None
     _inputs: dict[str, InputData] = field(default_factory=dict)
+
+    @classmethod
+    def for_server(
+        cls, server: LocalTritonServer, *, repository: Path, raw: Path, settings: PerfSettings
+    ) -> PerfSession:
+        """A session on ``server``, perf_analyzer's files under ``raw``/perf_analyzer."""
+        return cls(
+            http_url=server.http_url,
+            grpc_url=server.grpc_url,
+            repository=repository,
+            out_dir=raw / "perf_analyzer",
+            settings=settings,
+            server_pid=server.pid,
+        )
 
     def input_data(self, model: str) -> InputData:
         if model not in self._inputs:

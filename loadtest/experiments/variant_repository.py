@@ -135,11 +135,14 @@ def threads_per_instance(total_threads: int, instances: int) -> int:
     return max(1, total_threads // instances)
 
 
-def variant_config(entry: ModelEntry, variant: Variant, *, total_threads: int) -> ModelConfig:
-    """``entry``'s local configuration, renamed and changed as ``variant`` says."""
+def variant_config(
+    entry: ModelEntry, variant: Variant, *, total_threads: int, gpu_available: bool = False
+) -> ModelConfig:
+    """``entry``'s local configuration, renamed and changed as ``variant`` says (KIND_GPU instances kept
+    where ``gpu_available``)."""
     instances = variant.instances or sum(max(1, group.count) for group in entry.config.instance_group) or 1
     threads = threads_per_instance(total_threads, instances) if entry.is_native else None
-    config = derive_local_config(entry, gpu_available=False, intra_op_threads=threads)
+    config = derive_local_config(entry, gpu_available=gpu_available, intra_op_threads=threads)
     config.name = entry.name + variant.suffix
     if not variant.batching:
         config.ClearField("dynamic_batching")
@@ -175,7 +178,7 @@ def closure(models: dict[str, ModelEntry], name: str) -> list[str]:
 
 
 def build_repository(
-    source: Path, target: Path, variants: list[Variant], *, total_threads: int
+    source: Path, target: Path, variants: list[Variant], *, total_threads: int, gpu_available: bool = False
 ) -> dict[str, str]:
     """Write ``target`` with every variant's clone; returns served model name -> sha256 of its config."""
     models = load_repository(source)
@@ -190,7 +193,9 @@ def build_repository(
             served = name + variant.suffix
             if served in hashes:
                 continue
-            config = variant_config(models[name], variant, total_threads=total_threads)
+            config = variant_config(
+                models[name], variant, total_threads=total_threads, gpu_available=gpu_available
+            )
             hashes[served] = _write_model(models[name], target / served, config, variant)
     return hashes
 

@@ -43,7 +43,13 @@ def load_encoder(path: Path, *, threads: int) -> Encoder:
 
 
 def make_server(
-    *, encoder: Encoder, tokenizer: Tokenizer, model_name: str, port: int = 0, max_length: int = 256
+    *,
+    encoder: Encoder,
+    tokenizer: Tokenizer,
+    model_name: str,
+    port: int = 0,
+    max_length: int = 256,
+    reuse_port: bool = False,
 ) -> ThreadingHTTPServer:
     tokenizer.no_padding()
     tokenizer.enable_truncation(max_length=max_length)
@@ -69,10 +75,7 @@ def make_server(
                 self._reply(404, {"error": f"unknown model path {self.path}; POST {path}"})
                 return
             try:
-                data = json.loads(body)["inputs"][0]["data"]
-                if not isinstance(data, list) or not data:
-                    raise TypeError("TEXT data must be a non-empty list of strings")
-                texts = [str(t) for t in data]
+                texts = _request_texts(body)
             except (ValueError, KeyError, IndexError, TypeError) as e:
                 self._reply(400, {"error": f"expected a KServe v2 JSON request with a TEXT input: {e}"})
                 return
@@ -97,7 +100,29 @@ def make_server(
         def log_message(self, *_: object) -> None:  # one line per request would cost more than the request
             pass
 
-    server = _Server(("127.0.0.1", port), Handler)
+    return _bound_server(port, Handler, reuse_port=reuse_port)
+
+
+def _request_texts(body: bytes) -> list[str]:
+    """The TEXT input's strings of a KServe v2 JSON request."""
+    data = json.loads(body)["inputs"][0]["data"]
+    if not isinstance(data, list) or not data:
+        raise TypeError("TEXT data must be a non-empty list of strings")
+    return [str(t) for t in data]
+
+
+def _bound_server(
+    port: int, handler: type[BaseHTTPRequestHandler], *, reuse_port: bool
+) -> ThreadingHTTPServer:
+    """A listening server on 127.0.0.1:``port``; ``reuse_port`` lets several worker processes share it."""
+    server = _Server(("127.0.0.1", port), handler, bind_and_activate=False)
+    server.reuse_port = reuse_port
+    try:
+        server.server_bind()
+        server.server_activate()
+    except OSError:
+        server.server_close()
+        raise
     server.daemon_threads = True
     return server
 
@@ -108,6 +133,14 @@ class _Server(ThreadingHTTPServer):
     # 1 s, 3 s... later: seconds-long stalls that would be charged to the alternative, not to its design.
     # Web servers listen with far more (uvicorn 2048).
     request_queue_size = 1024
+    # Several worker processes on one port (--reuse-port): the kernel spreads new connections over them,
+    # as a pre-fork web server (gunicorn, uvicorn --workers) deploys one process per core or per GPU.
+    reuse_port = False
+
+    def server_bind(self) -> None:
+        if self.reuse_port:
+            self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        super().server_bind()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -117,12 +150,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--name", default="text_embedder", help="model name in the URL")
     parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (0: any free port)")
     parser.add_argument("--threads", type=int, default=2, help="intra-op threads of the runtime")
+    parser.add_argument("--reuse-port", action="store_true", help="share --port with other worker processes")
     args = parser.parse_args(argv)
     server = make_server(
         encoder=load_encoder(args.model, threads=args.threads),
         tokenizer=Tokenizer.from_file(str(args.tokenizer)),
         model_name=args.name,
         port=args.port,
+        reuse_port=args.reuse_port,
     )
     print(f"listening on http://127.0.0.1:{server.server_address[1]}", flush=True)
     try:

@@ -71,7 +71,8 @@ class ExportedModel:
 
 
 class EncoderRunner:
-    """One exported file run by onnxruntime or torch.jit with a fixed number of intra-op threads."""
+    """One exported file run by onnxruntime or torch.jit with a fixed number of intra-op threads, on the
+    machine's GPU where there is one (as the local server's runner does), else on the CPU."""
 
     def __init__(
         self,
@@ -94,7 +95,12 @@ class EncoderRunner:
             if profile_prefix:
                 options.enable_profiling = True
                 options.profile_file_prefix = profile_prefix
-            self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+            cuda = "CUDAExecutionProvider" in ort.get_available_providers()
+            providers = (
+                ["CUDAExecutionProvider", "CPUExecutionProvider"] if cuda else ["CPUExecutionProvider"]
+            )
+            self.device = "cuda" if cuda else "cpu"
+            self.session = ort.InferenceSession(str(path), options, providers=providers)
             self.input_names = [i.name for i in self.session.get_inputs()]
         else:
             import torch
@@ -102,7 +108,8 @@ class EncoderRunner:
             if not optimized_execution:  # as the libtorch backend does for DISABLE_OPTIMIZED_EXECUTION
                 torch._C._jit_set_profiling_mode(False)
             self.torch = torch
-            self.module = torch.jit.load(str(path), map_location="cpu").eval()
+            self.device = "cuda" if torch.cuda.is_available() else "cpu"
+            self.module = torch.jit.load(str(path), map_location=self.device).eval()
 
     def __call__(self, *arrays: np.ndarray) -> np.ndarray:
         if self.runtime == "onnxruntime":
@@ -112,9 +119,10 @@ class EncoderRunner:
         if self.torch.get_num_threads() != self.threads:
             self.torch.set_num_threads(self.threads)
         with self.torch.inference_mode(), self.torch.jit.optimized_execution(self.optimized_execution):
-            result = self.module(*(self.torch.from_numpy(np.ascontiguousarray(a)) for a in arrays))
+            tensors = (self.torch.from_numpy(np.ascontiguousarray(a)).to(self.device) for a in arrays)
+            result = self.module(*tensors)
         result = result[0] if isinstance(result, (tuple, list)) else result
-        return result.numpy()
+        return result.cpu().numpy()
 
 
 @dataclass(kw_only=True)

@@ -73,7 +73,7 @@ def prepare(plan: TunePlan, work_root: Path) -> Workspace:
     models = load_repository(plan.source)
     workspace = Workspace(root=(Path(work_root) / plan.fingerprint(models)).resolve())
     workspace.root.mkdir(parents=True, exist_ok=True)
-    derived = derive_repository(plan.source, workspace.repository)
+    derived = derive_repository(plan.source, workspace.repository, gpu_available=plan.gpu)
     for pipeline, model in plan.targets.items():
         if model in derived.skipped:
             raise TuneError(
@@ -112,8 +112,8 @@ def prepare(plan: TunePlan, work_root: Path) -> Workspace:
         "collect_cpu_metrics": True,
         "profile_models": {
             model: {
-                "cpu_only": True,
-                "model_config_parameters": model_config_parameters(plan.sweep),
+                "cpu_only": not plan.gpu,
+                "model_config_parameters": model_config_parameters(plan.sweep, plan.kind),
                 "perf_analyzer_flags": _perf_flags(plan, model, workspace),
             }
             for model in plan.targets.values()

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from loadtest.tune import analyzer, report, results
 from loadtest.tune.adopt import adopt
-from loadtest.tune.plan import SWEEPS, make_plan
+from loadtest.tune.plan import KINDS, SWEEPS, make_plan
 
 DEFAULT_MODELS = ("image_classifier", "text_embedder")
 
@@ -57,6 +57,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--work", type=Path, default=Path("build", "tune"), help="work folder with checkpoints"
     )
     parser.add_argument("--source", type=Path, default=Path("model_repository"))
+    parser.add_argument(
+        "--kind",
+        choices=KINDS,
+        default="KIND_CPU",
+        help="the instances searched: KIND_GPU on this machine's GPU (default: %(default)s)",
+    )
     parser.add_argument("--timeout-s", type=float, default=3600.0, help="stop Model Analyzer after this long")
     parser.add_argument(
         "--adopt",
@@ -71,6 +77,12 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     command = "python -m loadtest.tune " + shlex.join(sys.argv[1:] if argv is None else argv)
     output = args.output or Path("reports", time.strftime("tune-%Y%m%d-%H%M%S"))
+    if args.adopt and args.kind != "KIND_CPU":
+        print(
+            "error: --adopt writes the local CPU settings (local_cpu.pbtxt); use it with --kind KIND_CPU",
+            file=sys.stderr,
+        )
+        return 2
     try:
         plan = make_plan(
             args.models,
@@ -79,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
             latency_budget_ms=args.latency_budget_ms,
             min_gain=args.min_gain,
             source=args.source,
+            kind=args.kind,
         )
         started = time.monotonic()
         workspace = analyzer.prepare(plan, args.work)

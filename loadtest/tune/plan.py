@@ -77,7 +77,18 @@ SWEEPS = {
         concurrency=(2,),
         measurement_interval_ms=1000,
     ),
+    # On a GPU (python -m loadtest.bench --mode gpu): batching pays at high load there, so the delays
+    # reach further and the load is that of the GPU benchmark's targets.
+    "gpu": Sweep(
+        name="gpu",
+        instance_counts=(1, 2, 3),
+        max_queue_delays_us=(0, 500, 2000, 8000),
+        preferred_batch_sizes=((16, 32), (32, 64)),
+        concurrency=(64, 128),
+        measurement_interval_ms=3000,
+    ),
 }
+KINDS = ("KIND_CPU", "KIND_GPU")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -90,8 +101,11 @@ class TunePlan:
     min_gain: float = 0.05  # a variant must beat the shipped throughput by this fraction to win
     source: Path = Path("model_repository")
     targets: dict[str, str] = field(default_factory=dict)  # pipeline -> the model profiled for it
+    kind: str = "KIND_CPU"  # the instances searched: the local CPU configuration, or on this machine's GPU
 
     def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
         if not self.pipelines:
             raise ValueError("name at least one model to tune, e.g. --models image_classifier")
         if self.latency_budget_ms <= 0:
@@ -103,7 +117,7 @@ class TunePlan:
         """Changes when the plan or a profiled model's local config (adopted overlay included) does: the
         key of the checkpoint a re-run resumes from. The decision rule (min_gain) is not part of it."""
         configs = {
-            name: str(derive_local_config(models[name], gpu_available=False, intra_op_threads=None))
+            name: str(derive_local_config(models[name], gpu_available=self.gpu, intra_op_threads=None))
             for name in sorted(self.targets.values())
         }
         text = json.dumps(
@@ -111,6 +125,10 @@ class TunePlan:
             sort_keys=True,
         )
         return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+    @property
+    def gpu(self) -> bool:
+        return self.kind == "KIND_GPU"
 
 
 def make_plan(
@@ -121,6 +139,7 @@ def make_plan(
     concurrency: Sequence[int] | None = None,
     min_gain: float = 0.05,
     source: Path = Path("model_repository"),
+    kind: str = "KIND_CPU",
 ) -> TunePlan:
     """Resolve each named model to the model profiled for it (an ensemble's exported encoder);
     ``concurrency`` replaces the sweep's load (the batcher's best settings depend on it)."""
@@ -138,6 +157,7 @@ def make_plan(
         min_gain=min_gain,
         source=source,
         targets=targets,
+        kind=kind,
     )
 
 
@@ -158,10 +178,10 @@ def profiled_model(name: str, models: dict[str, ModelEntry]) -> str:
     )
 
 
-def model_config_parameters(sweep: Sweep) -> dict:
+def model_config_parameters(sweep: Sweep, kind: str = "KIND_CPU") -> dict:
     """Model Analyzer's manual sweep (a list at a leaf is swept; the cross product is measured)."""
     return {
-        "instance_group": [[{"kind": "KIND_CPU", "count": count}] for count in sweep.instance_counts],
+        "instance_group": [[{"kind": kind, "count": count}] for count in sweep.instance_counts],
         "dynamic_batching": {
             "max_queue_delay_microseconds": list(sweep.max_queue_delays_us),
             "preferred_batch_size": [list(sizes) for sizes in sweep.preferred_batch_sizes],

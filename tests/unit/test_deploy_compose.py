@@ -164,8 +164,41 @@ def test_the_server_waits_for_the_export_and_is_health_checked_per_model(compose
     required = server["environment"]["TRITON_REQUIRED_MODELS"].split(",")
     assert required and all((ROOT / "model_repository" / m / "config.pbtxt").is_file() for m in required)
     assert compose["services"]["export"]["restart"] == "no"
-    # The export container has no GPU, the server has: the export must be told where the files are served.
-    assert compose["services"]["export"]["command"] == ["python", "-m", "export", "--served-on", "gpu"]
+
+
+def test_the_export_runs_on_a_reserved_gpu_with_the_cuda_builds_of_the_servers_runtimes(
+    compose: dict, versions: dict[str, str]
+) -> None:
+    export = compose["services"]["export"]
+    assert export["command"] == ["python", "-m", "export", "--served-on", "gpu"]
+    (device,) = export["deploy"]["resources"]["reservations"]["devices"]
+    assert device == compose["services"]["tritonserver"]["deploy"]["resources"]["reservations"]["devices"][0]
+    # NVIDIA's 24.10 container serves with onnxruntime 1.19.2 and libtorch 2.5.
+    assert versions["EXPORT_ONNXRUNTIME_VERSION"] == "1.19.2"
+    assert versions["EXPORT_TORCH_VERSION"].startswith("2.5.")
+    args = export["build"]["args"]
+    assert (args["TORCH_VERSION"], args["ONNXRUNTIME_VERSION"]) == (
+        versions["EXPORT_TORCH_VERSION"],
+        versions["EXPORT_ONNXRUNTIME_VERSION"],
+    )
+    assert "ONNXRUNTIME_PACKAGE" not in args and "TORCH_INDEX_URL" not in args, "the GPU build is the default"
+    dockerfile = (ROOT / "deploy" / "export" / "Dockerfile").read_text()
+    assert "ARG ONNXRUNTIME_PACKAGE=onnxruntime-gpu" in dockerfile
+    assert 'CMD ["python", "-m", "export", "--served-on", "gpu"]' in dockerfile
+    # torch's CUDA libraries come as wheels under the image's Python; onnxruntime-gpu finds them there.
+    python = re.search(r"python:(\d+\.\d+)\.", versions["PYTHON_IMAGE"])
+    assert python and f"/usr/local/lib/python{python[1]}/site-packages/nvidia" in dockerfile
+
+
+def test_no_default_or_built_image_bakes_cpu_variants_into_a_gpu_deployment() -> None:
+    dockerfile = (ROOT / "deploy" / "export" / "Dockerfile").read_text()
+    assert not re.search(r"^RUN .*-m export", dockerfile, re.M), "exported at build time, with no GPU"
+    for path in (COMPOSE, *sorted((ROOT / "deploy").rglob("*.yaml")), ROOT / "deploy/export/Dockerfile"):
+        commands = "\n".join(
+            line for line in path.read_text().splitlines() if not line.lstrip().startswith("#")
+        )
+        for match in re.finditer(r"python.{0,12}-m.{0,6}export\b(?P<rest>[^\n]*)", commands):
+            assert "--served-on" in match["rest"] and "gpu" in match["rest"], f"{path.name}: {match[0]}"
 
 
 def test_the_server_reserves_a_gpu_and_only_the_proxy_publishes_inference_ports(compose: dict) -> None:
@@ -284,6 +317,11 @@ def test_the_cpu_override_drops_the_gpu_and_serves_the_cpu_variant(versions: dic
     assert step["command"][:4] == ["python", "-m", "tritonlocal", "variant"]
     assert "--target=build/cpu_repository" in step["command"]
     assert "--cores=0" in step["command"], "0: the cores the step sees, unless TRITON_CPU_CORES says"
+    export = override["services"]["export"]
+    assert export["command"] == ["python", "-m", "export", "--served-on", "cpu"]
+    assert export["build"]["args"]["ONNXRUNTIME_PACKAGE"] == "onnxruntime", "the CPU build, no CUDA wheels"
+    assert re.search(r"export:(?:(?!\n  \S).)*devices: !reset \[\]", text, re.S), "no GPU for the export"
+    assert export["image"] == step["image"] != "triton-batching/export:local", "never the GPU build's tag"
 
 
 def test_the_server_image_installs_every_package_the_python_models_import() -> None:

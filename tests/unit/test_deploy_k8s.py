@@ -90,19 +90,47 @@ def test_the_deployment_asks_for_a_gpu_and_probes_every_model_with_the_images_ch
     assert mounts["model-repository"] == "/models" and "--model-repository=/models" in container["args"]
 
 
-def test_an_init_container_fills_the_repository_volume_from_the_export_image() -> None:
-    spec = by_kind("Deployment")["spec"]["template"]["spec"]
-    volumes = {v["name"]: v for v in spec["volumes"]}
-    assert "emptyDir" in volumes["model-repository"], "per pod, filled by the init container"
-    (init,) = spec["initContainers"]
-    assert init["image"].startswith("triton-batching/export:")
-    assert {m["name"]: m["mountPath"] for m in init["volumeMounts"]} == {"model-repository": "/models"}
-    script = init["command"][-1]
-    copy, export = script.split(" && ")
-    assert copy == "cp -a /workspace/model_repository/. /models/"
-    assert export == "python -m export --repository /models --served-on gpu"
+def test_a_gpu_job_exports_once_into_the_volume_every_server_pod_mounts_read_only() -> None:
+    job = by_kind("Job")["spec"]["template"]["spec"]
+    (export,) = job["containers"]
+    assert export["resources"]["limits"]["nvidia.com/gpu"] == 1, "gated on the GPU that serves"
+    assert export["image"].startswith("triton-batching/export:")
+    steps = [step.strip() for step in export["command"][-1].split(" && ")]
+    assert steps == [
+        "rm -f /models/.export-complete",
+        "cp -a /workspace/model_repository/. /models/",
+        "python -m export --repository /models --served-on gpu",
+        "date -u > /models/.export-complete",
+    ]
+    claim = by_kind("PersistentVolumeClaim")
+    assert claim["spec"]["accessModes"] == ["ReadWriteMany"], "pods on several nodes share it"
+    assert {v["name"]: v["persistentVolumeClaim"]["claimName"] for v in job["volumes"]} == {
+        "model-repository": claim["metadata"]["name"]
+    }
+    server = by_kind("Deployment")["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in server["volumes"]}
+    assert volumes["model-repository"]["persistentVolumeClaim"] == {
+        "claimName": claim["metadata"]["name"],
+        "readOnly": True,
+    }
+    (wait,) = server["initContainers"]
+    assert "until [ -f /models/.export-complete ]" in wait["command"][-1]
+    assert not any("-m export" in " ".join(c.get("command", [])) for c in server["initContainers"])
     dockerfile = (ROOT / "deploy" / "export" / "Dockerfile").read_text()
     assert "COPY model_repository ./model_repository" in dockerfile and "WORKDIR /workspace" in dockerfile
+
+
+def test_the_export_job_and_the_server_pods_select_the_same_gpu_class() -> None:
+    kustomization = yaml.safe_load((K8S / "kustomization.yaml").read_text())
+    selectors = {}
+    for patch in kustomization["patches"]:
+        (operation,) = yaml.safe_load(patch["patch"])
+        if operation["path"] == "/spec/template/spec/nodeSelector":
+            selectors[patch["target"]["kind"], patch["target"]["name"]] = operation["value"]
+    job, deployment = by_kind("Job")["metadata"]["name"], by_kind("Deployment")["metadata"]["name"]
+    assert set(selectors) == {("Job", job), ("Deployment", deployment)}
+    assert selectors["Job", job] == selectors["Deployment", deployment]
+    assert set(selectors["Job", job]) == {"nvidia.com/gpu.product"}
 
 
 def test_the_export_image_carries_every_repository_file_under_git_and_no_exported_file() -> None:

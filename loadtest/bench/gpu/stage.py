@@ -1,0 +1,229 @@
+"""The GPU benchmark's steps, in one run: export on the GPU, serve the variants side by side with KIND_GPU
+instances, measure, stop the server, then let Model Analyzer search queue delay and instances.
+
+Every experiment is a function of the running server; one that fails is recorded with its message and
+the next still runs, as in the CPU benchmark (:mod:`loadtest.experiments.plan`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from export import precision
+from loadtest.bench.gpu.plan import TEXT_MODEL, GpuPlan, encoder_of, variants
+from loadtest.experiments import inprocess, minimal
+from loadtest.experiments.served import PerfSession, ServedPoint, arms_experiment
+from loadtest.experiments.variant_repository import build_repository
+from loadtest.load import environment
+from loadtest.load.pipelines import ExportedModel
+from tritonlocal import LocalTritonServer, ServerConfig
+from tritonlocal.repository import load_repository
+
+logger = logging.getLogger(__name__)
+
+EXPORTED_PATTERNS = ("*.onnx", "*.pt", ".export.json", "tokenizer.json", "__pycache__")
+RUNTIMES = {"minilm_onnx": "onnxruntime", "minilm_torchscript": "torchscript"}
+
+
+class GpuBenchError(RuntimeError):
+    """The GPU benchmark cannot run here (no CUDA device, a failed export)."""
+
+
+def device_facts(plan: GpuPlan) -> dict[str, Any]:
+    """The device the plan serves on; a KIND_GPU plan refuses a machine without CUDA."""
+    import torch
+
+    if plan.kind == "KIND_CPU":
+        return {"device": "cpu", "cuda_available": bool(torch.cuda.is_available())}
+    if not torch.cuda.is_available():
+        raise GpuBenchError(
+            "no CUDA device here (torch.cuda.is_available() is False): run `make bench-gpu` on a machine "
+            "with an NVIDIA GPU and a CUDA build of torch, or `python -m loadtest.bench --mode gpu "
+            "--dry-run` to run the same plan on the CPU"
+        )
+    major, minor = torch.cuda.get_device_capability(0)
+    return {
+        "device": "cuda",
+        "gpu": torch.cuda.get_device_name(0),
+        "gpus": torch.cuda.device_count(),
+        "compute_capability": f"{major}.{minor}",
+        "cuda": torch.version.cuda,
+        "torch": torch.__version__,
+    }
+
+
+def export_command(repository: Path) -> list[str]:
+    return [sys.executable, "-m", "export", "--served-on", "gpu", "--repository", str(repository)]
+
+
+def prepare_repository(plan: GpuPlan, source: Path, work: Path, raw: Path) -> tuple[Path, Path, dict]:
+    """(repository, precision records, what was done). A GPU plan copies the repository's own files
+    and exports into the copy on this GPU (the records go beside it, the source is left as it is);
+    the dry run serves the source's exported files."""
+    if not plan.export:
+        records = Path(source).resolve().parent / precision.RECORD_DIR
+        return Path(source), records, {"command": None, "note": "dry run: the repository's exported files"}
+    repository = work / "repository"
+    if repository.exists():
+        shutil.rmtree(repository)
+    shutil.copytree(source, repository, ignore=shutil.ignore_patterns(*EXPORTED_PATTERNS))
+    command = export_command(repository.resolve())
+    log = raw / "export.log"
+    with open(log, "wb") as out:  # cwd: the precision records land in work/build/precision
+        done = subprocess.run(command, cwd=work, stdout=out, stderr=subprocess.STDOUT, check=False)
+    if done.returncode != 0:
+        raise GpuBenchError(f"the export on the GPU failed (exit {done.returncode}); see {log}")
+    return (
+        repository,
+        work / precision.RECORD_DIR,
+        {"command": "python " + " ".join(command[1:]), "log": log.name},
+    )
+
+
+def serve_and_measure(plan: GpuPlan, repository: Path, records: Path, work: Path, raw: Path) -> dict:
+    cores = os.cpu_count() or 1
+    served, arms = variants(plan, repository, records)
+    hashes = build_repository(
+        repository, work / "served", served, total_threads=cores, gpu_available=plan.kind == "KIND_GPU"
+    )
+    result: dict[str, Any] = {"served_config_sha256": hashes, "arms": arms}
+    config = ServerConfig(
+        model_repository=work / "served",
+        log_path=raw / "tritonserver.log",
+        exit_timeout_s=5,
+        startup_timeout_s=900,
+    )
+    with LocalTritonServer(config) as server:
+        result["versions"] = environment.versions(server.http_url)
+        session = PerfSession.for_server(server, repository=repository, raw=raw, settings=plan.perf)
+        experiments = _experiments(plan, session, repository, arms, server.http_url, raw)
+        for key, run in experiments.items():
+            _attempt(result, key, run)
+    return result
+
+
+def _experiments(
+    plan: GpuPlan, session: PerfSession, repository: Path, arms: dict, http_url: str, raw: Path
+) -> dict[str, Callable[[], object]]:
+    def measured(key: str, concurrencies: tuple[int, ...]) -> Callable[[], list[ServedPoint]]:
+        return lambda: arms_experiment(
+            session, key, TEXT_MODEL, arms[key], concurrencies=list(concurrencies), rounds=plan.rounds
+        )
+
+    return {
+        "batching": measured("batching", plan.batching_concurrency),
+        "precision": measured("precision", plan.precision_concurrency),
+        "instances": measured("instances", plan.instance_concurrency),
+        "served_vs_inprocess": lambda: served_vs_inprocess(plan, session, repository),
+        "minimal": lambda: minimal.compare(
+            triton_http_url=http_url,
+            model=TEXT_MODEL,
+            encoder_file=minimal.served_file(repository, encoder_of(repository, "onnx")),
+            tokenizer_file=minimal.tokenizer_file(repository),
+            threads=os.cpu_count() or 1,
+            concurrencies=list(plan.minimal_concurrency),
+            requests=plan.minimal_requests,
+            rounds=plan.minimal_rounds,
+            log_path=raw / "minimal_server.log",
+            workers=alternative_workers(plan),
+        ),
+    }
+
+
+def alternative_workers(plan: GpuPlan) -> tuple[int, ...]:
+    """One process; one per GPU; one per core (what a pre-fork server deploys), each once."""
+    cores = os.cpu_count() or 1
+    if plan.kind == "KIND_CPU":
+        return tuple(dict.fromkeys((1, cores)))
+    import torch
+
+    return tuple(dict.fromkeys((1, torch.cuda.device_count(), cores)))
+
+
+def served_vs_inprocess(plan: GpuPlan, session: PerfSession, repository: Path) -> dict:
+    """The served encoder's file run in this process in batches of the size the server formed at
+    ``served_concurrency``, with as many pipelines as the server has instances, beside the served rate."""
+    encoder = encoder_of(repository, "onnx")
+    served = []
+    inprocess_points = []
+    cores = os.cpu_count() or 1
+    for _ in range(plan.rounds):  # alternating: served, in process, served, in process...
+        (point,) = arms_experiment(
+            session,
+            "served_vs_inprocess",
+            TEXT_MODEL,
+            {"served": TEXT_MODEL},
+            concurrencies=[plan.served_concurrency],
+        )
+        served.append(point)
+        stats = point.server.get(encoder, {})
+        batch = max(1, round(stats.get("average_batch_size") or 1))
+        instances = served_instances(repository, encoder)
+        inprocess_points += inprocess.measure(
+            ExportedModel(
+                repository=repository,
+                model=encoder,
+                runtime=RUNTIMES[encoder],
+                pipeline="text",
+                threads=cores,
+            ),
+            batch_sizes=[batch],
+            items=plan.inprocess_texts,
+            rounds=1,
+            arms=[inprocess.Arm(workers=instances, threads=max(1, cores // instances))],
+        )
+    return {"served": served, "inprocess": inprocess_points}
+
+
+def served_instances(repository: Path, model: str) -> int:
+    """The instances the served configuration gives ``model`` (every instance group together)."""
+    groups = load_repository(repository)[model].config.instance_group
+    return sum(max(1, group.count) for group in groups) or 1
+
+
+def analyzer(plan: GpuPlan, repository: Path, folder: Path, work: Path, raw: Path) -> dict:
+    """Model Analyzer's search of queue delay and instance count for the text encoder on this device
+    (``python -m loadtest.tune``), after the benchmark's server has stopped."""
+    command = [
+        sys.executable,
+        "-m",
+        "loadtest.tune",
+        "--models",
+        TEXT_MODEL,
+        "--sweep",
+        plan.analyzer_sweep,
+        "--kind",
+        plan.kind,
+        "--source",
+        str(repository),
+        "--output",
+        str(folder / "analyzer"),
+        "--work",
+        str(work / "tune"),
+        "--timeout-s",
+        str(plan.analyzer_timeout_s),
+    ]
+    with open(raw / "model_analyzer.log", "wb") as out:
+        done = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, check=False)
+    summary = folder / "analyzer" / "summary.md"
+    if done.returncode != 0 or not summary.is_file():
+        raise GpuBenchError(
+            f"Model Analyzer's search failed (exit {done.returncode}); see raw/model_analyzer.log"
+        )
+    return {"command": "python " + " ".join(command[1:]), "summary": str(summary.relative_to(folder))}
+
+
+def _attempt(result: dict, key: str, run: Callable[[], Any]) -> None:
+    """Run one experiment; a failure is recorded (and reported) and the next experiment still runs."""
+    try:
+        result[key] = run()
+    except Exception as e:  # noqa: BLE001 - the report must say what failed, and the rest must run
+        logger.exception("experiment %s failed", key)
+        result.setdefault("errors", []).append(f"{key}: {type(e).__name__}: {e}")
