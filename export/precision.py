@@ -1,8 +1,10 @@
 """Precision variants of an exported model: what this machine can run, gated, timed, the fastest served.
 
-A pipeline (export/image.py, export/text.py) lists its :class:`Variant` s per served file: fp32 always,
-bf16 where the CPU has bf16 instructions (or on a GPU), fp16 on a GPU, int8 through onnxruntime's
-quantization. :func:`select_and_write` builds each variant the machine can run beside the destination,
+A pipeline (export/image.py, export/text.py) lists its :class:`Variant` s per served file, each on a
+device: for CPU serving fp32, bf16 where the CPU has bf16 instructions and int8 through onnxruntime's
+quantization; for GPU serving fp32, fp16 and bf16 (compute capability 8.0 and up) on the GPU, never int8
+(:func:`why_unavailable`, for the device described in export/device.py). :func:`select_and_write` builds
+each variant offered beside the destination,
 gates it against eager fp32 on real inputs (:mod:`export.gates`), times every variant that passed
 in-process at each batch size of the pipeline's workload (interleaved rounds, best round kept: this
 machine is shared and noisy), and moves the fastest onto the served file. A failing variant is reported
@@ -29,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from export.common import ExportError, write_text_atomically
+from export.device import Capabilities
 from export.gates import GateResult
 
 logger = logging.getLogger(__name__)
@@ -46,68 +49,44 @@ Runner = Callable[[Any], Any]
 Batch = tuple[Any, int]  # (runner input, number of items in it)
 
 
-@dataclass(frozen=True, kw_only=True)
-class Capabilities:
-    """What the exporting machine can compute fast (CPU instruction flags, a CUDA device), and whether a GPU
-    serves the models (by default: where the export sees one; an export container without a GPU that
-    fills the repository of a GPU server says so, ``python -m export --served-on gpu``)."""
-
-    cpu_flags: frozenset[str]
-    cuda: bool
-    served_on_gpu: bool | None = None  # None: the same as ``cuda``
-
-    @property
-    def gpu_serves(self) -> bool:
-        return self.cuda if self.served_on_gpu is None else self.served_on_gpu
-
-    @property
-    def cpu_bf16(self) -> bool:
-        return bool({"avx512_bf16", "amx_bf16"} & self.cpu_flags)
-
-    @property
-    def cpu_vnni(self) -> bool:
-        return bool({"avx512_vnni", "avx_vnni", "amx_int8"} & self.cpu_flags)
-
-    @classmethod
-    def detect(
-        cls, cpuinfo: Path = Path("/proc/cpuinfo"), *, served_on_gpu: bool | None = None
-    ) -> Capabilities:
-        import torch
-
-        return cls(cpu_flags=cpu_flags(cpuinfo), cuda=torch.cuda.is_available(), served_on_gpu=served_on_gpu)
-
-    def as_dict(self) -> dict[str, bool]:
-        flags = {name: bool(getattr(self, name)) for name in ("cpu_bf16", "cpu_vnni", "cuda")}
-        return flags | {"served_on_gpu": self.gpu_serves}
-
-
-def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
-    """The ``flags`` of the first processor in /proc/cpuinfo (empty where there is no such file)."""
-    try:
-        text = Path(cpuinfo).read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        logger.warning("cannot read %s; assuming no bf16/VNNI instructions", cpuinfo)
-        return frozenset()
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() == "flags":
-            return frozenset(value.split())
-    return frozenset()
-
-
 def why_unavailable(precision: str, device: str, capabilities: Capabilities) -> str | None:
-    """Why a (precision, device) variant cannot run fast here, or None when it can."""
-    if device == "cuda" and not capabilities.cuda:
-        return "no CUDA device"
-    if precision == "fp16" and device != "cuda":
+    """Why a (precision, device) variant is not offered for this export, or None when it is.
+
+    A variant is gated and timed where it runs: CUDA variants only when a GPU serves the models (and this
+    machine has it), CPU variants only when a CPU does.
+    """
+    if device == "cuda":
+        return _why_not_on_the_gpu(precision, capabilities)
+    if capabilities.gpu_serves:
+        return "a GPU serves this model: a file gated and timed on this CPU is offered only for CPU serving"
+    if precision == "fp16":
         return "fp16 runs only on a GPU here (CPUs without fp16 arithmetic emulate it slowly)"
-    if precision == "bf16" and device == "cpu" and not capabilities.cpu_bf16:
+    if precision == "bf16" and not capabilities.cpu_bf16:
         return "the CPU has no bf16 instructions (avx512_bf16 / amx_bf16)"
-    if precision == "int8" and device == "cpu" and capabilities.gpu_serves:
-        # The deployable instances are KIND_GPU, and onnxruntime's CUDA kernels multiply int8 x int8
-        # only: a u8 x s8 product (and a QDQ graph's integer ops) would run on the CPU beside the GPU.
-        return "a GPU serves this model here, and int8 CPU kernels would run beside it, off the GPU"
     return None
+
+
+def _why_not_on_the_gpu(precision: str, capabilities: Capabilities) -> str | None:
+    gpu = capabilities.cuda
+    if not capabilities.gpu_serves:
+        return "a CPU serves this model (--served-on cpu): CUDA variants are offered only for GPU serving"
+    if gpu is None:
+        return "no CUDA device"
+    if precision == "int8":
+        # onnxruntime's CUDA provider multiplies int8 x int8 only: a u8 x s8 product (and the integer ops
+        # of a QDQ graph) would run on the CPU beside the GPU, with copies each way.
+        return "int8 is never served from a GPU: its integer kernels would run on the CPU"
+    if precision == "bf16" and not gpu.bf16:
+        return (
+            f"{gpu.name} (compute capability {gpu.capability}) has no bf16 arithmetic; bf16 needs compute "
+            "capability 8.0 or later"
+        )
+    return None
+
+
+def offered(variants: Sequence[Variant], capabilities: Capabilities) -> list[str]:
+    """The names of the variants an export for ``capabilities`` builds and gates (under --precision auto)."""
+    return [v.name for v in variants if why_unavailable(v.precision, v.device, capabilities) is None]
 
 
 @dataclass(frozen=True, kw_only=True)
