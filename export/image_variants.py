@@ -38,6 +38,7 @@ from export import efficientnet_lite0, onnx_graph
 from export.common import TensorSpec
 from export.gates import GateResult, image_gate
 from export.onnx_variants import convert_fp16, quantize_int8_static
+from export.placement import require_cuda_placement
 from export.precision import Capabilities, Runner, Variant
 
 GATE_BATCH = 32
@@ -216,6 +217,7 @@ def classifier_variants(
             return onnx_session_runner(path, pixels, logits, device="cpu")
 
         def on_cuda(path: Path, what: str) -> Runner:
+            require_cuda_placement(path, {pixels.name: calibration()[:1]}, what=what)
             return onnx_session_runner(path, pixels, logits, device="cuda")
 
         def fp32_cuda(path: Path) -> Runner:

@@ -32,6 +32,7 @@ from export import onnx_graph
 from export.common import ExportError
 from export.onnx_variants import convert_fp16
 from export.per_token_int8 import Feed, rewrite
+from export.placement import require_cuda_placement
 from export.precision import Batch, Capabilities, Runner, Variant
 
 logger = logging.getLogger(__name__)
@@ -133,10 +134,12 @@ def encoder_variants(
 
         def fp32_cuda(path: Path) -> Runner:
             fp32(path)
+            require_cuda_placement(path, calibration[0], what="onnx-fp32-cuda")
             return onnx_runner(path, "cuda")
 
         def fp16(path: Path) -> Runner:
             convert_fp16(fp32_onnx_file(), path)
+            require_cuda_placement(path, calibration[0], what="onnx-fp16-cuda")
             return onnx_runner(path, "cuda")
 
         return [
