@@ -139,6 +139,28 @@ class Capabilities:
             "served_on_gpu": self.gpu_serves,
         }
 
+    def gated_on(self) -> dict[str, str | None]:
+        """Where this export gates its files, for each manifest (read back by the server's start-up
+        check, deploy/tritonserver/gpu_class_check.py): the device; for a GPU its name, compute
+        capability, CUDA and driver versions; the runtimes that gate (the local ones and the serving
+        onnxruntime, export/serving_runtime.py)."""
+        import onnxruntime
+        import torch
+
+        from export.serving_runtime import SERVING_ONNXRUNTIME
+
+        gpu = self.cuda if self.gpu_serves else None
+        return {
+            "device": "cpu" if gpu is None else "cuda",
+            "gpu_name": gpu.name if gpu else None,
+            "compute_capability": gpu.capability if gpu else None,
+            "cuda_version": gpu.cuda_version if gpu else None,
+            "driver_version": gpu.driver_version if gpu else None,
+            "torch": torch.__version__,
+            "onnxruntime": onnxruntime.__version__,
+            "serving_onnxruntime": SERVING_ONNXRUNTIME,
+        }
+
 
 def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
     """The ``flags`` of the first processor in /proc/cpuinfo (empty where there is no such file)."""
