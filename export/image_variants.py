@@ -228,11 +228,14 @@ def classifier_variants(
             convert_fp16(fp32_onnx_file(), path)
             return on_cuda(path, "onnx-fp16-cuda")
 
+        def feed(batch: np.ndarray) -> dict[str, np.ndarray]:
+            return {pixels.name: batch}
+
         return [
-            Variant(name="onnx-fp32", precision="fp32", device="cpu", build=fp32),
-            Variant(name="onnx-int8-static-qdq", precision="int8", device="cpu", build=int8),
-            Variant(name="onnx-fp32-cuda", precision="fp32", device="cuda", build=fp32_cuda),
-            Variant(name="onnx-fp16-cuda", precision="fp16", device="cuda", build=fp16),
+            Variant(name="onnx-fp32", precision="fp32", device="cpu", build=fp32, feed=feed),
+            Variant(name="onnx-int8-static-qdq", precision="int8", device="cpu", build=int8, feed=feed),
+            Variant(name="onnx-fp32-cuda", precision="fp32", device="cuda", build=fp32_cuda, feed=feed),
+            Variant(name="onnx-fp16-cuda", precision="fp16", device="cuda", build=fp16, feed=feed),
         ]
 
     def reduced(dtype: torch.dtype, device: str) -> Callable[[Path], Runner]:

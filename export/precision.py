@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from export import serving_runtime
 from export.common import ExportError, write_text_atomically
 from export.device import Capabilities
 from export.gates import GateResult
@@ -43,6 +44,7 @@ RECORD_DIR = Path("build") / "precision"
 RECORD_FORMAT = 1
 TIMING_ROUNDS = 3
 TIMING_MIN_S = 0.5
+SERVING_LABEL = f"onnxruntime {serving_runtime.SERVING_ONNXRUNTIME} (the serving runtime)"
 KEPT_PRECISIONS = ("fp32",)  # the benchmark compares the served file with the fp32 one
 
 Runner = Callable[[Any], Any]
@@ -97,6 +99,8 @@ class Variant:
     precision: str
     device: str
     build: Callable[[Path], Runner]
+    # An ONNX file's runner input as onnxruntime's feed: the file is gated again in the serving runtime.
+    feed: Callable[[Any], dict[str, Any]] | None = None
 
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS or self.device not in DEVICES:
@@ -116,6 +120,7 @@ class Candidate:
     status: str  # served | passed | failed gate | build failed | not runnable here | not requested
     reason: str = ""
     gate: GateResult | None = None
+    serving_gate: GateResult | None = None  # the same gate, the file run by the serving onnxruntime
     items_per_s: dict[int, float] = field(default_factory=dict)
     kept_file: str | None = None  # name of this variant's file kept beside the record (not served)
 
@@ -135,6 +140,7 @@ class Candidate:
             "status": self.status,
             "reason": self.reason,
             "gate": self.gate.as_dict() if self.gate else None,
+            "serving_gate": self.serving_gate.as_dict() if self.serving_gate else None,
             "items_per_s": {str(size): rate for size, rate in self.items_per_s.items()},
             "kept_file": self.kept_file,
         }
@@ -256,6 +262,8 @@ def _build_and_gate(
     try:
         runner = variant.build(path)
         candidate.gate = gate(runner)
+        if candidate.gate.passed and variant.feed is not None:  # an ONNX file: the serving runtime too
+            candidate.serving_gate = serving_runtime.serving_gate(path, variant.device, variant.feed, gate)
     except Exception as e:
         path.unlink(missing_ok=True)
         if variant.precision == "fp32":
@@ -264,9 +272,14 @@ def _build_and_gate(
         logger.warning("%s: %s", variant.name, candidate.reason)
         return candidate, None
     logger.info("%s: %s", variant.name, candidate.gate.summary())
-    if not candidate.gate.passed:
+    if candidate.serving_gate is not None:
+        logger.info("%s, %s: %s", variant.name, SERVING_LABEL, candidate.serving_gate.summary())
+    failures = candidate.gate.failures or [
+        f"{SERVING_LABEL}: {failure}" for failure in (candidate.serving_gate or candidate.gate).failures
+    ]
+    if failures:
         path.unlink(missing_ok=True)
-        candidate.status, candidate.reason = "failed gate", "; ".join(candidate.gate.failures)
+        candidate.status, candidate.reason = "failed gate", "; ".join(failures)
         return candidate, None
     candidate.status = "passed"
     return candidate, (path, runner)
@@ -304,7 +317,8 @@ def format_table(candidates: Sequence[Candidate], reference: GateResult | None =
     for c in candidates:
         speed = ", ".join(f"b{size} {rate:.0f}/s" for size, rate in c.items_per_s.items())
         gate = c.gate.summary() if c.gate else ""
-        detail = " | ".join(part for part in (speed, gate, c.reason if not c.gate else "") if part)
+        serving = f"{SERVING_LABEL}: {c.serving_gate.summary()}" if c.serving_gate else ""
+        detail = " | ".join(part for part in (speed, gate, serving, c.reason if not c.gate else "") if part)
         lines.append(f"    {c.variant:<28} {c.status:<18} {detail}")
     if reference is not None:
         lines.append(f"    reference ({reference.gate}): {reference.summary()}")
@@ -374,6 +388,8 @@ def markdown_table(records: Sequence[dict]) -> str:
         for c in record["candidates"]:
             gate = c["gate"]
             numbers = _numbers(gate["metrics"]) if gate else c["reason"]
+            if c.get("serving_gate"):
+                numbers += f"; {SERVING_LABEL}: {_numbers(c['serving_gate']['metrics'])}"
             speed = ", ".join(f"{size}: {rate:.0f}" for size, rate in c["items_per_s"].items())
             rows.append(f"| {record['model']} | {c['variant']} | {c['status']} | {numbers} | {speed} |")
         reference = record.get("reference")

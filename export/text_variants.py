@@ -142,11 +142,14 @@ def encoder_variants(
             require_cuda_placement(path, calibration[0], what="onnx-fp16-cuda")
             return onnx_runner(path, "cuda")
 
+        def feed(batch: tuple[np.ndarray, np.ndarray]) -> dict[str, np.ndarray]:
+            return dict(zip(calibration[0], batch, strict=True))  # a feed's names are the graph's inputs
+
         return [
-            Variant(name="onnx-fp32", precision="fp32", device="cpu", build=fp32),
-            Variant(name="onnx-int8-per-token", precision="int8", device="cpu", build=int8),
-            Variant(name="onnx-fp32-cuda", precision="fp32", device="cuda", build=fp32_cuda),
-            Variant(name="onnx-fp16-cuda", precision="fp16", device="cuda", build=fp16),
+            Variant(name="onnx-fp32", precision="fp32", device="cpu", build=fp32, feed=feed),
+            Variant(name="onnx-int8-per-token", precision="int8", device="cpu", build=int8, feed=feed),
+            Variant(name="onnx-fp32-cuda", precision="fp32", device="cuda", build=fp32_cuda, feed=feed),
+            Variant(name="onnx-fp16-cuda", precision="fp16", device="cuda", build=fp16, feed=feed),
         ]
 
     def reduced(dtype: str, device: str) -> Callable[[Path], Runner]:
