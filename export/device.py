@@ -129,7 +129,10 @@ class Capabilities:
         return cls(cpu_flags=cpu_flags(cpuinfo), cuda=CudaDevice.detect(), served_on=served_on)
 
     def as_dict(self) -> dict[str, object]:
-        """What decides the variants (recorded, and part of the exported files' fingerprints)."""
+        """What decides the variants and their gates (recorded, and part of the exported files'
+        fingerprints, so that a file is re-exported when any of it changes)."""
+        from export.serving_runtime import SERVING_ONNXRUNTIME
+
         gpu = self.cuda
         return {
             "cpu_bf16": self.cpu_bf16,
@@ -137,6 +140,7 @@ class Capabilities:
             "cuda": gpu is not None,
             "gpu": None if gpu is None else f"{gpu.name} (compute capability {gpu.capability})",
             "served_on_gpu": self.gpu_serves,
+            "serving_onnxruntime": SERVING_ONNXRUNTIME,
         }
 
     def gated_on(self) -> dict[str, str | None]:

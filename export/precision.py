@@ -71,7 +71,8 @@ def why_unavailable(precision: str, device: str, capabilities: Capabilities) -> 
 def _why_not_on_the_gpu(precision: str, capabilities: Capabilities) -> str | None:
     gpu = capabilities.cuda
     if not capabilities.gpu_serves:
-        return "a CPU serves this model (--served-on cpu): CUDA variants are offered only for GPU serving"
+        why = "--served-on cpu" if capabilities.served_on == "cpu" else "this machine has no GPU"
+        return f"a CPU serves this model ({why}): CUDA variants are offered only for GPU serving"
     if gpu is None:
         return "no CUDA device"
     if precision == "int8":

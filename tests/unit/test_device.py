@@ -130,6 +130,7 @@ def test_every_variant_not_offered_says_why() -> None:
     )
     for_cpu = Capabilities(cpu_flags=ZEN4, cuda=H100, served_on="cpu")
     assert "--served-on cpu" in why_unavailable("fp16", "cuda", for_cpu)
+    assert "this machine has no GPU" in why_unavailable("fp16", "cuda", Capabilities(cpu_flags=ZEN4))
 
 
 def test_serving_on_a_gpu_without_one_here_is_refused_with_the_fix() -> None:
