@@ -6,6 +6,10 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 EXPORTED := build/.exported
+# The onnxruntime of the Triton container (export/serving_runtime.py): every ONNX file is gated with it too.
+SERVING_ONNXRUNTIME := 1.19.2
+SERVING_RUNTIME := build/serving-runtime
+SERVING_STAMP := $(SERVING_RUNTIME)/.installed
 
 .DEFAULT_GOAL := help
 .PHONY: help venv system-tools export derive demo test test-unit test-integration serve bench bench-full bench-gpu tune lint lock clean
@@ -24,13 +28,18 @@ $(STAMP): requirements.lock pyproject.toml
 	$(PY) -m tritonlocal install-perf-analyzer
 	touch $(STAMP)
 
-venv: $(STAMP) ## create .venv with the pinned dependencies and perf_analyzer
+$(SERVING_STAMP):
+	$(PYTHON) -m venv $(SERVING_RUNTIME)
+	$(SERVING_RUNTIME)/bin/python -m pip install --quiet onnxruntime==$(SERVING_ONNXRUNTIME) "numpy<2"
+	touch $(SERVING_STAMP)
+
+venv: $(STAMP) $(SERVING_STAMP) ## create .venv with the pinned dependencies and perf_analyzer, and build/serving-runtime
 
 system-tools: ## Debian's prometheus (with promtool) and nginx, for the monitoring and replica tests
 	@{ command -v prometheus && command -v promtool && { command -v nginx || test -x /usr/sbin/nginx; }; } >/dev/null 2>&1 || \
 	  { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus nginx; }
 
-$(EXPORTED): $(STAMP) $(wildcard export/*.py) $(wildcard model_repository/*/config.pbtxt)
+$(EXPORTED): $(STAMP) $(SERVING_STAMP) $(wildcard export/*.py) $(wildcard model_repository/*/config.pbtxt)
 	$(PY) -m export
 	@mkdir -p build && touch $(EXPORTED)
 
@@ -45,7 +54,7 @@ demo: $(EXPORTED) ## main job: start a local tritonserver, send real requests, s
 test: $(EXPORTED) system-tools ## run the test suite against a real local tritonserver
 	$(PY) -m pytest
 
-test-unit: $(STAMP) system-tools ## tests that need no server
+test-unit: $(STAMP) $(SERVING_STAMP) system-tools ## tests that need no server
 	$(PY) -m pytest tests/unit
 
 test-integration: $(EXPORTED) system-tools ## tests against the real server

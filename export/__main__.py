@@ -29,9 +29,11 @@ def main(argv: list[str] | None = None) -> int:
     # per rescaled bias at INFO on the root logger: hundreds for one model).
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("export").setLevel(logging.INFO)
-    capabilities = Capabilities.detect(
-        served_on_gpu={"here": None, "gpu": True, "cpu": False}[args.served_on]
-    )
+    try:
+        capabilities = Capabilities.detect(served_on=args.served_on)
+    except ExportError as e:  # --served-on gpu where there is no GPU
+        print(f"export refused: {e}", file=sys.stderr)
+        return 2
     print(f"precision {args.precision}; this machine: {capabilities.as_dict()}")
     for pipeline in (args.only,) if args.only else PIPELINES:
         module_name = f"export.{pipeline}"
@@ -69,9 +71,9 @@ def _parser() -> argparse.ArgumentParser:
         "--served-on",
         choices=("here", "gpu", "cpu"),
         default="here",
-        help="where the models will be served: here (a GPU if this machine has one), or say so when "
-        "exporting for another host, as the deployments' export containers do (gpu: CPU-only int8 "
-        "is not offered, since a GPU server would run it beside the GPU)",
+        help="where the models will be served: here (a GPU if this machine has one), gpu (this machine "
+        "must have a GPU of the serving class: fp16/bf16 are gated on it, int8 and CPU-gated files are "
+        "never offered) or cpu (CPU variants, also on a machine with a GPU)",
     )
     parser.add_argument(
         "--repository",

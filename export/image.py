@@ -266,6 +266,7 @@ def export_classifier(
         "max_abs_logit_diff": verification.max_abs_logit_diff if verification else None,
         "batch_sizes": verification.batch_sizes if verification else None,
         "precision": selection.as_dict(),
+        "gated_on": capabilities.gated_on(),
     }
     write_manifest(destination, inputs, details)
     write_record(selection, record_dir)

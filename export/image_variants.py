@@ -13,10 +13,12 @@ flips some of their top classes; a reduced precision, whose rounding moves the l
 agree with fp32 more often than fp32 agrees with itself there. The export records it beside the
 variants' gate numbers; it is a reference, never a threshold.
 
-Variants: ONNX fp32, ONNX int8 (static QDQ, per-channel weights), ONNX fp16 (GPU); TorchScript fp32,
-bf16 channels-last (CPU with bf16 instructions, and GPU), fp16 (GPU). A reduced-precision TorchScript file
-folds the batch norms into the convolutions in float32 before the cast, casts its float32 input to its
-own dtype and its logits back to float32, so the served tensor types stay as the config declares them.
+Variants, each gated on the device that serves it (export/device.py): for a CPU, ONNX fp32 and int8
+(static QDQ, per-channel weights), TorchScript fp32 and bf16 channels-last (with bf16 instructions); for
+a GPU, ONNX fp32 and fp16, TorchScript fp32, fp16 and bf16 (compute capability 8.0 and up). A
+reduced-precision TorchScript file folds the batch norms into the convolutions in float32 before the
+cast, casts its float32 input to its own dtype and its logits back to float32, so the served tensor
+types stay as the config declares them.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from export import efficientnet_lite0, onnx_graph
 from export.common import TensorSpec
 from export.gates import GateResult, image_gate
 from export.onnx_variants import convert_fp16, quantize_int8_static
+from export.placement import require_cuda_placement
 from export.precision import Capabilities, Runner, Variant
 
 GATE_BATCH = 32
@@ -172,6 +175,11 @@ def torchscript_file(
     with torch.no_grad():
         traced = torch.jit.freeze(torch.jit.trace(_Cast(converted, dtype, channels_last).eval(), example))
     torch.jit.save(traced, str(path))
+    return torchscript_runner(path, device)
+
+
+def torchscript_runner(path: Path, device: str) -> Runner:
+    """A runner on a saved classifier file, loaded onto ``device`` as the libtorch backend loads it."""
     loaded = torch.jit.load(str(path), map_location=device).eval()
 
     def run(batch: np.ndarray) -> np.ndarray:
@@ -208,14 +216,26 @@ def classifier_variants(
             )
             return onnx_session_runner(path, pixels, logits, device="cpu")
 
-        def fp16(path: Path) -> Runner:
-            convert_fp16(fp32_onnx_file(), path)
+        def on_cuda(path: Path, what: str) -> Runner:
+            require_cuda_placement(path, {pixels.name: calibration()[:1]}, what=what)
             return onnx_session_runner(path, pixels, logits, device="cuda")
 
+        def fp32_cuda(path: Path) -> Runner:
+            fp32(path)
+            return on_cuda(path, "onnx-fp32-cuda")
+
+        def fp16(path: Path) -> Runner:
+            convert_fp16(fp32_onnx_file(), path)
+            return on_cuda(path, "onnx-fp16-cuda")
+
+        def feed(batch: np.ndarray) -> dict[str, np.ndarray]:
+            return {pixels.name: batch}
+
         return [
-            Variant(name="onnx-fp32", precision="fp32", device="cpu", build=fp32),
-            Variant(name="onnx-int8-static-qdq", precision="int8", device="cpu", build=int8),
-            Variant(name="onnx-fp16-cuda", precision="fp16", device="cuda", build=fp16),
+            Variant(name="onnx-fp32", precision="fp32", device="cpu", build=fp32, feed=feed),
+            Variant(name="onnx-int8-static-qdq", precision="int8", device="cpu", build=int8, feed=feed),
+            Variant(name="onnx-fp32-cuda", precision="fp32", device="cuda", build=fp32_cuda, feed=feed),
+            Variant(name="onnx-fp16-cuda", precision="fp16", device="cuda", build=fp16, feed=feed),
         ]
 
     def reduced(dtype: torch.dtype, device: str) -> Callable[[Path], Runner]:
@@ -229,9 +249,14 @@ def classifier_variants(
             channels_last=True,
         )
 
+    def fp32_torchscript_cuda(path: Path) -> Runner:
+        fp32(path)  # traced on the CPU and verified against eager; the libtorch backend maps it to the GPU
+        return torchscript_runner(path, "cuda")
+
     bf16, half = torch.bfloat16, torch.float16
     return [
         Variant(name="torchscript-fp32", precision="fp32", device="cpu", build=fp32),
+        Variant(name="torchscript-fp32-cuda", precision="fp32", device="cuda", build=fp32_torchscript_cuda),
         Variant(
             name="torchscript-bf16-channels-last", precision="bf16", device="cpu", build=reduced(bf16, "cpu")
         ),

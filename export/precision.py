@@ -1,8 +1,10 @@
 """Precision variants of an exported model: what this machine can run, gated, timed, the fastest served.
 
-A pipeline (export/image.py, export/text.py) lists its :class:`Variant` s per served file: fp32 always,
-bf16 where the CPU has bf16 instructions (or on a GPU), fp16 on a GPU, int8 through onnxruntime's
-quantization. :func:`select_and_write` builds each variant the machine can run beside the destination,
+A pipeline (export/image.py, export/text.py) lists its :class:`Variant` s per served file, each on a
+device: for CPU serving fp32, bf16 where the CPU has bf16 instructions and int8 through onnxruntime's
+quantization; for GPU serving fp32, fp16 and bf16 (compute capability 8.0 and up) on the GPU, never int8
+(:func:`why_unavailable`, for the device described in export/device.py). :func:`select_and_write` builds
+each variant offered beside the destination,
 gates it against eager fp32 on real inputs (:mod:`export.gates`), times every variant that passed
 in-process at each batch size of the pipeline's workload (interleaved rounds, best round kept: this
 machine is shared and noisy), and moves the fastest onto the served file. A failing variant is reported
@@ -28,7 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from export import serving_runtime
 from export.common import ExportError, write_text_atomically
+from export.device import Capabilities
 from export.gates import GateResult
 
 logger = logging.getLogger(__name__)
@@ -40,74 +44,52 @@ RECORD_DIR = Path("build") / "precision"
 RECORD_FORMAT = 1
 TIMING_ROUNDS = 3
 TIMING_MIN_S = 0.5
+SERVING_LABEL = f"onnxruntime {serving_runtime.SERVING_ONNXRUNTIME} (the serving runtime)"
 KEPT_PRECISIONS = ("fp32",)  # the benchmark compares the served file with the fp32 one
 
 Runner = Callable[[Any], Any]
 Batch = tuple[Any, int]  # (runner input, number of items in it)
 
 
-@dataclass(frozen=True, kw_only=True)
-class Capabilities:
-    """What the exporting machine can compute fast (CPU instruction flags, a CUDA device), and whether a GPU
-    serves the models (by default: where the export sees one; an export container without a GPU that
-    fills the repository of a GPU server says so, ``python -m export --served-on gpu``)."""
-
-    cpu_flags: frozenset[str]
-    cuda: bool
-    served_on_gpu: bool | None = None  # None: the same as ``cuda``
-
-    @property
-    def gpu_serves(self) -> bool:
-        return self.cuda if self.served_on_gpu is None else self.served_on_gpu
-
-    @property
-    def cpu_bf16(self) -> bool:
-        return bool({"avx512_bf16", "amx_bf16"} & self.cpu_flags)
-
-    @property
-    def cpu_vnni(self) -> bool:
-        return bool({"avx512_vnni", "avx_vnni", "amx_int8"} & self.cpu_flags)
-
-    @classmethod
-    def detect(
-        cls, cpuinfo: Path = Path("/proc/cpuinfo"), *, served_on_gpu: bool | None = None
-    ) -> Capabilities:
-        import torch
-
-        return cls(cpu_flags=cpu_flags(cpuinfo), cuda=torch.cuda.is_available(), served_on_gpu=served_on_gpu)
-
-    def as_dict(self) -> dict[str, bool]:
-        flags = {name: bool(getattr(self, name)) for name in ("cpu_bf16", "cpu_vnni", "cuda")}
-        return flags | {"served_on_gpu": self.gpu_serves}
-
-
-def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
-    """The ``flags`` of the first processor in /proc/cpuinfo (empty where there is no such file)."""
-    try:
-        text = Path(cpuinfo).read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        logger.warning("cannot read %s; assuming no bf16/VNNI instructions", cpuinfo)
-        return frozenset()
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() == "flags":
-            return frozenset(value.split())
-    return frozenset()
-
-
 def why_unavailable(precision: str, device: str, capabilities: Capabilities) -> str | None:
-    """Why a (precision, device) variant cannot run fast here, or None when it can."""
-    if device == "cuda" and not capabilities.cuda:
-        return "no CUDA device"
-    if precision == "fp16" and device != "cuda":
+    """Why a (precision, device) variant is not offered for this export, or None when it is.
+
+    A variant is gated and timed where it runs: CUDA variants only when a GPU serves the models (and this
+    machine has it), CPU variants only when a CPU does.
+    """
+    if device == "cuda":
+        return _why_not_on_the_gpu(precision, capabilities)
+    if capabilities.gpu_serves:
+        return "a GPU serves this model: a file gated and timed on this CPU is offered only for CPU serving"
+    if precision == "fp16":
         return "fp16 runs only on a GPU here (CPUs without fp16 arithmetic emulate it slowly)"
-    if precision == "bf16" and device == "cpu" and not capabilities.cpu_bf16:
+    if precision == "bf16" and not capabilities.cpu_bf16:
         return "the CPU has no bf16 instructions (avx512_bf16 / amx_bf16)"
-    if precision == "int8" and device == "cpu" and capabilities.gpu_serves:
-        # The deployable instances are KIND_GPU, and onnxruntime's CUDA kernels multiply int8 x int8
-        # only: a u8 x s8 product (and a QDQ graph's integer ops) would run on the CPU beside the GPU.
-        return "a GPU serves this model here, and int8 CPU kernels would run beside it, off the GPU"
     return None
+
+
+def _why_not_on_the_gpu(precision: str, capabilities: Capabilities) -> str | None:
+    gpu = capabilities.cuda
+    if not capabilities.gpu_serves:
+        why = "--served-on cpu" if capabilities.served_on == "cpu" else "this machine has no GPU"
+        return f"a CPU serves this model ({why}): CUDA variants are offered only for GPU serving"
+    if gpu is None:
+        return "no CUDA device"
+    if precision == "int8":
+        # onnxruntime's CUDA provider multiplies int8 x int8 only: a u8 x s8 product (and the integer ops
+        # of a QDQ graph) would run on the CPU beside the GPU, with copies each way.
+        return "int8 is never served from a GPU: its integer kernels would run on the CPU"
+    if precision == "bf16" and not gpu.bf16:
+        return (
+            f"{gpu.name} (compute capability {gpu.capability}) has no bf16 arithmetic; bf16 needs compute "
+            "capability 8.0 or later"
+        )
+    return None
+
+
+def offered(variants: Sequence[Variant], capabilities: Capabilities) -> list[str]:
+    """The names of the variants an export for ``capabilities`` builds and gates (under --precision auto)."""
+    return [v.name for v in variants if why_unavailable(v.precision, v.device, capabilities) is None]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -118,6 +100,8 @@ class Variant:
     precision: str
     device: str
     build: Callable[[Path], Runner]
+    # An ONNX file's runner input as onnxruntime's feed: the file is gated again in the serving runtime.
+    feed: Callable[[Any], dict[str, Any]] | None = None
 
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS or self.device not in DEVICES:
@@ -137,6 +121,7 @@ class Candidate:
     status: str  # served | passed | failed gate | build failed | not runnable here | not requested
     reason: str = ""
     gate: GateResult | None = None
+    serving_gate: GateResult | None = None  # the same gate, the file run by the serving onnxruntime
     items_per_s: dict[int, float] = field(default_factory=dict)
     kept_file: str | None = None  # name of this variant's file kept beside the record (not served)
 
@@ -156,6 +141,7 @@ class Candidate:
             "status": self.status,
             "reason": self.reason,
             "gate": self.gate.as_dict() if self.gate else None,
+            "serving_gate": self.serving_gate.as_dict() if self.serving_gate else None,
             "items_per_s": {str(size): rate for size, rate in self.items_per_s.items()},
             "kept_file": self.kept_file,
         }
@@ -277,6 +263,8 @@ def _build_and_gate(
     try:
         runner = variant.build(path)
         candidate.gate = gate(runner)
+        if candidate.gate.passed and variant.feed is not None:  # an ONNX file: the serving runtime too
+            candidate.serving_gate = serving_runtime.serving_gate(path, variant.device, variant.feed, gate)
     except Exception as e:
         path.unlink(missing_ok=True)
         if variant.precision == "fp32":
@@ -285,9 +273,14 @@ def _build_and_gate(
         logger.warning("%s: %s", variant.name, candidate.reason)
         return candidate, None
     logger.info("%s: %s", variant.name, candidate.gate.summary())
-    if not candidate.gate.passed:
+    if candidate.serving_gate is not None:
+        logger.info("%s, %s: %s", variant.name, SERVING_LABEL, candidate.serving_gate.summary())
+    failures = candidate.gate.failures or [
+        f"{SERVING_LABEL}: {failure}" for failure in (candidate.serving_gate or candidate.gate).failures
+    ]
+    if failures:
         path.unlink(missing_ok=True)
-        candidate.status, candidate.reason = "failed gate", "; ".join(candidate.gate.failures)
+        candidate.status, candidate.reason = "failed gate", "; ".join(failures)
         return candidate, None
     candidate.status = "passed"
     return candidate, (path, runner)
@@ -325,7 +318,8 @@ def format_table(candidates: Sequence[Candidate], reference: GateResult | None =
     for c in candidates:
         speed = ", ".join(f"b{size} {rate:.0f}/s" for size, rate in c.items_per_s.items())
         gate = c.gate.summary() if c.gate else ""
-        detail = " | ".join(part for part in (speed, gate, c.reason if not c.gate else "") if part)
+        serving = f"{SERVING_LABEL}: {c.serving_gate.summary()}" if c.serving_gate else ""
+        detail = " | ".join(part for part in (speed, gate, serving, c.reason if not c.gate else "") if part)
         lines.append(f"    {c.variant:<28} {c.status:<18} {detail}")
     if reference is not None:
         lines.append(f"    reference ({reference.gate}): {reference.summary()}")
@@ -395,6 +389,8 @@ def markdown_table(records: Sequence[dict]) -> str:
         for c in record["candidates"]:
             gate = c["gate"]
             numbers = _numbers(gate["metrics"]) if gate else c["reason"]
+            if c.get("serving_gate"):
+                numbers += f"; {SERVING_LABEL}: {_numbers(c['serving_gate']['metrics'])}"
             speed = ", ".join(f"{size}: {rate:.0f}" for size, rate in c["items_per_s"].items())
             rows.append(f"| {record['model']} | {c['variant']} | {c['status']} | {numbers} | {speed} |")
         reference = record.get("reference")

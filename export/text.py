@@ -260,6 +260,7 @@ def _export_if_stale(
         "min_cosine": MIN_COSINE,
         "input_bounds": {ids_name: [0, vocabulary - 1]},
         "precision": selection.as_dict(),
+        "gated_on": capabilities.gated_on(),
     }
     write_manifest(destination, inputs, details)
     write_record(selection, record_dir)

@@ -6,8 +6,10 @@ nearest-neighbour retrieval over the corpus (export/gates.py). The timing worklo
 sentence at a time (batch 1) and in length-sorted batches of 32, fed as the ragged encoder takes them:
 all token ids concatenated, and each sentence's length.
 
-Variants: TorchScript fp32, bf16 (CPU with bf16 instructions, and GPU), fp16 (GPU); ONNX fp32, fp16 (GPU)
-and int8 with per-token activation ranges and smoothed channels (export/per_token_int8.py; CPU only).
+Variants, each gated on the device that serves it (export/device.py): for a CPU, TorchScript fp32 and bf16
+(with bf16 instructions), ONNX fp32 and int8 with per-token activation ranges and smoothed channels
+(export/per_token_int8.py); for a GPU, TorchScript fp32, fp16 and bf16 (compute capability 8.0 and up)
+and ONNX fp32 and fp16 (float16 inside, float32 inputs and outputs).
 onnxruntime's dynamic int8 is not a variant: its activation range is taken over the whole batch, so a
 sentence embedded in a batch differs from the same sentence alone, which the batch-invariance gate
 refuses (docs/measurements.md).
@@ -30,6 +32,7 @@ from export import onnx_graph
 from export.common import ExportError
 from export.onnx_variants import convert_fp16
 from export.per_token_int8 import Feed, rewrite
+from export.placement import require_cuda_placement
 from export.precision import Batch, Capabilities, Runner, Variant
 
 logger = logging.getLogger(__name__)
@@ -118,8 +121,9 @@ def encoder_variants(
     calibration: Sequence[Feed],
     capabilities: Capabilities,
 ) -> list[Variant]:
-    """The variants of one encoder file. ``fp32`` writes and verifies the float32 file;
-    ``reduced_torchscript(path, dtype_name, device)`` writes a bf16/fp16 TorchScript file."""
+    """The variants of one encoder file. ``fp32`` writes and verifies the float32 file (on the CPU);
+    ``reduced_torchscript(path, dtype_name, device)`` writes a TorchScript file in that dtype on that device
+    (float32 on "cuda" verified as ``fp32`` is)."""
     if kind == "onnx":
 
         def int8(path: Path) -> Runner:
@@ -128,14 +132,24 @@ def encoder_variants(
             )
             return onnx_runner(path, "cpu")
 
-        def fp16(path: Path) -> Runner:
-            convert_fp16(fp32_onnx_file(), path)
+        def fp32_cuda(path: Path) -> Runner:
+            fp32(path)
+            require_cuda_placement(path, calibration[0], what="onnx-fp32-cuda")
             return onnx_runner(path, "cuda")
 
+        def fp16(path: Path) -> Runner:
+            convert_fp16(fp32_onnx_file(), path)
+            require_cuda_placement(path, calibration[0], what="onnx-fp16-cuda")
+            return onnx_runner(path, "cuda")
+
+        def feed(batch: tuple[np.ndarray, np.ndarray]) -> dict[str, np.ndarray]:
+            return dict(zip(calibration[0], batch, strict=True))  # a feed's names are the graph's inputs
+
         return [
-            Variant(name="onnx-fp32", precision="fp32", device="cpu", build=fp32),
-            Variant(name="onnx-int8-per-token", precision="int8", device="cpu", build=int8),
-            Variant(name="onnx-fp16-cuda", precision="fp16", device="cuda", build=fp16),
+            Variant(name="onnx-fp32", precision="fp32", device="cpu", build=fp32, feed=feed),
+            Variant(name="onnx-int8-per-token", precision="int8", device="cpu", build=int8, feed=feed),
+            Variant(name="onnx-fp32-cuda", precision="fp32", device="cuda", build=fp32_cuda, feed=feed),
+            Variant(name="onnx-fp16-cuda", precision="fp16", device="cuda", build=fp16, feed=feed),
         ]
 
     def reduced(dtype: str, device: str) -> Callable[[Path], Runner]:
@@ -144,6 +158,9 @@ def encoder_variants(
     return [
         Variant(name="torchscript-fp32", precision="fp32", device="cpu", build=fp32),
         Variant(name="torchscript-bf16", precision="bf16", device="cpu", build=reduced("bfloat16", "cpu")),
+        Variant(
+            name="torchscript-fp32-cuda", precision="fp32", device="cuda", build=reduced("float32", "cuda")
+        ),
         Variant(
             name="torchscript-bf16-cuda", precision="bf16", device="cuda", build=reduced("bfloat16", "cuda")
         ),

@@ -52,6 +52,8 @@ def repository(tmp_path: Path) -> Path:
         for file in files:
             (repo / name / "1" / file).write_bytes(b"weights or code of " + name.encode())
     (repo / "tokenizer" / "1" / "__pycache__").mkdir()
+    (repo / "encoder" / "1" / ".export.json").write_text('{"gated_on": {"device": "cpu"}}')
+    (repo / "encoder" / "1" / ".model.onnx.tmp").write_text("a temporary of an interrupted export")
     return repo
 
 
@@ -75,6 +77,8 @@ def test_the_cpu_variant_keeps_native_backends_and_moves_gpu_instances_to_the_cp
         "copied: the target is mounted on its own"
     )
     assert not (target / "tokenizer" / "1" / "__pycache__").exists()
+    # The manifest says where the file was gated, for the server's start-up check; other hidden files stay.
+    assert sorted(p.name for p in (target / "encoder" / "1").iterdir()) == [".export.json", "model.onnx"]
     original, copied = (
         load_repository(repository)["tokenizer"].config,
         parse_config(target / "tokenizer" / "config.pbtxt"),

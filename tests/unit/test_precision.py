@@ -9,12 +9,12 @@ import pytest
 
 from export import precision
 from export.common import ExportError
+from export.device import Capabilities, CudaDevice
 from export.gates import image_gate, nearest_neighbours, overlap, text_gate
-from export.precision import Capabilities, Variant, select_and_write
+from export.precision import Variant, select_and_write
 
-ZEN4_FLAGS = "fpu sse sse2 avx2 avx512f avx512_bf16 avx512_vnni"
-NO_BF16 = Capabilities(cpu_flags=frozenset({"avx2", "avx512f"}), cuda=False)
-WITH_BF16 = Capabilities(cpu_flags=frozenset({"avx512_bf16", "avx512_vnni"}), cuda=False)
+NO_BF16 = Capabilities(cpu_flags=frozenset({"avx2", "avx512f"}))
+WITH_BF16 = Capabilities(cpu_flags=frozenset({"avx512_bf16", "avx512_vnni"}))
 
 
 # -- gates --------------------------------------------------------------------------------------------------
@@ -81,14 +81,6 @@ def test_gates_reject_arrays_of_different_shapes() -> None:
 
 
 # -- capabilities -------------------------------------------------------------------------------------------
-def test_cpu_flags_come_from_the_cpuinfo_flags_line(tmp_path: Path) -> None:
-    cpuinfo = tmp_path / "cpuinfo"
-    cpuinfo.write_text(f"processor\t: 0\nmodel name\t: Some CPU\nflags\t\t: {ZEN4_FLAGS}\n\n")
-    capabilities = Capabilities(cpu_flags=precision.cpu_flags(cpuinfo), cuda=False)
-    assert capabilities.cpu_bf16 and capabilities.cpu_vnni
-    assert precision.cpu_flags(tmp_path / "missing") == frozenset()
-
-
 def test_bf16_and_fp16_are_unavailable_without_the_hardware_for_them() -> None:
     assert precision.why_unavailable("bf16", "cpu", NO_BF16) is not None
     assert precision.why_unavailable("bf16", "cpu", WITH_BF16) is None
@@ -98,15 +90,13 @@ def test_bf16_and_fp16_are_unavailable_without_the_hardware_for_them() -> None:
 
 
 def test_cpu_int8_is_not_offered_where_a_gpu_serves_the_model() -> None:
-    with_gpu = Capabilities(cpu_flags=frozenset({"avx512_vnni"}), cuda=True)
+    gpu = CudaDevice(name="NVIDIA L4", compute_capability=(8, 9))
+    with_gpu = Capabilities(cpu_flags=frozenset({"avx512_vnni"}), cuda=gpu)
     assert "GPU" in precision.why_unavailable("int8", "cpu", with_gpu)
     assert precision.why_unavailable("fp16", "cuda", with_gpu) is None
-    # An export container without a GPU that fills a GPU server's repository (--served-on gpu) ...
-    for_gpu_server = Capabilities(cpu_flags=frozenset({"avx512_vnni"}), cuda=False, served_on_gpu=True)
-    assert "GPU" in precision.why_unavailable("int8", "cpu", for_gpu_server)
-    assert for_gpu_server.as_dict()["served_on_gpu"] is True
+    assert with_gpu.as_dict()["served_on_gpu"] is True
     # ... and a GPU machine exporting for CPU servers (--served-on cpu).
-    for_cpu_server = Capabilities(cpu_flags=frozenset({"avx512_vnni"}), cuda=True, served_on_gpu=False)
+    for_cpu_server = Capabilities(cpu_flags=frozenset({"avx512_vnni"}), cuda=gpu, served_on="cpu")
     assert precision.why_unavailable("int8", "cpu", for_cpu_server) is None
 
 

@@ -239,7 +239,13 @@ def test_fp32_pinned_export_serves_fp32_and_records_its_gate_on_the_corpus(expor
     served = record["candidates"][0]
     assert served["gate"]["samples"] == len(text_variants.corpus_sentences()) >= 200
     assert served["gate"]["metrics"]["min_cosine"] >= 0.9999
-    assert {c["status"] for c in record["candidates"][1:]} == {"not requested"}
+    others = {c["variant"]: c["status"] for c in record["candidates"][1:]}
+    assert others == {
+        "torchscript-bf16": "not requested",
+        "torchscript-fp32-cuda": "not runnable here",  # float32 too, but for GPU serving only
+        "torchscript-bf16-cuda": "not requested",
+        "torchscript-fp16-cuda": "not requested",
+    }
 
 
 def test_per_tensor_int8_fails_the_corpus_gate_and_is_not_served(
@@ -262,7 +268,7 @@ def test_per_tensor_int8_fails_the_corpus_gate_and_is_not_served(
     monkeypatch.setattr(text_variants, "encoder_variants", variants)
     context = text_export.build_context(tmp_path)
     destination = tmp_path / "minilm_onnx" / "1" / "model.onnx"
-    capabilities = Capabilities(cpu_flags=frozenset({"avx512_vnni"}), cuda=False)
+    capabilities = Capabilities(cpu_flags=frozenset({"avx512_vnni"}))
     assert text_export._export_if_stale(
         context,
         "minilm_onnx",

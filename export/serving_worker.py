@@ -1,0 +1,66 @@
+"""Worker run by the serving onnxruntime's own Python (export/serving_runtime.py): one session on a file.
+
+``python -I serving_worker.py MODEL DEVICE``. It imports only numpy and onnxruntime (it runs in
+build/serving-runtime, not in the project's environment). Messages on stdin/stdout are a status byte,
+an 8-byte big-endian length and a payload: first it sends its onnxruntime version and providers (JSON),
+then for each feed it reads (an ``.npz`` of named arrays) it answers the first output (an ``.npy``) or an
+error message; it exits at the end of its input.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import struct
+import sys
+
+import numpy as np
+import onnxruntime
+
+_HEADER = struct.Struct(">cQ")  # the same framing as export.serving_runtime
+_PROVIDERS = {"cpu": ["CPUExecutionProvider"], "cuda": ["CUDAExecutionProvider"]}
+
+
+def _send(payload: bytes, status: bytes = b"0") -> None:
+    sys.stdout.buffer.write(_HEADER.pack(status, len(payload)) + payload)
+    sys.stdout.buffer.flush()
+
+
+def _session(model: str, device: str) -> onnxruntime.InferenceSession:
+    if device == "cuda" and "CUDAExecutionProvider" not in onnxruntime.get_available_providers():
+        raise RuntimeError(
+            f"this onnxruntime {onnxruntime.__version__} has no CUDA provider: gate a file for CUDA where "
+            f"the onnxruntime-gpu build of {onnxruntime.__version__} is installed (the export image)"
+        )
+    options = onnxruntime.SessionOptions()
+    options.log_severity_level = 3
+    return onnxruntime.InferenceSession(model, options, providers=_PROVIDERS[device])
+
+
+def main(model: str, device: str) -> int:
+    try:
+        session = _session(model, device)
+    except Exception as e:  # the file does not load in this runtime: say why, then stop
+        _send(f"{type(e).__name__}: {e}".encode(), b"1")
+        return 1
+    info = {"onnxruntime": onnxruntime.__version__, "providers": session.get_providers()}
+    _send(json.dumps(info).encode())
+    while True:
+        header = sys.stdin.buffer.read(_HEADER.size)
+        if len(header) < _HEADER.size:
+            return 0
+        _, length = _HEADER.unpack(header)
+        try:
+            with np.load(io.BytesIO(sys.stdin.buffer.read(length)), allow_pickle=False) as arrays:
+                feed = {name: arrays[name] for name in arrays.files}
+            output = session.run(None, feed)[0]
+        except Exception as e:  # a feed this file refuses: the caller fails the variant with this message
+            _send(f"{type(e).__name__}: {e}".encode(), b"1")
+            continue
+        buffer = io.BytesIO()
+        np.save(buffer, output, allow_pickle=False)
+        _send(buffer.getvalue())
+
+
+if __name__ == "__main__":
+    sys.exit(main(*sys.argv[1:3]))
