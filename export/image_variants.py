@@ -208,35 +208,14 @@ def classifier_variants(
 ) -> list[Variant]:
     """The variants of one classifier file; ``fp32`` writes and verifies the float32 file."""
     if kind == "onnx":
-
-        def int8(path: Path) -> Runner:
-            feeds = ({pixels.name: row[None]} for row in calibration())
-            quantize_int8_static(
-                fp32_onnx_file(), path, calibration=feeds, reduce_range=not capabilities.cpu_vnni
-            )
-            return onnx_session_runner(path, pixels, logits, device="cpu")
-
-        def on_cuda(path: Path, what: str) -> Runner:
-            require_cuda_placement(path, {pixels.name: calibration()[:1]}, what=what)
-            return onnx_session_runner(path, pixels, logits, device="cuda")
-
-        def fp32_cuda(path: Path) -> Runner:
-            fp32(path)
-            return on_cuda(path, "onnx-fp32-cuda")
-
-        def fp16(path: Path) -> Runner:
-            convert_fp16(fp32_onnx_file(), path)
-            return on_cuda(path, "onnx-fp16-cuda")
-
-        def feed(batch: np.ndarray) -> dict[str, np.ndarray]:
-            return {pixels.name: batch}
-
-        return [
-            Variant(name="onnx-fp32", precision="fp32", device="cpu", build=fp32, feed=feed),
-            Variant(name="onnx-int8-static-qdq", precision="int8", device="cpu", build=int8, feed=feed),
-            Variant(name="onnx-fp32-cuda", precision="fp32", device="cuda", build=fp32_cuda, feed=feed),
-            Variant(name="onnx-fp16-cuda", precision="fp16", device="cuda", build=fp16, feed=feed),
-        ]
+        return _onnx_classifier_variants(
+            pixels=pixels,
+            logits=logits,
+            fp32=fp32,
+            fp32_onnx_file=fp32_onnx_file,
+            calibration=calibration,
+            capabilities=capabilities,
+        )
 
     def reduced(dtype: torch.dtype, device: str) -> Callable[[Path], Runner]:
         # Batch norms folded in float32 first, so each weight is rounded to ``dtype`` once.
@@ -262,4 +241,45 @@ def classifier_variants(
         ),
         Variant(name="torchscript-bf16-cuda", precision="bf16", device="cuda", build=reduced(bf16, "cuda")),
         Variant(name="torchscript-fp16-cuda", precision="fp16", device="cuda", build=reduced(half, "cuda")),
+    ]
+
+
+def _onnx_classifier_variants(
+    *,
+    pixels: TensorSpec,
+    logits: TensorSpec,
+    fp32: Callable[[Path], Runner],
+    fp32_onnx_file: Callable[[], Path],
+    calibration: Callable[[], np.ndarray],
+    capabilities: Capabilities,
+) -> list[Variant]:
+    """The ONNX classifier's variants: float32 and static int8 for a CPU, float32 and fp16 for CUDA."""
+
+    def int8(path: Path) -> Runner:
+        feeds = ({pixels.name: row[None]} for row in calibration())
+        quantize_int8_static(
+            fp32_onnx_file(), path, calibration=feeds, reduce_range=not capabilities.cpu_vnni
+        )
+        return onnx_session_runner(path, pixels, logits, device="cpu")
+
+    def on_cuda(path: Path, what: str) -> Runner:
+        require_cuda_placement(path, {pixels.name: calibration()[:1]}, what=what)
+        return onnx_session_runner(path, pixels, logits, device="cuda")
+
+    def fp32_cuda(path: Path) -> Runner:
+        fp32(path)
+        return on_cuda(path, "onnx-fp32-cuda")
+
+    def fp16(path: Path) -> Runner:
+        convert_fp16(fp32_onnx_file(), path)
+        return on_cuda(path, "onnx-fp16-cuda")
+
+    def feed(batch: np.ndarray) -> dict[str, np.ndarray]:
+        return {pixels.name: batch}
+
+    return [
+        Variant(name="onnx-fp32", precision="fp32", device="cpu", build=fp32, feed=feed),
+        Variant(name="onnx-int8-static-qdq", precision="int8", device="cpu", build=int8, feed=feed),
+        Variant(name="onnx-fp32-cuda", precision="fp32", device="cuda", build=fp32_cuda, feed=feed),
+        Variant(name="onnx-fp16-cuda", precision="fp16", device="cuda", build=fp16, feed=feed),
     ]

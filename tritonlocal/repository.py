@@ -40,6 +40,8 @@ PROJECT_REPOSITORY = Path(__file__).resolve().parents[1] / "model_repository"
 ONNX_FILENAME = "model.onnx"
 TORCHSCRIPT_FILENAME = "model.pt"
 # The runtime that runs an exported file outside its native backend, and the file's default name.
+# The manifest `python -m export` writes beside each exported file (what it was built from, where gated).
+EXPORT_MANIFEST = ".export.json"
 EXPORTED_FILENAMES = {"onnxruntime": ONNX_FILENAME, "torchscript": TORCHSCRIPT_FILENAME}
 # Platforms and backends that run an exported file natively in NVIDIA's container, with the runtime
 # that runs the same file inside a Python-backend model here and the file's default name.

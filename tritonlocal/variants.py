@@ -22,7 +22,14 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tritonlocal.repository import NATIVE_RUNTIMES, ModelConfig, ModelEntry, format_config, load_repository
+from tritonlocal.repository import (
+    EXPORT_MANIFEST,
+    NATIVE_RUNTIMES,
+    ModelConfig,
+    ModelEntry,
+    format_config,
+    load_repository,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -150,6 +157,4 @@ def write_variant(
 def _not_served(_folder: str, names: list[str]) -> set[str]:
     """Caches and hidden files, except the export's manifests: the server's start-up check reads where
     each exported file was gated from them (deploy/tritonserver/gpu_class_check.py)."""
-    from tritonlocal.derive import EXPORT_MANIFEST  # derive imports this module
-
     return {n for n in names if n == "__pycache__" or (n.startswith(".") and n != EXPORT_MANIFEST)}
