@@ -184,6 +184,10 @@ def test_the_export_runs_on_a_reserved_gpu_with_the_cuda_builds_of_the_servers_r
     assert "ONNXRUNTIME_PACKAGE" not in args and "TORCH_INDEX_URL" not in args, "the GPU build is the default"
     dockerfile = (ROOT / "deploy" / "export" / "Dockerfile").read_text()
     assert "ARG ONNXRUNTIME_PACKAGE=onnxruntime-gpu" in dockerfile
+    # the lock is installed with torch pinned in the same resolver run: nothing in it may replace torch
+    lock_install = re.search(r"pip install --no-cache-dir -r /tmp/requirements.txt([^&]*)", dockerfile)
+    assert lock_install and '"torch==$TORCH_VERSION"' in lock_install[1]
+    assert '"$ONNXRUNTIME_PACKAGE==$ONNXRUNTIME_VERSION"' in lock_install[1]
     assert 'CMD ["python", "-m", "export", "--served-on", "gpu"]' in dockerfile
     # torch's CUDA libraries come as wheels under the image's Python; onnxruntime-gpu finds them there.
     python = re.search(r"python:(\d+\.\d+)\.", versions["PYTHON_IMAGE"])
