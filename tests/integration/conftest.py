@@ -24,10 +24,11 @@ from tritonlocal import LocalTritonServer, ServerConfig
 
 @dataclass(frozen=True, kw_only=True)
 class ConcurrentRun:
-    """Per request, in sending order: the output's shape, or the error it got; the model's executions
-    meanwhile, and how many of them ran each batch size (rows)."""
+    """Per request, in sending order: the output's shape, or the error it got, and the output itself
+    (None for an error); the model's executions meanwhile, and how many of them ran each batch size (rows)."""
 
     outcomes: list[tuple[int, ...] | InferenceServerException]
+    outputs: list[np.ndarray | None]
     executions: int
     batch_sizes: dict[int, int]
 
@@ -52,12 +53,16 @@ def _send_concurrently(
         for index, inputs in enumerate(requests):  # built first: the asynchronous calls go out within ms
             client.async_infer(model, inputs, functools.partial(_collect, answers, index))
         outcomes: list = [None] * len(requests)
+        outputs: list = [None] * len(requests)
         for _ in requests:
             index, result, error = answers.get(timeout=60)
-            outcomes[index] = error if error is not None else result.as_numpy(output).shape
+            outputs[index] = None if error is not None else result.as_numpy(output)
+            outcomes[index] = error if error is not None else outputs[index].shape
         client.close()
         delta = stats.statistics_since(before, requests=len(requests))
-    return ConcurrentRun(outcomes=outcomes, executions=delta.executions, batch_sizes=delta.batch_executions)
+    return ConcurrentRun(
+        outcomes=outcomes, outputs=outputs, executions=delta.executions, batch_sizes=delta.batch_executions
+    )
 
 
 def _grpc_input(name: str, array: np.ndarray) -> grpcclient.InferInput:
