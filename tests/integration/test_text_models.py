@@ -79,6 +79,22 @@ def test_invalid_utf8_request_fails_alone_among_concurrent_good_ones(
     assert all(run.outcomes[i] == (1, 9) for i in range(len(payloads)) if i != bad), run.describe()
 
 
+def test_requests_held_past_their_queue_timeout_fail_together_as_the_flaky_run_did(
+    held_batch_server, send_concurrently
+) -> None:
+    """The flake of the test above, forced: before its server held the batcher, its 16 requests queued
+    behind a busy instance, and when the batcher looked again only after their 1 s queue timeout (its
+    500 ms waits, docs/failure-modes.md) all 16 were rejected together. The assertion then printed the
+    exceptions' repr, which holds neither message nor status: 16 "empty" errors. Here each request's
+    queue timeout is 1 us, so every one has expired when the held batch forms."""
+    payloads = [{"TEXT": np.array([[f"Sentence number {i}.".encode()]], dtype=np.object_)} for i in range(16)]
+    server = held_batch_server("text_tokenizer", len(payloads))
+    run = send_concurrently(server, "text_tokenizer", payloads, "INPUT_IDS", queue_timeout_us=1)
+    assert run.failures == list(range(len(payloads))), run.describe()
+    assert {str(outcome) for outcome in run.outcomes} == {"[StatusCode.UNAVAILABLE] Request timeout expired"}
+    assert repr(run.outcomes[0]) == "InferenceServerException()"  # what the flaky run's report showed
+
+
 @pytest.mark.parametrize(
     ("ensemble", "min_cosine"),
     # Same precision, same result: fp32 batched equals fp32 alone to rounding, and so does the int8
