@@ -35,10 +35,10 @@ class RetryPolicy:
     A retry is made while ``deadline_s`` seconds since the first attempt have not passed when it would
     start (its backoff sleep included). ``max_attempts`` optionally caps the count too; it counts the first
     try, and 1 means never retry. The default deadline covers a restart of the whole local repository
-    (its models load in about 15 s on two cores, docs/failure-modes.md).
+    with room to spare (its models loaded again in 15 to 24 s on two busy cores, docs/failure-modes.md).
     """
 
-    deadline_s: float = 30.0
+    deadline_s: float = 60.0
     max_attempts: int | None = None
     base_delay_s: float = 0.1
     max_delay_s: float = 2.0
