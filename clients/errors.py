@@ -18,6 +18,9 @@ from tritonclient.utils import InferenceServerException
 _RESTRICTED_MARKERS = ("restricted", "expecting header")
 _QUEUE_FULL_MARKERS = ("exceeds maximum queue size", "queue is full")
 _UNKNOWN_MODEL_MARKERS = ("unknown model",)
+# A model whose process died mid-request ("Stub process '<instance>' is not healthy", until the
+# supervisor restarts the server) or that is unloaded or loading while its server or replica restarts.
+_MODEL_RESTARTING_MARKERS = ("is not healthy", "has no available versions", "is not ready")
 
 
 class ClientError(Exception):
@@ -100,6 +103,13 @@ class ServerUnavailableError(ClientError):
     retryable = True
 
 
+class ModelRestartingError(ServerUnavailableError):
+    """The model could not compute the request because its process died or is being (re)started.
+
+    Retried: inference is idempotent (clients/retry.py), and a repair takes seconds, within the deadline.
+    """
+
+
 class ServerOverloadedError(ServerUnavailableError):
     """The model's queue is full ("Exceeds maximum queue size"); retry after a pause."""
 
@@ -141,6 +151,8 @@ def _from_server_exception(
         return ServerOverloadedError(message, **kwargs)
     if code in ("UNAVAILABLE", "503"):
         return ServerUnavailableError(message, **kwargs)
+    if any(marker in lowered for marker in _MODEL_RESTARTING_MARKERS):
+        return ModelRestartingError(message, **kwargs)
     if code in ("NOT_FOUND", "404") or any(marker in lowered for marker in _UNKNOWN_MODEL_MARKERS):
         return ModelNotFoundError(message, **kwargs)
     if code in ("INVALID_ARGUMENT", "400") or any(f"{name}: " in message for name in input_names):

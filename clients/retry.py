@@ -1,8 +1,14 @@
-"""Retries with exponential backoff and full jitter, for retryable failures only.
+"""Retries with exponential backoff and full jitter, for retryable failures only, within a deadline.
 
 Full jitter (AWS architecture blog, "Exponential Backoff And Jitter"): before attempt n+1 sleep a uniform
 random time in [0, min(max_delay_s, base_delay_s * 2**(n-1))]. Clients that failed together then come back
 spread out instead of in one synchronised wave.
+
+How long to keep trying is a time, ``deadline_s`` from the first attempt, not a count: what a retry waits
+out (a model process restarted after a crash, a server or replica restarting, a full queue draining)
+takes seconds whatever the count, and a few fast attempts are spent long before it is over. Retrying is
+safe because inference here is idempotent: every served model is a pure function of its inputs, with no
+state and no side effect, so a request computed twice gives the same answer twice.
 """
 
 from __future__ import annotations
@@ -24,18 +30,24 @@ T = TypeVar("T")
 
 @dataclass(frozen=True, kw_only=True)
 class RetryPolicy:
-    """How often and how patiently to retry a call that failed with a retryable ``ClientError``.
+    """How patiently to retry a call that failed with a retryable ``ClientError``.
 
-    ``max_attempts`` counts the first try: 1 means never retry.
+    A retry is made while ``deadline_s`` seconds since the first attempt have not passed when it would
+    start (its backoff sleep included). ``max_attempts`` optionally caps the count too; it counts the first
+    try, and 1 means never retry. The default deadline covers a restart of the whole local repository
+    with room to spare (its models loaded again in 15 to 24 s on two busy cores, docs/failure-modes.md).
     """
 
-    max_attempts: int = 4
+    deadline_s: float = 60.0
+    max_attempts: int | None = None
     base_delay_s: float = 0.1
     max_delay_s: float = 2.0
 
     def __post_init__(self) -> None:
-        if self.max_attempts < 1:
+        if self.max_attempts is not None and self.max_attempts < 1:
             raise ValueError(f"max_attempts must be at least 1 (1 = no retries), got {self.max_attempts}")
+        if self.deadline_s < 0:
+            raise ValueError(f"deadline_s must be >= 0 (0 = no retries), got {self.deadline_s}")
         if self.base_delay_s < 0 or self.max_delay_s < 0:
             raise ValueError(
                 f"base_delay_s and max_delay_s must be >= 0, got {self.base_delay_s} and {self.max_delay_s}"
@@ -59,32 +71,43 @@ NO_RETRY = RetryPolicy(max_attempts=1)
 
 
 def call_with_retry(call: Callable[[], T], policy: RetryPolicy, *, what: str) -> T:
-    """Run ``call`` until it succeeds, raises a non-retryable error, or runs out of attempts."""
-    for attempt in range(1, policy.max_attempts + 1):
+    """Run ``call`` until it succeeds, raises a non-retryable error, or the policy's deadline passes."""
+    started, attempt = time.monotonic(), 1
+    while True:
         try:
             return call()
         except ClientError as e:
-            time.sleep(_delay_before_retry(e, attempt, policy, what))
-    raise AssertionError("unreachable: the last attempt returns or raises")
+            time.sleep(_delay_before_retry(e, attempt, started, policy, what))
+        attempt += 1
 
 
 async def call_with_retry_async(call: Callable[[], Awaitable[T]], policy: RetryPolicy, *, what: str) -> T:
     """The asyncio twin of :func:`call_with_retry`; ``call`` makes a fresh awaitable per attempt."""
-    for attempt in range(1, policy.max_attempts + 1):
+    started, attempt = time.monotonic(), 1
+    while True:
         try:
             return await call()
         except ClientError as e:
-            await asyncio.sleep(_delay_before_retry(e, attempt, policy, what))
-    raise AssertionError("unreachable: the last attempt returns or raises")
+            await asyncio.sleep(_delay_before_retry(e, attempt, started, policy, what))
+        attempt += 1
 
 
-def _delay_before_retry(error: ClientError, attempt: int, policy: RetryPolicy, what: str) -> float:
+def _delay_before_retry(
+    error: ClientError, attempt: int, started: float, policy: RetryPolicy, what: str
+) -> float:
     """Record the attempt on ``error``; re-raise it when it must not be retried, else the delay to wait."""
     error.attempts = attempt
-    if not error.retryable or attempt == policy.max_attempts:
-        raise error
     delay = policy.delay_s(attempt)
+    elapsed_s = time.monotonic() - started
+    if not error.retryable or attempt == policy.max_attempts or elapsed_s + delay > policy.deadline_s:
+        raise error
     logger.info(
-        "%s failed (attempt %d/%d): %s; retrying in %.3f s", what, attempt, policy.max_attempts, error, delay
+        "%s failed (attempt %d, %.1f of %.1f s): %s; retrying in %.3f s",
+        what,
+        attempt,
+        elapsed_s,
+        policy.deadline_s,
+        error,
+        delay,
     )
     return delay

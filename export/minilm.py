@@ -25,6 +25,9 @@ from export.common import ExportError
 # 1 pads every sequence of a batch to the batch's longest.
 ATTENTION_GROUPS = 3
 
+# The [UNK] token of the shipped vocab.txt: what a token id outside the vocabulary becomes in the graph.
+UNK_ID = 100
+
 # Checkpoint tensors this encoder deliberately does not use: the position-id buffer (positions are
 # computed) and BERT's [CLS] pooler, which sentence-transformers' mean pooling never reads.
 _UNUSED_CHECKPOINT_KEYS = frozenset({"embeddings.position_ids", "pooler.dense.weight", "pooler.dense.bias"})
@@ -290,24 +293,41 @@ class RaggedSentenceEncoder(nn.Module):
     longest sentence: on the sentence corpus about a quarter of that grid is real tokens, and the
     attention products took 40% of the int8 file's time.) A token id
     equal to ``pad_id`` inside a sequence (a client that pads its own batch) is masked out of
-    attention and pooling, so it does not change the embedding. Written for ``torch.jit.script`` and
+    attention and pooling, so it does not change the embedding.
+
+    Every input the config's schema admits is computable (:meth:`guard`): a native backend cannot fail
+    one request of an execution, so an input the weights have no row for would fail, or on a GPU
+    corrupt, every request batched with it. A sequence longer than the position table is truncated to
+    it, and a token id outside the vocabulary reads as ``unk_id``; each sequence's embedding is the one
+    it gets alone, whatever its neighbours send. Written for ``torch.jit.script`` and
     the ONNX exporter alike; it computes in the dtype of its weights (``.to(torch.bfloat16)``,
     ``.half()``) and always returns float32.
     """
 
     def __init__(
-        self, encoder: MiniLMEncoder, *, pad_id: int = 0, attention_groups: int = ATTENTION_GROUPS
+        self,
+        encoder: MiniLMEncoder,
+        *,
+        pad_id: int = 0,
+        unk_id: int = UNK_ID,
+        attention_groups: int = ATTENTION_GROUPS,
     ) -> None:
         super().__init__()
         if attention_groups < 1:
             raise ValueError(f"attention_groups must be at least 1, got {attention_groups}")
+        self.vocab_size = encoder.embeddings.word_embeddings.num_embeddings
+        self.max_positions = encoder.embeddings.position_embeddings.num_embeddings
+        for name, token in (("pad_id", pad_id), ("unk_id", unk_id)):
+            if not 0 <= token < self.vocab_size:
+                raise ValueError(f"{name} must be a token id in [0, {self.vocab_size}), got {token}")
         self.embeddings = encoder.embeddings
         self.layers = nn.ModuleList([_RaggedLayer(layer) for layer in encoder.encoder.layer])
         self.pad_id = pad_id
+        self.unk_id = unk_id
         self.attention_groups = attention_groups
 
     def forward(self, input_ids: torch.Tensor, item_lengths: torch.Tensor) -> torch.Tensor:
-        lengths = item_lengths.reshape(-1).to(torch.int64)
+        input_ids, lengths = self.guard(input_ids, item_lengths.reshape(-1).to(torch.int64))
         starts = torch.cumsum(lengths, 0) - lengths
         tokens = torch.arange(input_ids.shape[0], device=input_ids.device)
         sequence = (tokens[:, None] >= (starts + lengths)[None, :]).sum(dim=1)  # each token's sequence
@@ -326,6 +346,20 @@ class RaggedSentenceEncoder(nn.Module):
         summed = torch.matmul(weights, hidden).to(torch.float32)
         mean = summed / torch.clamp(weights.sum(dim=1, keepdim=True).to(torch.float32), min=1.0)
         return mean / torch.clamp(torch.linalg.vector_norm(mean, dim=1, keepdim=True), min=1e-12)
+
+    def guard(self, input_ids: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(token ids, lengths) the weights can compute: each sequence cut to its first
+        ``max_positions`` tokens (dropped, so a long sequence costs no more than a full one), and an id
+        outside ``[0, vocab_size)`` replaced by ``unk_id``."""
+        starts = torch.cumsum(lengths, 0) - lengths
+        tokens = torch.arange(input_ids.shape[0], device=input_ids.device)
+        sequence = (tokens[:, None] >= (starts + lengths)[None, :]).sum(dim=1)
+        kept = torch.nonzero(tokens - starts[sequence] < self.max_positions).reshape(-1)
+        ids = input_ids[kept]
+        known = (ids >= 0) & (ids < self.vocab_size)
+        return torch.where(known, ids, torch.full_like(ids, self.unk_id)), torch.clamp(
+            lengths, max=self.max_positions
+        )
 
     def length_groups(
         self, lengths: torch.Tensor, starts: torch.Tensor, real: torch.Tensor, dtype: torch.dtype

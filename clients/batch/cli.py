@@ -24,6 +24,7 @@ from pathlib import Path
 from clients.batch.inputs import image_inputs, text_inputs
 from clients.batch.job import JobConfig, JobSummary, run_job
 from clients.cli import DEFAULT_URL, EXIT_FAILED, EXIT_OK, FAILURES, parse_header, report_failure
+from clients.retry import RetryPolicy
 from clients.tables import table
 
 EXIT_INTERRUPTED = 130
@@ -72,7 +73,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--in-flight", type=int, default=16, help="requests outstanding at once (default: 16)"
     )
     parser.add_argument("--timeout-s", type=float, default=30.0)
-    parser.add_argument("--attempts", type=int, default=3, help="tries per request for retryable failures")
+    parser.add_argument(
+        "--retry-deadline-s",
+        type=float,
+        default=RetryPolicy.deadline_s,
+        help="retry a request that failed for a retryable reason (model restarting, server unreachable or "
+        "full) until this many seconds after its first try (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--attempts", type=int, default=None, help="also cap the tries per request (default: none)"
+    )
     parser.add_argument("--top-k", type=int, default=None)
     parser.add_argument("--limit", type=int, default=None, help="process at most N pending inputs, then stop")
     parser.add_argument("--header", action="append", default=[], metavar="KEY=VALUE")

@@ -35,7 +35,10 @@ class JobConfig:
     model: str | None = None  # default: image_classifier for images, text_embedder for texts
     in_flight: int = 16
     timeout_s: float = 30.0
-    attempts: int = 3
+    # Retries of a request whose model process died or restarted, or whose server was unreachable or
+    # full, go on until retry_deadline_s from its first try (clients/retry.py); attempts may cap them too.
+    retry_deadline_s: float = RetryPolicy.deadline_s
+    attempts: int | None = None
     top_k: int | None = None
     limit: int | None = None  # process at most this many pending inputs (then stop)
     headers: Mapping[str, str] = field(default_factory=dict)
@@ -91,7 +94,7 @@ async def run_job(inputs: Sequence[BatchInput], output: Path, config: JobConfig)
         protocol=config.protocol,
         timeout_s=config.timeout_s,
         max_in_flight=config.in_flight,
-        retry=RetryPolicy(max_attempts=config.attempts),
+        retry=RetryPolicy(deadline_s=config.retry_deadline_s, max_attempts=config.attempts),
         headers=config.headers,
     )
     async with client:

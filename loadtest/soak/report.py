@@ -11,6 +11,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402 - after choosing the non-interactive backend
 
+from loadtest.soak.faults import phase_counts
+
 GROWTH_LIMIT = 0.05  # resident memory may grow less than 5% over the soak
 WINDOW_S = 120.0  # the first and the last two minutes of the soak are compared
 
@@ -30,6 +32,8 @@ class SoakSettings(Protocol):
     def calibrate_s(self) -> float: ...
     @property
     def output(self) -> Path: ...
+    @property
+    def fault_minutes(self) -> float: ...
 
 
 def windows(rows: list[dict], sample_s: float) -> tuple[list[dict], list[dict]]:
@@ -49,9 +53,14 @@ def write_report(result: dict, config: SoakSettings, *, command: str) -> str:
     rows = result["rows"]
     first, last = windows(rows, config.sample_s)
     plot(rows, config.output / "soak.png")
-    processes = sorted({c for row in rows for c in row if c.startswith("rss_mb:")})
+    processes = sorted({c for row in first + last for c in row if c.startswith("rss_mb:")})
     soak = [row for row in rows if row["phase"] == "soak"]
-    errors = sum(row["image_errors"] + row["text_errors"] for row in soak)
+    errors = sum(
+        row.get(f"{kind}_{what}", 0)
+        for row in soak
+        for kind in ("image", "text")
+        for what in ("errors", "shed")
+    )
     total_growth = growth(first, last, "rss_total_mb")
     lines = [
         "# Soak: mixed image and text load at a steady rate",
@@ -77,6 +86,7 @@ def write_report(result: dict, config: SoakSettings, *, command: str) -> str:
         "",
         f"Errors after warm-up: {errors}" + (f" ({_error_list(result)})" if errors else ""),
         "",
+        *_fault_lines(result, config),
         f"Verdict: resident memory {'grew' if total_growth >= 0 else 'changed'} {total_growth:+.1%} "
         f"over the soak ({'within' if total_growth < GROWTH_LIMIT else 'over'} the {GROWTH_LIMIT:.0%} "
         f"limit); {'zero errors' if errors == 0 else f'{errors} errors'}.",
@@ -85,6 +95,23 @@ def write_report(result: dict, config: SoakSettings, *, command: str) -> str:
     text = "\n".join(lines)
     (config.output / "summary.md").write_text(text)
     return text
+
+
+def _fault_lines(result: dict, config: SoakSettings) -> list[str]:
+    """The fault phase's events and its count of lost requests (loadtest/soak/faults.py)."""
+    if not result.get("faults"):
+        return []
+    counts = phase_counts(result["rows"], ("image", "text"))
+    return [
+        f"Fault phase ({config.fault_minutes:g} min, same load):",
+        "",
+        *(f"- {event}" for event in result["faults"]),
+        f"- requests sent by the project's client during the phase: {counts['sent']}, lost: {counts['lost']}"
+        + (f" ({_error_list(result)})" if counts["lost"] else ""),
+        "- requests the load generator dropped unsent, its threads all waiting on answers (arrivals "
+        f"past its backlog limit): {counts['shed']}",
+        "",
+    ]
 
 
 def plot(rows: list[dict], path: Path) -> None:

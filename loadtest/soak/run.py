@@ -9,7 +9,9 @@
    for ``--warmup-minutes`` and then ``--minutes``;
 4. every ``--sample-s`` seconds records the resident memory (RSS) of the server and of each
    Python-backend stub, and the throughput, errors and latency of the interval;
-5. writes ``samples.csv``, ``soak.png`` and ``summary.md`` to ``--output``.
+5. with ``--fault-minutes``, ends with a fault phase under the same load (loadtest/soak/faults.py: a
+   stub killed and repaired by the supervisor, then a restart of the server) and counts the requests lost;
+6. writes ``samples.csv``, ``soak.png`` and ``summary.md`` to ``--output``.
 
 Bounded in time and aimed at 127.0.0.1 only; not a test. The verdict compares the first and last
 minutes after warm-up: resident memory growth (target < 5%), throughput and errors (target zero).
@@ -37,6 +39,7 @@ from PIL import Image
 
 from clients.samples import photograph_paths, sentences
 from clients.sync_client import TritonClient
+from loadtest.soak.faults import FaultEvent, run_faults
 from tritonlocal import LocalTritonServer, ServerConfig
 from tritonlocal.health import live_stubs
 from tritonlocal.local_repository import LOCAL, derive_local
@@ -60,6 +63,7 @@ class SoakConfig:
     in_flight: int = 16
     output: Path = Path("reports", "soak")
     seed: int = 0
+    fault_minutes: float = 0.0  # 0: no fault phase
 
     def __post_init__(self) -> None:
         if not self.minutes > 0 or self.warmup_minutes < 0:
@@ -69,6 +73,8 @@ class SoakConfig:
             )
         if not 0 < self.fraction <= 1:
             raise ValueError(f"fraction of capacity must be in (0, 1], got {self.fraction}")
+        if self.fault_minutes < 0:
+            raise ValueError(f"fault_minutes must not be negative, got {self.fault_minutes}")
         if self.sample_s <= 0 or self.calibrate_s <= 0 or self.in_flight < 1:
             raise ValueError("sample_s and calibrate_s must be positive and in_flight at least 1")
 
@@ -80,8 +86,14 @@ class Tally:
     ok: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
     errors: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
     latencies_s: dict[str, list[float]] = field(default_factory=lambda: {k: [] for k in KINDS})
+    # Requests the load generator dropped unsent: all its threads were busy (MAX_BACKLOG waiting).
+    shed: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
     error_messages: dict[str, int] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def record_shed(self, kind: str) -> None:
+        with self.lock:
+            self.shed[kind] += 1
 
     def record(self, kind: str, latency_s: float, error: str | None) -> None:
         with self.lock:
@@ -94,8 +106,9 @@ class Tally:
 
     def drain(self) -> Tally:
         with self.lock:
-            taken = Tally(ok=self.ok, errors=self.errors, latencies_s=self.latencies_s)
+            taken = Tally(ok=self.ok, errors=self.errors, latencies_s=self.latencies_s, shed=self.shed)
             self.ok, self.errors = dict.fromkeys(KINDS, 0), dict.fromkeys(KINDS, 0)
+            self.shed = dict.fromkeys(KINDS, 0)
             self.latencies_s = {k: [] for k in KINDS}
         return taken
 
@@ -171,7 +184,7 @@ class Pacer:
                 return
             sent += 1
             if self.backlog[0] >= MAX_BACKLOG:
-                self.tally.record(self.kind, 0.0, f"{self.kind}: client backlog over {MAX_BACKLOG}")
+                self.tally.record_shed(self.kind)
                 continue
             self.backlog[0] += 1
             self.pool.submit(self._one, scheduled)
@@ -183,9 +196,15 @@ class Pacer:
             self.backlog[0] -= 1
 
 
-def process_rss_mb(server_pid: int) -> dict[str, float]:
-    """Resident memory of the server and of each Python-backend stub (by instance name), in MB."""
-    rss = {"tritonserver": psutil.Process(server_pid).memory_info().rss / 1e6}
+def process_rss_mb(server_pid: int | None) -> dict[str, float]:
+    """Resident memory of the server and of each Python-backend stub (by instance name), in MB; nothing
+    while the server restarts (the fault phase)."""
+    try:
+        if server_pid is None:
+            return {}
+        rss = {"tritonserver": psutil.Process(server_pid).memory_info().rss / 1e6}
+    except psutil.NoSuchProcess:
+        return {}
     for instance, pid in live_stubs(server_pid).items():
         with contextlib.suppress(psutil.Error):
             rss[instance] = psutil.Process(pid).memory_info().rss / 1e6
@@ -197,7 +216,9 @@ def sample_row(elapsed_s: float, phase: str, interval_s: float, done: Tally, rss
     for kind in KINDS:
         latencies = sorted(done.latencies_s[kind])
         row[f"{kind}_per_s"] = round(done.ok[kind] / interval_s, 2)
+        row[f"{kind}_ok"] = done.ok[kind]
         row[f"{kind}_errors"] = done.errors[kind]
+        row[f"{kind}_shed"] = done.shed[kind]
         row[f"{kind}_p50_ms"] = round(1000 * _quantile(latencies, 0.5), 1)
         row[f"{kind}_p95_ms"] = round(1000 * _quantile(latencies, 0.95), 1)
     row["rss_total_mb"] = round(sum(rss.values()), 1)
@@ -214,8 +235,7 @@ def run_soak(config: SoakConfig, server: LocalTritonServer, *, log: Callable[[st
     rates = {kind: max(0.2, config.fraction * capacity[kind]) for kind in KINDS}
     log("capacity " + ", ".join(f"{k} {v:.1f}/s" for k, v in capacity.items()))
     log("soak rates " + ", ".join(f"{k} {v:.1f}/s" for k, v in rates.items()))
-    tally, stop, rows = Tally(), threading.Event(), []
-    warmup_s, total_s = 60 * config.warmup_minutes, 60 * (config.warmup_minutes + config.minutes)
+    tally, stop = Tally(), threading.Event()
     with ThreadPoolExecutor(max_workers=4 * config.in_flight) as pool:
         pacers = [
             threading.Thread(target=pacer.run, daemon=True)
@@ -224,34 +244,63 @@ def run_soak(config: SoakConfig, server: LocalTritonServer, *, log: Callable[[st
                 for k in KINDS
             )
         ]
-        start = last = time.monotonic()
         for pacer in pacers:
             pacer.start()
         try:
-            while (now := time.monotonic()) - start < total_s:
-                time.sleep(min(config.sample_s, max(0.0, last + config.sample_s - now)))
-                now = time.monotonic()
-                phase = "warmup" if now - start < warmup_s else "soak"
-                row = sample_row(now - start, phase, now - last, tally.drain(), process_rss_mb(server.pid))
-                rows.append(row)
-                last = now
-                log(
-                    f"{row['time_s']:>7.0f} s {phase:<6} images {row['image_per_s']:6.1f}/s "
-                    f"texts {row['text_per_s']:6.1f}/s errors {row['image_errors'] + row['text_errors']} "
-                    f"rss {row['rss_total_mb']:8.1f} MB"
-                )
+            rows, faults = _sample_until_done(config, server, tally, log)
         finally:
             stop.set()
             for pacer in pacers:
                 pacer.join()
+    if faults:  # requests still retrying when the load stopped have completed: the phase counts them
+        rows.append(sample_row(rows[-1]["time_s"], "fault", config.sample_s, tally.drain(), {}))
     return {
         "capacity": capacity,
         "rates": rates,
         "rows": rows,
+        "faults": [event.describe() for event in faults],
         "error_messages": tally.error_messages,
         "machine": f"{os.cpu_count()} cores; 1-minute load average {load_before:.1f} before the run, "
         f"{os.getloadavg()[0]:.1f} after (other processes share the machine: throughput is noisy)",
     }
+
+
+def _sample_until_done(
+    config: SoakConfig, server: LocalTritonServer, tally: Tally, log: Callable[[str], None]
+) -> tuple[list[dict], list[FaultEvent]]:
+    """Sample every ``sample_s`` through warm-up, soak and fault phase; runs the faults in a thread."""
+    warmup_s, fault_start_s = 60 * config.warmup_minutes, 60 * (config.warmup_minutes + config.minutes)
+    total_s = fault_start_s + 60 * config.fault_minutes
+    rows: list[dict] = []
+    faults: list[FaultEvent] = []
+    injector: threading.Thread | None = None
+    start = last = time.monotonic()
+    while (now := time.monotonic()) - start < total_s or (injector is not None and injector.is_alive()):
+        if injector is None and config.fault_minutes and now - start >= fault_start_s:
+            duration_s = 60 * config.fault_minutes
+
+            def inject(duration_s: float = duration_s) -> None:
+                faults.extend(run_faults(server, duration_s=duration_s, log=log))
+
+            injector = threading.Thread(target=inject, name="soak-faults", daemon=True)
+            injector.start()
+        time.sleep(
+            min(config.sample_s, max(0.0, last + config.sample_s - now), max(0.0, start + total_s - now))
+        )
+        now = time.monotonic()
+        phase = "warmup" if now - start < warmup_s else "soak" if injector is None else "fault"
+        row = sample_row(now - start, phase, now - last, tally.drain(), process_rss_mb(server.pid))
+        rows.append(row)
+        last = now
+        log(
+            f"{row['time_s']:>7.0f} s {phase:<6} images {row['image_per_s']:6.1f}/s "
+            f"texts {row['text_per_s']:6.1f}/s errors {row['image_errors'] + row['text_errors']} "
+            f"shed {row['image_shed'] + row['text_shed']} "
+            f"rss {row['rss_total_mb']:8.1f} MB"
+        )
+    if injector is not None:
+        injector.join()
+    return rows, faults
 
 
 def _quantile(values: list[float], q: float) -> float:
@@ -299,6 +348,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--calibrate-s", type=float)
     parser.add_argument("--in-flight", type=int, help="per pipeline, during calibration")
     parser.add_argument("--output", type=Path)
+    parser.add_argument(
+        "--fault-minutes",
+        type=float,
+        help="a fault phase after the soak: a stub killed, the server restarted",
+    )
     return parser
 
 
@@ -319,7 +373,10 @@ def main(argv: list[str] | None = None) -> int:
     missing = [name for name in PIPELINES.values() if name not in derived.written]
     if missing:
         parser.error(f"{', '.join(missing)} not served ({derived.skipped}); run `python -m export` first")
-    server_config = ServerConfig(model_repository=LOCAL, log_path=config.output / "server.log")
+    # A short exit timeout: the fault phase restarts the server, which waits that long for idle clients.
+    server_config = ServerConfig(
+        model_repository=LOCAL, log_path=config.output / "server.log", exit_timeout_s=5
+    )
     with LocalTritonServer(server_config) as server:
         result = run_soak(config, server, log=lambda line: print(line, flush=True))
     write_csv(result["rows"], config.output / "samples.csv")

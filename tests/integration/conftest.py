@@ -20,14 +20,19 @@ from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
 from clients import TritonClient
 from tritonlocal import LocalTritonServer, ServerConfig
+from tritonlocal.repository import format_config, parse_config
+
+# The queue timeout of a held_batch_server's copy: longer than any test waits for its batch to form.
+HELD_QUEUE_TIMEOUT_US = 120_000_000
 
 
 @dataclass(frozen=True, kw_only=True)
 class ConcurrentRun:
-    """Per request, in sending order: the output's shape, or the error it got; the model's executions
-    meanwhile, and how many of them ran each batch size (rows)."""
+    """Per request, in sending order: the output's shape, or the error it got, and the output itself
+    (None for an error); the model's executions meanwhile, and how many of them ran each batch size (rows)."""
 
     outcomes: list[tuple[int, ...] | InferenceServerException]
+    outputs: list[np.ndarray | None]
     executions: int
     batch_sizes: dict[int, int]
 
@@ -42,7 +47,12 @@ class ConcurrentRun:
 
 
 def _send_concurrently(
-    server: LocalTritonServer, model: str, payloads: list[dict[str, np.ndarray]], output: str
+    server: LocalTritonServer,
+    model: str,
+    payloads: list[dict[str, np.ndarray]],
+    output: str,
+    *,
+    queue_timeout_us: int | None = None,
 ) -> ConcurrentRun:
     requests = [[_grpc_input(name, array) for name, array in payload.items()] for payload in payloads]
     with TritonClient(f"grpc://{server.grpc_url}") as stats:
@@ -50,14 +60,20 @@ def _send_concurrently(
         client = grpcclient.InferenceServerClient(server.grpc_url)
         answers: queue.Queue = queue.Queue()
         for index, inputs in enumerate(requests):  # built first: the asynchronous calls go out within ms
-            client.async_infer(model, inputs, functools.partial(_collect, answers, index))
+            client.async_infer(
+                model, inputs, functools.partial(_collect, answers, index), timeout=queue_timeout_us
+            )
         outcomes: list = [None] * len(requests)
+        outputs: list = [None] * len(requests)
         for _ in requests:
             index, result, error = answers.get(timeout=60)
-            outcomes[index] = error if error is not None else result.as_numpy(output).shape
+            outputs[index] = None if error is not None else result.as_numpy(output)
+            outcomes[index] = error if error is not None else outputs[index].shape
         client.close()
         delta = stats.statistics_since(before, requests=len(requests))
-    return ConcurrentRun(outcomes=outcomes, executions=delta.executions, batch_sizes=delta.batch_executions)
+    return ConcurrentRun(
+        outcomes=outcomes, outputs=outputs, executions=delta.executions, batch_sizes=delta.batch_executions
+    )
 
 
 def _grpc_input(name: str, array: np.ndarray) -> grpcclient.InferInput:
@@ -72,8 +88,9 @@ def _collect(answers: queue.Queue, index: int, result: object, error: object) ->
 
 @pytest.fixture
 def send_concurrently() -> Callable[..., ConcurrentRun]:
-    """send(server, model, payloads, output): every payload ({input name: array}) sent at once over gRPC,
-    asynchronously, with the model's execution count read from Triton's statistics before and after."""
+    """send(server, model, payloads, output, queue_timeout_us=None): every payload ({input name: array})
+    sent at once over gRPC, asynchronously, with the model's execution count read from Triton's
+    statistics before and after; ``queue_timeout_us`` shortens each request's queue timeout."""
     return _send_concurrently
 
 
@@ -115,12 +132,22 @@ def held_batch_server(
     not enough: with a queue policy, Triton 2.51's batcher learns that an execution finished before the
     instance is free again, and unless another request arrives it looks again only after 500 ms (the
     wait in DynamicBatchScheduler::WaitForPayloadSlotAvailable); two such waits took requests past
-    the tokenizer's 1 s queue timeout (docs/failure-modes.md). Stopped at the end of the test."""
+    the tokenizer's 1 s queue timeout (docs/failure-modes.md).
+
+    The copy's queue timeout is HELD_QUEUE_TIMEOUT_US: the wait is the fixture's own doing, and on a
+    starved machine the requests sent first could otherwise be rejected before the last one arrives,
+    failing together ("Request timeout expired", test_requests_held_past_their_queue_timeout_fail_...).
+    A request may still shorten its own. Stopped at the end of the test."""
     with ExitStack() as servers:
 
         def start(model: str, requests: int) -> LocalTritonServer:
             repository = tmp_path / f"{model}_held_{requests}"
             shutil.copytree(triton_repository / model, repository / model)  # links followed
+            config = parse_config(repository / model / "config.pbtxt")
+            policy = config.dynamic_batching.default_queue_policy
+            if policy.default_timeout_microseconds:  # 0 (none) stays none; a request cannot lengthen it
+                policy.default_timeout_microseconds = HELD_QUEUE_TIMEOUT_US
+            (repository / model / "config.pbtxt").write_text(format_config(config))
             monkeypatch.setenv("TRITONSERVER_DELAY_SCHEDULER", str(requests))
             config = ServerConfig(model_repository=repository, exit_timeout_s=2, stop_timeout_s=10)
             return servers.enter_context(LocalTritonServer(config))

@@ -79,6 +79,22 @@ def test_invalid_utf8_request_fails_alone_among_concurrent_good_ones(
     assert all(run.outcomes[i] == (1, 9) for i in range(len(payloads)) if i != bad), run.describe()
 
 
+def test_requests_held_past_their_queue_timeout_fail_together_as_the_flaky_run_did(
+    held_batch_server, send_concurrently
+) -> None:
+    """The flake of the test above, forced: before its server held the batcher, its 16 requests queued
+    behind a busy instance, and when the batcher looked again only after their 1 s queue timeout (its
+    500 ms waits, docs/failure-modes.md) all 16 were rejected together. The assertion then printed the
+    exceptions' repr, which holds neither message nor status: 16 "empty" errors. Here each request's
+    queue timeout is 1 us, so every one has expired when the held batch forms."""
+    payloads = [{"TEXT": np.array([[f"Sentence number {i}.".encode()]], dtype=np.object_)} for i in range(16)]
+    server = held_batch_server("text_tokenizer", len(payloads))
+    run = send_concurrently(server, "text_tokenizer", payloads, "INPUT_IDS", queue_timeout_us=1)
+    assert run.failures == list(range(len(payloads))), run.describe()
+    assert {str(outcome) for outcome in run.outcomes} == {"[StatusCode.UNAVAILABLE] Request timeout expired"}
+    assert repr(run.outcomes[0]) == "InferenceServerException()"  # what the flaky run's report showed
+
+
 @pytest.mark.parametrize(
     ("ensemble", "min_cosine"),
     # Same precision, same result: fp32 batched equals fp32 alone to rounding, and so does the int8
@@ -92,13 +108,19 @@ def test_encoder_batches_mixed_lengths_together_with_the_embeddings_of_one_at_a_
     encoder = ENSEMBLES[ensemble]
     texts = [("word " * n).strip().encode() for n in range(1, 33)]  # 32 requests, 32 different lengths
     client = httpclient.InferenceServerClient(text_server.http_url)
-    alone = np.concatenate([client.infer(ensemble, [_text_input([t])]).as_numpy("EMBEDDING") for t in texts])
 
     def send(text: bytes) -> np.ndarray:  # each thread closes its own client (see test_launcher._infer_http)
         with httpclient.InferenceServerClient(text_server.http_url) as client:
             return client.infer(ensemble, [_text_input([text])]).as_numpy("EMBEDDING")
 
     with TritonClient(f"http://{text_server.http_url}") as stats:
+        start = stats.statistics(encoder)
+        alone = np.concatenate(
+            [client.infer(ensemble, [_text_input([t])]).as_numpy("EMBEDDING") for t in texts]
+        )
+        # The encoder counts a request just after answering it: the burst's snapshot is taken once the
+        # loop's last request is counted, or the burst would count it (test_statistics_race.py).
+        stats.statistics_since(start, requests=len(texts))
         before = stats.statistics(encoder)
         with ThreadPoolExecutor(max_workers=32) as pool:
             together = np.concatenate(list(pool.map(send, texts)))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 
 import aiohttp
 import pytest
@@ -15,6 +16,7 @@ from clients.errors import (
     ClientTimeoutError,
     InvalidInputError,
     ModelNotFoundError,
+    ModelRestartingError,
     RequestError,
     RestrictedApiError,
     ServerOverloadedError,
@@ -58,7 +60,22 @@ ANSWERS = [
         _server("Request for unknown model: 'l2_normalize' version 7 is not found", "StatusCode.NOT_FOUND"),
         ModelNotFoundError,
     ),
-    (_server("Stub process 'l2_normalize_0_0' is not healthy.", "500"), RequestError),
+    (_server("Stub process 'l2_normalize_0_0' is not healthy.", "500"), ModelRestartingError),
+    (
+        _server(
+            "in ensemble 'text_embedder', Failed to process the request(s) for model 'text_tokenizer_0_0', "
+            "message: Stub process 'text_tokenizer_0_0' is not healthy.",
+            "StatusCode.INTERNAL",
+        ),
+        ModelRestartingError,
+    ),
+    (
+        _server(
+            "Request for unknown model: 'l2_normalize' has no available versions", "StatusCode.NOT_FOUND"
+        ),
+        ModelRestartingError,
+    ),
+    (_server("inference failed: [ONNXRuntimeError] : 2 : INVALID_ARGUMENT", "500"), RequestError),
     (_server("Deadline Exceeded", "StatusCode.DEADLINE_EXCEEDED"), ClientTimeoutError),
     (TimeoutError("timed out"), ClientTimeoutError),
     (asyncio.TimeoutError(), ClientTimeoutError),
@@ -117,6 +134,7 @@ def test_full_jitter_delays_stay_within_zero_and_the_cap_and_spread_out() -> Non
     ("kwargs", "message"),
     [
         ({"max_attempts": 0}, "max_attempts must be at least 1"),
+        ({"deadline_s": -1.0}, "deadline_s must be >= 0"),
         ({"base_delay_s": -1.0}, "must be >= 0"),
         ({"base_delay_s": 2.0, "max_delay_s": 1.0}, "must be at least base_delay_s"),
     ],
@@ -158,6 +176,35 @@ def test_retryable_failures_stop_after_max_attempts_and_report_the_count() -> No
     with pytest.raises(ServerUnavailableError) as raised:
         call_with_retry(_failing([ServerUnavailableError("down")] * 10, calls), FAST, what="t")
     assert len(calls) == 4 and raised.value.attempts == 4
+
+
+def test_retryable_failures_are_retried_until_the_deadline_whatever_their_count() -> None:
+    calls: list[int] = []
+    policy = RetryPolicy(deadline_s=0.5, base_delay_s=0.01, max_delay_s=0.01)
+    started = time.monotonic()
+    with pytest.raises(ModelRestartingError) as raised:
+        call_with_retry(
+            _failing([ModelRestartingError("Stub process 'm_0_0' is not healthy.")] * 10**6, calls),
+            policy,
+            what="t",
+        )
+    elapsed_s = time.monotonic() - started
+    # Tries stop once the next one would start past the deadline; none is cut short by a count.
+    assert 0.49 <= elapsed_s < 5.0 and len(calls) == raised.value.attempts > 4
+
+
+def test_a_failure_that_outlasts_no_deadline_is_tried_once() -> None:
+    calls: list[int] = []
+    with pytest.raises(ServerUnavailableError) as raised:
+        call_with_retry(
+            _failing([ServerUnavailableError("down")] * 3, calls), RetryPolicy(deadline_s=0), what="t"
+        )
+    assert len(calls) == 1 and raised.value.attempts == 1
+
+
+def test_the_default_policy_rides_out_a_repair_of_seconds() -> None:
+    policy = RetryPolicy()
+    assert policy.max_attempts is None and policy.deadline_s >= 15  # a full local repository reloads in ~15 s
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 
+from loadtest.soak.faults import phase_counts
 from loadtest.soak.report import growth, windows, write_report
 from loadtest.soak.run import SoakConfig, Tally, build_parser, sample_row, soak_config
 
@@ -47,3 +48,24 @@ def test_a_soak_needs_a_duration_and_a_fraction_of_capacity() -> None:
 def test_the_command_line_sets_the_options_given_and_keeps_the_configs_defaults() -> None:
     args = build_parser().parse_args(["--minutes", "2", "--in-flight", "4", "--output", "out/soak"])
     assert soak_config(args) == SoakConfig(minutes=2.0, in_flight=4, output=Path("out", "soak"))
+
+
+def test_the_fault_phase_counts_lost_requests_apart_from_arrivals_the_generator_shed(tmp_path: Path) -> None:
+    config = SoakConfig(minutes=2, warmup_minutes=0, sample_s=60, fault_minutes=1, output=tmp_path)
+    rows = _rows([1000, 1000], warmup=0)
+    tally = Tally()
+    for _ in range(5):
+        tally.record("image", 0.05, None)
+    tally.record("text", 0.05, "text: ServerUnavailableError: cannot reach the server")
+    tally.record_shed("text")
+    tally.record_shed("image")
+    rows.append(sample_row(180.0, "fault", 60.0, tally.drain(), {}))
+    assert phase_counts(rows, ("image", "text")) == {"sent": 6, "lost": 1, "shed": 2}
+    result = {"capacity": {"image": 10.0, "text": 20.0}, "rates": {"image": 6.0, "text": 12.0}}
+    faults = ["at 0 s: SIGKILL to the stub of text_tokenizer_0_0, served again 3.0 s later"]
+    summary = write_report(
+        {**result, "rows": rows, "error_messages": {"text: x": 1}, "faults": faults}, config, command="soak"
+    )
+    assert "- requests sent by the project's client during the phase: 6, lost: 1 (1 x text: x)" in summary
+    assert "(arrivals past its backlog limit): 2" in summary and f"- {faults[0]}" in summary
+    assert "errors after warm-up: 1" in summary.lower()  # the soak's own error, not the fault phase's

@@ -18,6 +18,7 @@ import export.text as text_export
 from export import text_variants
 from export.common import ExportError
 from export.minilm import (
+    UNK_ID,
     BertShape,
     MiniLMEncoder,
     RaggedSentenceEncoder,
@@ -153,6 +154,40 @@ def test_attention_pads_each_length_group_only_to_its_own_longest(encoder: MiniL
         assert slots.tolist() == list(range(start, start + length))
     # Slots past a sequence's end are masked: unmasked slots per group = its members' tokens.
     assert [int((mask_bias == 0).sum()) for _, mask_bias in grids] == [5 + 6 + 7, 9 + 38, 40 + 41]
+
+
+def test_unk_id_is_the_shipped_tokenizers_unknown_token(tokenizer) -> None:
+    assert tokenizer.token_to_id("[UNK]") == UNK_ID
+
+
+def test_guard_cuts_each_sequence_at_the_position_table_and_reads_unknown_ids_as_unk(
+    encoder: MiniLMEncoder,
+) -> None:
+    ragged = RaggedSentenceEncoder(encoder)
+    ids = torch.tensor([101, 7, 102, *range(1000, 1600), -3, 30522, 5], dtype=torch.int64)
+    guarded, lengths = ragged.guard(ids, torch.tensor([3, 600, 3]))
+    assert lengths.tolist() == [3, 512, 3]
+    assert guarded.tolist() == [101, 7, 102, *range(1000, 1512), UNK_ID, UNK_ID, 5]
+
+
+def test_guarded_sequences_get_the_embedding_of_what_they_are_read_as(encoder: MiniLMEncoder) -> None:
+    long = [101, *range(2000, 2598), 102]
+    unknown, known = [101, 2023, -1, 40000, 102], [101, 2023, UNK_ID, UNK_ID, 102]
+    ragged = RaggedSentenceEncoder(encoder).eval()
+
+    def embed(*sequences: list[int]) -> torch.Tensor:
+        ids = torch.tensor([t for s in sequences for t in s], dtype=torch.int64)
+        with torch.inference_mode():
+            return ragged(ids, torch.tensor([len(s) for s in sequences], dtype=torch.int32))
+
+    together = embed([101, 2003, 102], long, unknown)
+    alone = torch.cat([embed([101, 2003, 102]), embed(long[:512]), embed(known)])
+    assert (together * alone).sum(dim=1).min() >= 0.99999
+
+
+def test_ragged_encoder_refuses_special_tokens_outside_the_vocabulary(encoder: MiniLMEncoder) -> None:
+    with pytest.raises(ValueError, match=r"unk_id must be a token id in \[0, 30522\), got 30522"):
+        RaggedSentenceEncoder(encoder, unk_id=30522)
 
 
 @pytest.mark.parametrize("groups", [1, 2, 5, 12])
