@@ -34,7 +34,7 @@ from loadtest.report.markdown import write_report
 
 logger = logging.getLogger(__name__)
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]  # the repository root
 SOURCE = ROOT / "model_repository"
 GPU_MODE = "gpu"  # export, serve and measure on this machine's GPU: loadtest/bench/gpu/
 

@@ -1,10 +1,12 @@
 """The `minimal` experiment: Triton against the simplest alternative, measured side by side in one run.
 
-The alternative (:mod:`loadtest.load.minimal_server`) is one process answering one request at a time
-with the same exported encoder file and runtime the text ensemble serves, and the same tokenizer. One
-closed-loop JSON load generator (:mod:`loadtest.load.json_load`) drives both at each concurrency,
-alternating Triton, alternative, Triton, alternative... for ``rounds`` rounds, so background load hits
-them alike and the report can take each side's median and show the ratio round by round.
+The alternative (:mod:`loadtest.load.minimal_server`) answers one request at a time per process with the
+same exported encoder file and runtime the text ensemble serves, and the same tokenizer; it is deployed
+as one process and as one worker process per core sharing a port (as a user would deploy it behind a
+pre-fork server). One closed-loop JSON load generator (:mod:`loadtest.load.json_load`) drives every arm
+at each concurrency, alternating Triton, one process, workers, Triton... for ``rounds`` rounds, so
+background load hits them alike and the report can take each arm's median and show the ratio round by
+round.
 """
 
 from __future__ import annotations
@@ -84,6 +86,12 @@ def _process(command: list[str], log_path: Path) -> Iterator[str]:
                 process.wait()
 
 
+def worker_counts(cores: int, *others: int) -> tuple[int, ...]:
+    """The deployments of the alternative to measure: one process, each of ``others``, and one worker
+    process per core (what a pre-fork web server deploys), each count once."""
+    return tuple(dict.fromkeys((1, *others, cores)))
+
+
 def alternative_label(workers: int) -> str:
     if workers == 1:
         return "one process, one request at a time"
@@ -107,7 +115,10 @@ def compare(
     them), alternating round by round at each concurrency."""
     texts = samples.shuffled_sentences(len(samples.sentences()), seed=11)
     with contextlib.ExitStack() as stack:
-        arms = {"Triton (text_embedder)": f"http://{triton_http_url}/v2/models/{model}/infer"}
+        # label -> (endpoint, worker processes of the alternative; None for Triton)
+        arms: dict[str, tuple[str, int | None]] = {
+            "Triton (text_embedder)": (f"http://{triton_http_url}/v2/models/{model}/infer", None)
+        }
         for count in dict.fromkeys(workers):
             url = stack.enter_context(
                 running(
@@ -119,17 +130,16 @@ def compare(
                     workers=count,
                 )
             )
-            arms[alternative_label(count)] = f"{url}/v2/models/{model}/infer"
+            arms[alternative_label(count)] = (f"{url}/v2/models/{model}/infer", count)
         results = []
         for concurrency in concurrencies:
             for round_ in range(rounds):
-                for label, endpoint in arms.items():
+                for label, (endpoint, processes) in arms.items():
                     outcome = run_json_load(
                         endpoint, texts, label=label, concurrency=concurrency, requests=requests
                     )
-                    results.append(
-                        asdict(outcome) | {"requests_per_s": outcome.requests_per_s, "round": round_}
-                    )
+                    record = asdict(outcome) | {"requests_per_s": outcome.requests_per_s, "round": round_}
+                    results.append(record | ({"workers": processes} if processes else {}))
         return results
 
 

@@ -341,6 +341,7 @@ def _served_experiments(
             requests=plan.minimal_requests,
             rounds=plan.minimal_rounds,
             log_path=raw / "minimal_server.log",
+            workers=minimal.worker_counts(cores),
         ),
         "sweeps": lambda: sweeps(
             session,

@@ -49,7 +49,7 @@ EXPERIMENTS = (
     Experiment(
         key="minimal",
         number=9,
-        title="Triton against the simplest alternative (one process, one request at a time)",
+        title="Triton against the simplest alternative (one request at a time, one process or one per core)",
     ),
     Experiment(key="clients", number=4, title="Sequential synchronous client vs asyncio client"),
     Experiment(

@@ -1,9 +1,10 @@
 """From results.json to the verdicts: targets met or missed (with measured causes) and published claims.
 
 Targets, each a ratio inside one run where it can be: the text ensemble at concurrency 32 at least 2x
-the previous configuration (the `ragged` experiment) and 2x the simplest alternative (the `minimal`
-experiment) with a p99 of at most 250 ms; at concurrency 1 a median of at most 10 ms; dynamic batching on vs
-off at least 2x with encoder batches of 8 or more (the `batching` experiment); served throughput at least 85%
+the previous configuration (the `ragged` experiment) and 2x the simplest alternative deployed as a user
+would, one worker process per core (the `minimal` experiment, which also measures it as one process),
+with a p99 of at most 250 ms; at concurrency 1 a median of at most 10 ms; dynamic batching on vs off at
+least 2x with encoder batches of 8 or more (the `batching` experiment); served throughput at least 85%
 of the in-process figure of the served file (the `ragged` experiment's in-process rounds, between its served
 ones, where the run has them; else the `inprocess` experiment); the image classifier at least 1.3x its
 previous configuration (the `ragged` experiment), serving a file that passed its gate.
@@ -22,6 +23,7 @@ from loadtest.report.records import ArmSummary, ModelStats, ServedRun, inprocess
 from loadtest.report.rounds import (
     central_comparison,
     client_comparison,
+    deployed_alternative,
     down,
     minimal_comparisons,
     ratio_text,
@@ -178,19 +180,29 @@ def _at_most_ms(name: str, limit_ms: float, value_ms: float | None, digits: int)
 
 
 def _alternative_verdict(results: dict) -> Verdict:
-    minimal = next((m for m in minimal_comparisons(results) if m.concurrency == TARGET_CONCURRENCY), None)
-    triton, simple = (minimal.triton_per_s, minimal.alternative_per_s) if minimal else (None, None)
+    """Held to the alternative as a user would deploy it (one worker process per core); every other
+    deployment measured is named beside it."""
+    comparisons = minimal_comparisons(results)
+    deployed = deployed_alternative(comparisons, TARGET_CONCURRENCY)
+    triton, simple = (deployed.triton_per_s, deployed.alternative_per_s) if deployed else (None, None)
     over_simple = _ratio(triton, simple)
+    others = [
+        f"against {c.alternative}: {times_text(_ratio(c.triton_per_s, c.alternative_per_s))}"
+        for c in comparisons
+        if c.concurrency == TARGET_CONCURRENCY and c is not deployed
+    ]
     return _verdict(
         "text c=32 vs the simplest alternative",
-        f">= {TARGET_GAIN:.0f}x (experiment `minimal`)",
+        f">= {TARGET_GAIN:.0f}x vs one worker process per core (experiment `minimal`)",
         over_simple,
-        f"{times_text(over_simple)} ({_number(triton, '.1f')} vs {_number(simple, '.1f')} req/s"
+        f"{times_text(over_simple)} against {deployed.alternative if deployed else '-'} "
+        f"({_number(triton, '.1f')} vs {_number(simple, '.1f')} req/s"
         + (
-            f", medians of {minimal.rounds} rounds; {minimal.range_text()} by round)"
-            if minimal and minimal.rounds > 1
+            f", medians of {deployed.rounds} rounds; {deployed.range_text()} by round)"
+            if deployed and deployed.rounds > 1
             else ")"
-        ),
+        )
+        + "".join(f"; {other}" for other in others),
         _at_least(over_simple, TARGET_GAIN),
     )
 

@@ -129,33 +129,59 @@ def minimal_section(r: dict) -> str:
     columns = ("concurrency", "round", "label", "requests", "failures", "requests_per_s", "p50_ms", "p99_ms")
     rows = [row_of(m | {"round": m.get("round", 0) + 1}, *columns) for m in runs]
     header = ("concurrency", "round", "server", "requests", "failures", "req/s", "p50 ms", "p99 ms")
+    comparisons = rounds.minimal_comparisons(r)
     summary = [
         (
             m.concurrency,
+            m.alternative,
             m.rounds,
             m.triton_per_s,
             m.alternative_per_s,
             rounds.ratio_text(m.triton_per_s, m.alternative_per_s),
             m.range_text(),
         )
-        for m in rounds.minimal_comparisons(r)
+        for m in comparisons
     ]
     summary_header = (
         "concurrency",
+        "alternative deployed as",
         "rounds",
         "Triton req/s (median)",
-        "one process req/s (median)",
-        "Triton / one process",
+        "alternative req/s (median)",
+        "Triton / alternative",
         "by round",
     )
+    deployed = rounds.deployed_alternative(comparisons, findings.TARGET_CONCURRENCY)
     return (
-        experiment("minimal").heading + "\n\nWhat a team writes first: one process (`python -m "
+        experiment("minimal").heading + "\n\nWhat a team writes first: an HTTP server (`python -m "
         "loadtest.load.minimal_server`) that tokenises and runs the same exported encoder file with the "
-        "same runtime, one request at a time, no batching. It answers the same KServe v2 JSON request "
-        "as Triton, so one closed-loop generator (`loadtest.load.json_load`, JSON over HTTP with "
-        "keep-alive) drives both, alternating Triton, alternative, Triton... at each concurrency; the "
-        "ratio is of the medians over the rounds.\n\n"
+        "same runtime, one request at a time per process, no batching. It is measured as one process "
+        "and as one worker process per core sharing one port (SO_REUSEPORT: the kernel spreads the "
+        "connections, as a pre-fork web server deploys it), the cores' threads divided between the "
+        "workers. It answers the same KServe v2 JSON request as Triton, so one closed-loop generator "
+        "(`loadtest.load.json_load`, JSON over HTTP with keep-alive) drives every arm, alternating "
+        "Triton, one process, workers, Triton... at each concurrency; each ratio is of the medians over "
+        "the rounds."
+        + _deployed_text(deployed, r.get("machine", {}).get("logical_cores"))
+        + "\n\n"
         + table(summary_header, summary)
         + "\n\nEvery run:\n\n"
         + table(header, rows)
+    )
+
+
+def _deployed_text(deployed: rounds.MinimalComparison | None, cores: int | None) -> str:
+    """Which deployment the target is held to, said plainly."""
+    if deployed is None:
+        return ""
+    if deployed.workers == 1:
+        return (
+            " This run measured the alternative as one process only: the target (section Targets) is "
+            "held to it, not to the deployment a user would make (one worker process per core)."
+        )
+    return (
+        f" The target (section Targets) is held to the deployment a user would make, {deployed.alternative}"
+        + (f" (one per core of {cores})" if deployed.workers == cores else "")
+        + f": {rounds.ratio_text(deployed.triton_per_s, deployed.alternative_per_s)} at "
+        f"c={deployed.concurrency}; the one-process figures are beside it for comparison."
     )

@@ -51,9 +51,12 @@ def paired(first: dict[int, float], second: dict[int, float]) -> Paired:
 
 @dataclass(frozen=True, kw_only=True)
 class MinimalComparison(Paired):
-    """The `minimal` experiment at one concurrency: Triton first, the simplest alternative second."""
+    """The `minimal` experiment at one concurrency: Triton first, one deployment of the simplest alternative
+    (``alternative``, as ``workers`` processes) second."""
 
     concurrency: int
+    alternative: str
+    workers: int
 
     @property
     def triton_per_s(self) -> float | None:
@@ -65,18 +68,33 @@ class MinimalComparison(Paired):
 
 
 def minimal_comparisons(results: dict) -> list[MinimalComparison]:
-    """Triton against the simplest alternative, per concurrency (runs from before rounds were recorded
-    count as one round)."""
+    """Triton against each deployment of the simplest alternative, per concurrency, fewest workers first
+    (runs from before rounds were recorded count as one round; from before worker counts were, as one
+    process)."""
     runs = results.get("minimal") or []
     comparisons = []
     for concurrency in sorted({m["concurrency"] for m in runs}):
-        rates: dict[bool, dict[int, float]] = {True: {}, False: {}}
-        for m in runs:
-            if m["concurrency"] == concurrency:
-                rates[m["label"].startswith("Triton")][m.get("round", 0)] = m["requests_per_s"]
-        both = paired(rates[True], rates[False])
-        comparisons.append(MinimalComparison(concurrency=concurrency, **vars(both)))
+        here = [m for m in runs if m["concurrency"] == concurrency]
+        triton = {m.get("round", 0): m["requests_per_s"] for m in here if _is_triton(m)}
+        arms = {m["label"]: m.get("workers", 1) for m in here if not _is_triton(m)}
+        for label, workers in sorted(arms.items(), key=lambda arm: arm[1]):
+            alone = {m.get("round", 0): m["requests_per_s"] for m in here if m["label"] == label}
+            both = paired(triton, alone)
+            comparisons.append(
+                MinimalComparison(concurrency=concurrency, alternative=label, workers=workers, **vars(both))
+            )
     return comparisons
+
+
+def deployed_alternative(comparisons: list[MinimalComparison], concurrency: int) -> MinimalComparison | None:
+    """The deployment of the alternative a target is held to at ``concurrency``: the one with the most
+    worker processes (one per core, as a pre-fork server deploys it), else the one process."""
+    here = [c for c in comparisons if c.concurrency == concurrency]
+    return max(here, key=lambda c: c.workers, default=None)
+
+
+def _is_triton(run: dict) -> bool:
+    return str(run["label"]).startswith("Triton")
 
 
 def client_comparison(results: dict) -> Paired:

@@ -18,7 +18,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
-from clients import TritonClient
+from clients import ModelStatistics, TritonClient
 from tritonlocal import LocalTritonServer, ServerConfig
 from tritonlocal.repository import format_config, parse_config
 
@@ -99,6 +99,24 @@ def _model_metric(server: LocalTritonServer, name: str, model: str) -> int:
         text = response.read().decode()
     found = re.search(rf'^{name}{{model="{model}",version="1"}} (\S+)$', text, re.M)
     return int(float(found.group(1))) if found else 0
+
+
+def _settled_statistics(stats: TritonClient, model: str) -> ModelStatistics:
+    """``model``'s statistics once the requests answered before this call are counted.
+
+    Triton counts a request just after sending its answer, so a snapshot read right after earlier
+    requests (another test's, on the shared server) may lack the last of them, and a delta measured from
+    it then counts that request too (test_statistics_race.py). With no request of its own to wait for,
+    ``statistics_since`` returns once a second read shows nothing new; the snapshot is read after it."""
+    stats.statistics_since(stats.statistics(model), requests=0)
+    return stats.statistics(model)
+
+
+@pytest.fixture
+def settled_statistics() -> Callable[[TritonClient, str], ModelStatistics]:
+    """settled(client, model): a snapshot to measure a test's own requests from, taken once the earlier
+    requests of ``model`` are counted."""
+    return _settled_statistics
 
 
 @pytest.fixture

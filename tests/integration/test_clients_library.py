@@ -8,7 +8,7 @@ import logging
 import os
 import shutil
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +24,7 @@ from clients import (
     ClientTimeoutError,
     InvalidInputError,
     ModelNotFoundError,
+    ModelStatistics,
     RestrictedApiError,
     RetryPolicy,
     ServerUnavailableError,
@@ -36,6 +37,7 @@ IMAGES = Path(skimage.__file__).parent / "data"
 KINDS = ["http", "grpc", "http-aio", "grpc-aio", "http-shm", "grpc-aio-shm"]
 CAT_WORDS = ("cat", "tabby", "lynx")
 TEXTS = ["A cat sits on the mat.", "A kitten is sleeping on a rug.", "The stock market fell sharply today."]
+SettledStatistics = Callable[[TritonClient, str], ModelStatistics]  # conftest.py's fixture
 
 
 @dataclass(frozen=True)
@@ -160,9 +162,11 @@ def test_a_corrupt_image_fails_alone_naming_its_index_and_file_without_retries(
     assert isinstance(returned[2], InvalidInputError) and returned[3].class_ids == results[3].class_ids
 
 
-def test_a_rejected_image_is_sent_once(triton_server: LocalTritonServer, broken_image: Path) -> None:
+def test_a_rejected_image_is_sent_once(
+    triton_server: LocalTritonServer, broken_image: Path, settled_statistics: SettledStatistics
+) -> None:
     with TritonClient(_url(triton_server, "http")) as client:
-        before = client.statistics("image_preprocess")
+        before = settled_statistics(client, "image_preprocess")  # the earlier tests' requests counted
         client.classify([broken_image], errors="return")
         delta = client.statistics_since(before, requests=1)
     assert delta.requests == 1  # a model's per-request error still counts as one request
@@ -228,11 +232,13 @@ def test_one_request_per_image_lets_the_dynamic_batcher_form_batches(
     assert sum(size * n for size, n in delta.batch_executions.items()) == delta.inferences
 
 
-def test_health_models_and_statistics_describe_the_server(triton_server: LocalTritonServer) -> None:
+def test_health_models_and_statistics_describe_the_server(
+    triton_server: LocalTritonServer, settled_statistics: SettledStatistics
+) -> None:
     with TritonClient(_url(triton_server, "grpc")) as client:
         assert client.health().ready
         states = {m.name: m for m in client.models()}
-        before = client.statistics("l2_normalize")
+        before = settled_statistics(client, "l2_normalize")  # the earlier tests' requests counted
         client.infer("l2_normalize", {"VECTOR": np.ones((4, 16), np.float32)})
         delta = client.statistics_since(before, requests=1)
         signature = client.signature("image_classifier")

@@ -118,6 +118,8 @@ def test_experiment_9_alternates_the_servers_round_by_round_and_stops_the_altern
     order = [(r["concurrency"], r["round"], r["label"].startswith("Triton")) for r in results]
     assert order == [(c, n, triton) for c in (1, 4) for n in (0, 1) for triton in (True, False)]
     assert all(r["failures"] == 0 and r["requests"] == 12 and r["requests_per_s"] > 0 for r in results)
+    # the report tells the deployments of the alternative apart by their worker count
+    assert {r.get("workers") for r in results if not r["label"].startswith("Triton")} == {1}
     assert {p.pid for p in _minimal_servers()} == before
 
 

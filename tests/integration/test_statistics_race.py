@@ -11,19 +11,20 @@ response sender and then holds ``execute()``, which widens it to HOLD_MS, so the
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
-from clients import TritonClient
+from clients import ModelStatistics, TritonClient
 from tritonlocal import LocalTritonServer, ServerConfig
 
 PROBE = Path(__file__).parent / "probes" / "late_statistics"
 MODEL = PROBE.name
 HOLD_MS = 400
+SHORT_HOLD_MS = 5  # shorter than the clients' statistics poll (clients.operations.STATISTICS_POLL_S)
 
 
 @pytest.fixture()
@@ -67,3 +68,21 @@ def test_a_burst_measured_from_a_snapshot_of_the_settled_counters_counts_only_it
         from_settled = stats.statistics_since(settled, requests=burst)
     assert from_hasty.inferences == burst + 1  # the flake: one request of the loop counted in the burst
     assert from_settled.inferences == burst
+
+
+def test_a_settled_snapshot_counts_requests_answered_before_it_when_no_count_is_known(
+    probe_server: LocalTritonServer,
+    settled_statistics: Callable[[TritonClient, str], ModelStatistics],
+) -> None:
+    """Another test's requests, whose number this test does not know: the snapshot is read once the
+    counters hold still. Each earlier request is counted SHORT_HOLD_MS after its answer, a window far
+    wider than Triton's own (microseconds) and narrower than the client's poll interval."""
+    burst = 3
+    with TritonClient(f"http://{probe_server.http_url}") as stats:
+        for _ in range(2):
+            _infer(probe_server, SHORT_HOLD_MS)
+        settled = settled_statistics(stats, MODEL)
+        for _ in range(burst):
+            _infer(probe_server, 0)
+        assert settled.inferences == 2
+        assert stats.statistics_since(settled, requests=burst).inferences == burst

@@ -141,10 +141,10 @@ def alternative_workers(plan: GpuPlan) -> tuple[int, ...]:
     """One process; one per GPU; one per core (what a pre-fork server deploys), each once."""
     cores = os.cpu_count() or 1
     if plan.kind == "KIND_CPU":
-        return tuple(dict.fromkeys((1, cores)))
+        return minimal.worker_counts(cores)
     import torch
 
-    return tuple(dict.fromkeys((1, torch.cuda.device_count(), cores)))
+    return minimal.worker_counts(cores, torch.cuda.device_count())
 
 
 def served_vs_inprocess(plan: GpuPlan, session: PerfSession, repository: Path) -> dict:
