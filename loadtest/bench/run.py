@@ -31,11 +31,12 @@ from loadtest.experiments import plan as experiments_plan
 from loadtest.experiments import registry
 from loadtest.load import environment
 from loadtest.report.markdown import write_report
+from tritonlocal.repository import PROJECT_REPOSITORY
 
 logger = logging.getLogger(__name__)
 
-ROOT = Path(__file__).resolve().parents[2]  # the repository root
-SOURCE = ROOT / "model_repository"
+SOURCE = PROJECT_REPOSITORY  # the deployable repository, at the project root
+ROOT = SOURCE.parent
 GPU_MODE = "gpu"  # export, serve and measure on this machine's GPU: loadtest/bench/gpu/
 
 

@@ -20,11 +20,12 @@ from loadtest.bench.gpu.plan import DRY_RUN, GPU, ROUTES, GpuPlan, encoder_of
 from loadtest.bench.gpu.report import write_gpu_report
 from loadtest.bench.results import write_results
 from loadtest.load import environment
+from tritonlocal.repository import PROJECT_REPOSITORY
 
 logger = logging.getLogger(__name__)
 
-ROOT = Path(__file__).resolve().parents[2]
-SOURCE = ROOT / "model_repository"
+SOURCE = PROJECT_REPOSITORY  # the deployable repository, at the project root
+ROOT = SOURCE.parent
 
 
 def run(*, dry_run: bool, output: Path, run_id: str, source: Path = SOURCE) -> Path:
