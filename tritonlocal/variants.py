@@ -22,7 +22,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tritonlocal.repository import NATIVE_RUNTIMES, ModelConfig, ModelEntry, format_config, load_repository
+from modelrepo import NATIVE_RUNTIMES, ModelConfig, ModelEntry, format_config, load_repository
 
 logger = logging.getLogger(__name__)
 

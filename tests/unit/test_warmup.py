@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 from google.protobuf import text_format
 
+from modelrepo import ModelConfig, ModelEntry, load_repository
 from tritonlocal.derive import derive_local_config
-from tritonlocal.repository import ModelConfig, ModelEntry, load_repository
 from tritonlocal.warmup import BatchShape, batcher_shapes, uncovered_shapes, warmup_shapes
 
 REPOSITORY = Path(__file__).resolve().parents[2] / "model_repository"
