@@ -217,8 +217,8 @@ class ImageClassifierKind:
         )
         return plan
 
-    def support_files(self, description: ModelDescription, repository: Path, *, force: bool) -> list[Path]:
-        return []
+    def support_files(self, description: ModelDescription, repository: Path) -> dict[Path, Path]:
+        return {}
 
 
 KIND = ImageClassifierKind()

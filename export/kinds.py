@@ -67,5 +67,5 @@ class Kind(Protocol):
     ) -> Plan:
         """The variants of one served file; ``scratch`` is a folder for intermediate files."""
 
-    def support_files(self, description: ModelDescription, repository: Path, *, force: bool) -> list[Path]:
-        """Write the files other repository models read (a tokenizer); return those (re)written."""
+    def support_files(self, description: ModelDescription, repository: Path) -> dict[Path, Path]:
+        """Files other repository models read (a tokenizer), as {destination: source} to copy."""

@@ -25,7 +25,7 @@ import onnxruntime
 import torch
 
 from export import image, text
-from export.common import fingerprint, is_up_to_date, write_manifest
+from export.common import fingerprint, is_up_to_date, write_atomically, write_manifest
 from export.description import ModelDescription, ServedFile
 from export.kinds import Kind, Parity
 from export.precision import RECORD_DIR, Capabilities, Selection, Variant, select_and_write, write_record
@@ -75,9 +75,30 @@ def export_model(description: ModelDescription, options: Options) -> list[Export
     kind = KINDS[description.kind]
     prepared = functools.cache(lambda: kind.prepare(description, options.repository))
     results = [export_file(description, kind, served, prepared, options) for served in description.served]
-    for path in kind.support_files(description, options.repository, force=options.force):
-        results.append(ExportResult(model=path.parent.parent.name, path=path, written=True))
+    for destination, source in kind.support_files(description, options.repository).items():
+        results.append(copy_support_file(source, destination, description, options))
     return results
+
+
+def copy_support_file(
+    source: Path, destination: Path, description: ModelDescription, options: Options
+) -> ExportResult:
+    """Copy a file another repository model reads (a tokenizer) unless the copy is up to date."""
+    model = destination.parent.parent.name
+    inputs = fingerprint(files=[source], values={})
+    if not options.force and is_up_to_date(destination, inputs):
+        return ExportResult(model=model, path=destination, written=False)
+
+    def copy(path: Path) -> None:
+        path.write_bytes(source.read_bytes())
+
+    write_atomically(destination, copy)
+    write_manifest(destination, inputs, {"model": model, "source": _weights_source(description)})
+    return ExportResult(model=model, path=destination, written=True)
+
+
+def _weights_source(description: ModelDescription) -> str:
+    return description.weights.package or description.weights.path
 
 
 def export_file(
@@ -115,7 +136,7 @@ def export_file(
     details = {
         "model": config.name,
         "description": description.name,
-        "weights": description.weights.package or description.weights.path,
+        "weights": _weights_source(description),
         "torch": torch.__version__,
         "parity": parity.as_dict() if parity else None,
         "precision": selection.as_dict(),

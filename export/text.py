@@ -35,11 +35,7 @@ from export import onnx_graph, per_token_int8, text_variants
 from export.common import (
     ExportError,
     ModelConfig,
-    fingerprint,
-    is_up_to_date,
     tensor_specs,
-    write_atomically,
-    write_manifest,
 )
 from export.description import ModelDescription
 from export.gates import GateResult, text_gate
@@ -225,8 +221,12 @@ class SentenceEncoderKind:
         )
         return plan
 
-    def support_files(self, description: ModelDescription, repository: Path, *, force: bool) -> list[Path]:
-        return copy_tokenizer(description, Path(repository), force=force)
+    def support_files(self, description: ModelDescription, repository: Path) -> dict[Path, Path]:
+        """The weights' tokenizer.json, into the tokenizer model's folder under the name its config reads."""
+        tokenizer_model = _tokenizer_model(description)
+        params = load_model_config(Path(repository) / tokenizer_model).parameters
+        destination = Path(repository) / tokenizer_model / "1" / params["tokenizer_file"].string_value
+        return {destination: description.weights_path() / "tokenizer.json"}
 
 
 KIND = SentenceEncoderKind()
@@ -350,26 +350,3 @@ def check_against_reference(context: TextExportContext, embeddings: np.ndarray, 
         )
     logger.info("%s matches the reference (lowest cosine %.7f)", what, cosines[worst])
     return Parity(metric="lowest cosine", value=float(cosines[worst]), tolerance=context.min_cosine)
-
-
-def _tokenizer_destination(repository: Path, tokenizer_model: str) -> Path:
-    params = load_model_config(repository / tokenizer_model).parameters
-    return repository / tokenizer_model / "1" / params["tokenizer_file"].string_value
-
-
-def copy_tokenizer(description: ModelDescription, repository: Path, *, force: bool) -> list[Path]:
-    """The weights' tokenizer.json into the tokenizer model's folder, unless it is already there."""
-    source = description.weights_path() / "tokenizer.json"
-    tokenizer_model = _tokenizer_model(description)
-    destination = _tokenizer_destination(repository, tokenizer_model)
-    inputs = fingerprint(files=[source], values={})
-    if not force and is_up_to_date(destination, inputs):
-        return []
-
-    def copy(path: Path) -> None:
-        path.write_bytes(source.read_bytes())
-
-    write_atomically(destination, copy)
-    source_name = description.weights.package or description.weights.path
-    write_manifest(destination, inputs, {"model": tokenizer_model, "source": source_name})
-    return [destination]
