@@ -3,8 +3,9 @@
 A description names the model's kind (``image_classifier``, ``sentence_encoder``), where its weights
 come from (an installed package and the function in it that returns their path, or a local file or
 folder with its sha256), its architecture parameters, which repository models hold its preprocessing,
-its fp32 parity tolerance, the served files the export writes (a repository model and its format each)
-and the precisions it allows per device. It never holds tensor names, dims or batching: each served
+its fp32 parity tolerance, the gate thresholds it sets for its reduced precisions (``gates``, replacing
+export/gates.py's), the served files the export writes (a repository model and its format each) and
+the precisions it allows per device. It never holds tensor names, dims or batching: each served
 model's config.pbtxt is the source of truth for those. :func:`load_descriptions` reads every description
 under a folder; ``python -m export`` runs each through the one pipeline (export/pipeline.py).
 """
@@ -103,6 +104,7 @@ class ModelDescription:
     preprocessing: dict[str, str]
     tolerance: float
     architecture: dict[str, float] = field(default_factory=dict)
+    gates: dict[str, float] = field(default_factory=dict)  # thresholds replacing export/gates.py's
     precisions: dict[str, tuple[str, ...]] = field(default_factory=lambda: dict(DEVICE_PRECISIONS))
     folder: Path = Path(".")  # where the description lives; a local weights path is relative to it
 
@@ -140,6 +142,7 @@ def parse_description(data: dict, *, source: Path) -> ModelDescription:
             preprocessing=dict(data.get("preprocessing") or {}),
             tolerance=float(data["tolerance"]),
             architecture=dict(data.get("architecture") or {}),
+            gates={name: float(value) for name, value in (data.get("gates") or {}).items()},
             precisions={k: tuple(v) for k, v in (data.get("precisions") or DEVICE_PRECISIONS).items()},
             folder=source.parent,
         )

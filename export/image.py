@@ -124,6 +124,7 @@ class Prepared:
     model: torch.nn.Module
     check: CheckData
     tolerance: float
+    gates: dict[str, float]
 
 
 def load_model(description: ModelDescription, repository: Path) -> efficientnet_lite.EfficientNetLite:
@@ -169,7 +170,7 @@ class ImageClassifierKind:
     def prepare(self, description: ModelDescription, repository: Path) -> Prepared:
         model = load_model(description, repository)
         check = check_data(repository, model, _preprocess_model(description))
-        return Prepared(model=model, check=check, tolerance=description.tolerance)
+        return Prepared(model=model, check=check, tolerance=description.tolerance, gates=description.gates)
 
     def plan(
         self,
@@ -190,7 +191,8 @@ class ImageClassifierKind:
             return runner
 
         def gate(runner: Runner) -> GateResult:
-            return image_gate(check.gate_logits, image_variants.run_in_batches(runner, check.gate_pixels))
+            logits = image_variants.run_in_batches(runner, check.gate_pixels)
+            return image_gate(check.gate_logits, logits, minimums=prepared.gates)
 
         @functools.cache
         def fp32_onnx_file() -> Path:  # the float32 graph int8 and fp16 are rewritten from

@@ -75,6 +75,7 @@ class TextExportContext:
     model_dir: Path
     tokenizer_model: str
     min_cosine: float
+    gates: dict[str, float]
     encoder: MiniLMEncoder
     tokenizer: Tokenizer
     reference: np.ndarray
@@ -101,6 +102,7 @@ def build_context(repository: Path, description: ModelDescription) -> TextExport
         model_dir=model_dir,
         tokenizer_model=tokenizer_model,
         min_cosine=description.tolerance,
+        gates=description.gates,
         encoder=encoder,
         tokenizer=tokenizer,
         reference=reference_embeddings(encoder, tokenizer, texts),
@@ -184,6 +186,7 @@ class SentenceEncoderKind:
                 gate_set["reference"],
                 text_variants.embed(runner, gate_set["batches"]),
                 alone=text_variants.embed(runner, gate_set["alone"]),
+                minimums=context.gates,
             )
 
         def fp32(path: Path) -> Runner:

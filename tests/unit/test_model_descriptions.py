@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import yaml
@@ -12,6 +13,7 @@ import yaml
 from export import efficientnet_lite
 from export.common import ExportError
 from export.description import load_description, load_descriptions, parse_description
+from export.gates import image_gate
 from export.pipeline import KINDS, allowed_variants
 from export.precision import Variant
 from modelrepo import load_model_config
@@ -93,3 +95,15 @@ def test_no_export_code_names_a_described_model() -> None:
     """A model is added by its description and configs: the pipeline's code never names one."""
     for path in (ROOT / "export").glob("*.py"):
         assert "lite2" not in path.read_text().lower(), f"{path.name} names Lite2"
+
+
+def test_a_description_may_set_its_own_gate_thresholds_and_only_those_the_gate_has(tmp_path: Path) -> None:
+    strict = parse_description(_described() | {"gates": {"top1_agreement": 1.0}}, source=tmp_path / "d.yaml")
+    reference = np.array([[3.0, 2.0, 1.0, 0.0, -1.0, -2.0], [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]] * 50)
+    candidate = reference.copy()
+    candidate[0, :2] = [2.0, 3.0]  # one of 100 rows changes its top-1
+    assert image_gate(reference, candidate).passed  # 0.99 agreement meets the default
+    tightened = image_gate(reference, candidate, minimums=strict.gates)
+    assert not tightened.passed and tightened.thresholds["top1_agreement"] == 1.0
+    with pytest.raises(ValueError, match=r"unknown thresholds \['top1_agrement'\]"):
+        image_gate(reference, candidate, minimums={"top1_agrement": 1.0})
