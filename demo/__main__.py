@@ -21,11 +21,11 @@ from pathlib import Path
 
 import skimage
 
-from clients.samples import shuffled_sentences
 from clients.sync_client import TritonClient
+from modelrepo import exported_step, load_repository
+from samples import shuffled_sentences
 from tritonlocal import LocalTritonServer, ServerConfig
 from tritonlocal.local_repository import DEPLOYABLE, LOCAL, derive_local
-from tritonlocal.repository import exported_step, load_repository
 
 IMAGES = ("chelsea.png", "coffee.png", "astronaut.png", "rocket.jpg", "motorcycle_left.png", "horse.png")
 SENTENCES = (

@@ -1,5 +1,6 @@
-"""Export the served models from their packaged weights into the model repository.
+"""Export the served models from their weights into the model repository.
 
-``python -m export [--only image|text] [--force]`` writes each model's TorchScript and ONNX files next
-to its config.pbtxt, after checking them against eager PyTorch on real inputs.
+``python -m export [--only NAME] [--force]`` runs every model description (models/*.yaml) through one
+pipeline (export/pipeline.py): each served file is written next to its config.pbtxt after checking it
+against eager PyTorch on real inputs.
 """

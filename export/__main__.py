@@ -1,5 +1,9 @@
-"""Command line: ``python -m export [--only image|text] [--precision auto|fp32|bf16|fp16|int8] [--force]
-[--repository PATH]``.
+"""Command line: ``python -m export [--only NAME] [--precision auto|fp32|bf16|fp16|int8] [--force]
+[--repository PATH] [--models PATH]``.
+
+Every model description under ``--models`` (models/*.yaml) goes through the one pipeline
+(export/pipeline.py); ``--only`` takes a description's name, or ``image`` / ``text`` for every image
+classifier / sentence encoder.
 
 ``--precision auto`` (the default) builds every precision variant this machine can run, gates each on real
 inputs against eager fp32, times the ones that pass and serves the fastest; ``--precision fp32`` pins
@@ -9,18 +13,18 @@ float32. The choice and every gate's numbers are printed and recorded under buil
 from __future__ import annotations
 
 import argparse
-import importlib
-import importlib.util
 import logging
 import sys
 import time
 from pathlib import Path
 
 from export.common import ExportError
+from export.description import DESCRIPTIONS_DIR, ModelDescription, load_descriptions
+from export.pipeline import Options, export_model
 from export.precision import CHOICES, Capabilities
-from tritonlocal.errors import RepositoryError
+from modelrepo import RepositoryError
 
-PIPELINES = ("image", "text")
+KIND_SHORTHANDS = {"image": "image_classifier", "text": "sentence_encoder"}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,31 +39,38 @@ def main(argv: list[str] | None = None) -> int:
         print(f"export refused: {e}", file=sys.stderr)
         return 2
     print(f"precision {args.precision}; this machine: {capabilities.as_dict()}")
-    for pipeline in (args.only,) if args.only else PIPELINES:
-        module_name = f"export.{pipeline}"
-        if importlib.util.find_spec(module_name) is None:
-            print(f"{pipeline}: skipped ({module_name} does not exist yet)")
-            continue
-        started = time.perf_counter()
-        try:
-            results = importlib.import_module(module_name).export_all(
-                repository=args.repository,
-                force=args.force,
-                precision=args.precision,
-                capabilities=capabilities,
-            )
-        except (ExportError, RepositoryError) as e:  # a bad config or a missing file in the repository
-            print(f"{pipeline}: export failed: {e}", file=sys.stderr)
-            return 1
-        print(f"{pipeline}: done in {time.perf_counter() - started:.1f} s")
-        for result in results:
-            print(f"  {result}")
+    options = Options(
+        repository=args.repository, force=args.force, precision=args.precision, capabilities=capabilities
+    )
+    try:
+        descriptions = _selected(load_descriptions(args.models), args.only)
+        for description in descriptions:
+            started = time.perf_counter()
+            results = export_model(description, options)
+            print(f"{description.name}: done in {time.perf_counter() - started:.1f} s")
+            for result in results:
+                print(f"  {result}")
+    except (ExportError, RepositoryError) as e:  # a bad description or config, or a missing file
+        print(f"export failed: {e}", file=sys.stderr)
+        return 1
     return 0
+
+
+def _selected(descriptions: list[ModelDescription], only: str | None) -> list[ModelDescription]:
+    if only is None:
+        return descriptions
+    chosen = [d for d in descriptions if only in (d.name, d.kind) or KIND_SHORTHANDS.get(only) == d.kind]
+    if not chosen:
+        names = [d.name for d in descriptions]
+        raise ExportError(f"--only {only!r} matches no description; give one of {names}, image or text")
+    return chosen
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m export", description=__doc__)
-    parser.add_argument("--only", choices=PIPELINES, help="export one pipeline only (default: all)")
+    parser.add_argument(
+        "--only", metavar="NAME", help="one description's name, or image / text for a kind (default: all)"
+    )
     parser.add_argument("--force", action="store_true", help="re-export even when the files are up to date")
     parser.add_argument(
         "--precision",
@@ -80,6 +91,12 @@ def _parser() -> argparse.ArgumentParser:
         type=Path,
         default=Path("model_repository"),
         help="the model repository to write into (default: model_repository)",
+    )
+    parser.add_argument(
+        "--models",
+        type=Path,
+        default=DESCRIPTIONS_DIR,
+        help=f"the folder of model descriptions, *.yaml (default: {DESCRIPTIONS_DIR})",
     )
     return parser
 

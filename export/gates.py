@@ -15,6 +15,7 @@ those numbers and never served (see :mod:`export.precision`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -59,7 +60,18 @@ class GateResult:
         return {**asdict(self), "passed": self.passed}
 
 
-def _judge(gate: str, samples: int, metrics: dict[str, float], thresholds: dict[str, float]) -> GateResult:
+def _judge(
+    gate: str,
+    samples: int,
+    metrics: dict[str, float],
+    thresholds: dict[str, float],
+    minimums: Mapping[str, float] | None = None,
+) -> GateResult:
+    """Each metric against its threshold; ``minimums`` (a model description's ``gates``) replaces some."""
+    unknown = sorted(set(minimums or {}) - set(thresholds))
+    if unknown:
+        raise ValueError(f"{gate} gate: unknown thresholds {unknown}; the gate has {sorted(thresholds)}")
+    thresholds = thresholds | dict(minimums or {})
     failures = [
         f"{name} {metrics[name]:.5f} < {minimum}"
         for name, minimum in thresholds.items()
@@ -97,7 +109,12 @@ def overlap(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def text_gate(
-    reference: np.ndarray, candidate: np.ndarray, *, alone: np.ndarray | None = None, k: int = TEXT_NEIGHBOURS
+    reference: np.ndarray,
+    candidate: np.ndarray,
+    *,
+    alone: np.ndarray | None = None,
+    k: int = TEXT_NEIGHBOURS,
+    minimums: Mapping[str, float] | None = None,
 ) -> GateResult:
     """Gate sentence embeddings [N, H] of a variant (computed in batches) against the fp32 ones of the same
     sentences; ``alone``: the variant's embeddings of the same sentences, one sentence per batch."""
@@ -121,14 +138,20 @@ def text_gate(
             (_unit_rows(candidate) * _unit_rows(alone)).sum(1).min()
         )
         thresholds["min_cosine_batched_vs_alone"] = TEXT_MIN_BATCHED_VS_ALONE_COSINE
-    return _judge("text", len(reference), metrics, thresholds)
+    return _judge("text", len(reference), metrics, thresholds, minimums)
 
 
 def top_k(logits: np.ndarray, k: int) -> np.ndarray:
     return np.argsort(-logits, axis=1, kind="stable")[:, :k]
 
 
-def image_gate(reference: np.ndarray, candidate: np.ndarray, *, k: int = IMAGE_TOP_K) -> GateResult:
+def image_gate(
+    reference: np.ndarray,
+    candidate: np.ndarray,
+    *,
+    k: int = IMAGE_TOP_K,
+    minimums: Mapping[str, float] | None = None,
+) -> GateResult:
     """Gate class logits [N, C] of a variant against the fp32 logits of the same images."""
     _check_pair(reference, candidate, "image gate")
     expected, actual = top_k(reference, k), top_k(candidate, k)
@@ -138,4 +161,4 @@ def image_gate(reference: np.ndarray, candidate: np.ndarray, *, k: int = IMAGE_T
         "max_abs_logit_diff": float(np.max(np.abs(reference - candidate))),
     }
     thresholds = {"top1_agreement": IMAGE_MIN_TOP1_AGREEMENT, f"top{k}_overlap": IMAGE_MIN_TOP5_OVERLAP}
-    return _judge("image", len(reference), metrics, thresholds)
+    return _judge("image", len(reference), metrics, thresholds, minimums)

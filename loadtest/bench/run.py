@@ -31,7 +31,7 @@ from loadtest.experiments import plan as experiments_plan
 from loadtest.experiments import registry
 from loadtest.load import environment
 from loadtest.report.markdown import write_report
-from tritonlocal.repository import PROJECT_REPOSITORY
+from modelrepo import PROJECT_REPOSITORY
 
 logger = logging.getLogger(__name__)
 

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from clients import samples
+import samples
 from loadtest.load import payloads
 from loadtest.load.pipelines import (
     EncoderRunner,

@@ -22,9 +22,9 @@ from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 
-from clients import samples
+import samples
 from loadtest.load.json_load import run_json_load
-from tritonlocal.repository import exported_file, load_repository
+from modelrepo import exported_file, load_repository
 
 READY_TIMEOUT_S = 120.0
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from clients import samples
+import samples
 from export import image as export_image
 from export import precision
 from loadtest.experiments import clients as client_experiments
@@ -23,8 +23,8 @@ from loadtest.load import environment, payloads, workers
 from loadtest.load.locust_run import LocustRun, run_locust
 from loadtest.load.perf import PerfSettings
 from loadtest.load.pipelines import ExportedModel
+from modelrepo import exported_step, load_repository
 from tritonlocal import LocalTritonServer, ServerConfig
-from tritonlocal.repository import exported_step, load_repository
 
 logger = logging.getLogger(__name__)
 

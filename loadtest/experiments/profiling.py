@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from clients import samples
+import samples
 from loadtest.load import payloads
 from loadtest.load.pipelines import EncoderRunner, ExportedModel, ImagePreprocessor, TextTokenizer
 

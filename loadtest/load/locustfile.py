@@ -10,7 +10,7 @@
 Each user holds one :class:`clients.TritonClient` and sends one real request per task, back to back
 (closed loop, like perf_analyzer's concurrency) unless ``--think-time-ms`` is set: a photograph from
 skimage/data (cut into distinct JPEG variants) to the image classifier, or a sentence from
-clients/data/sentences.txt to the text embedder, in the proportions of ``--mix``. Every request is
+samples/data/sentences.txt to the text embedder, in the proportions of ``--mix``. Every request is
 reported to Locust's statistics with its measured time, its response size and, when it failed or
 returned something malformed, the exception. Retries are off: a failure is counted, never hidden.
 """
@@ -24,7 +24,8 @@ import grpc.experimental.gevent as grpc_gevent
 import numpy as np
 from locust import User, events, task
 
-from clients import ClientError, RetryPolicy, TritonClient, samples
+import samples
+from clients import ClientError, RetryPolicy, TritonClient
 from loadtest.load import payloads, shapes
 from loadtest.load.profiles import Mix
 

@@ -1,4 +1,4 @@
-"""Request payloads built from the real samples (:mod:`clients.samples`) for the load generators.
+"""Request payloads built from the real samples (:mod:`samples`) for the load generators.
 
 Every load generator here (Locust, perf_analyzer's ``--input-data``, the experiments) sends the same
 kind of data a user would: encoded photographs and natural sentences, never zeros or random bytes.
@@ -14,7 +14,7 @@ import random
 import numpy as np
 from PIL import Image
 
-from clients.samples import photographs
+from samples import photographs
 
 
 def image_variants(count: int, *, seed: int = 0) -> list[bytes]:

@@ -26,10 +26,10 @@ from pathlib import Path
 import numpy as np
 from tritonclient.grpc import model_config_pb2
 
-from clients import samples
+import samples
 from loadtest.load import payloads
 from loadtest.load.pipelines import ImagePreprocessor, TextTokenizer
-from tritonlocal.repository import ModelConfig, load_model_config
+from modelrepo import ModelConfig, load_model_config
 
 # Which real data a STRING input takes, by the name its config gives it.
 STRING_PAYLOADS = {"IMAGE_BYTES": "images", "TEXT": "sentences"}

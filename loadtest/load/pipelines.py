@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 from google.protobuf import json_format
 
-from tritonlocal.repository import EXPORTED_FILENAMES, load_model_config, load_served_module
+from modelrepo import EXPORTED_FILENAMES, load_model_config, load_served_module
 
 TOKENIZER_MODEL = "text_tokenizer"
 PREPROCESS_MODEL = "image_preprocess"

@@ -37,9 +37,9 @@ from pathlib import Path
 import psutil
 from PIL import Image
 
-from clients.samples import photograph_paths, sentences
 from clients.sync_client import TritonClient
 from loadtest.soak.faults import FaultEvent, run_faults
+from samples import photograph_paths, sentences
 from tritonlocal import LocalTritonServer, ServerConfig
 from tritonlocal.health import live_stubs
 from tritonlocal.local_repository import LOCAL, derive_local

@@ -27,11 +27,11 @@ import yaml
 
 from loadtest.load.perf_inputs import write_input_data
 from loadtest.tune.plan import TunePlan, model_config_parameters
+from modelrepo import format_config, load_repository, parse_config
 from tritonlocal import perf_analyzer
 from tritonlocal.derive import derive_repository
 from tritonlocal.installation import find_installation, prepare_backend_directory, server_environment
 from tritonlocal.ports import pick_free_port, port_in_use
-from tritonlocal.repository import format_config, load_repository, parse_config
 
 logger = logging.getLogger(__name__)
 

@@ -17,9 +17,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from modelrepo import ModelEntry, RepositoryError, exported_step, load_repository
 from tritonlocal.derive import derive_local_config
-from tritonlocal.errors import RepositoryError
-from tritonlocal.repository import ModelEntry, exported_step, load_repository
 
 
 @dataclass(frozen=True, kw_only=True)

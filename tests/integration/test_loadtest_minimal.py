@@ -15,7 +15,7 @@ import numpy as np
 import psutil
 import pytest
 
-from clients import samples
+import samples
 from export.gates import TEXT_MIN_BATCHED_VS_ALONE_COSINE
 from loadtest.experiments import minimal
 from loadtest.experiments.plan import TEXT_MODEL, text_encoder_of

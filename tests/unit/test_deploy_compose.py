@@ -268,6 +268,24 @@ def test_every_mounted_host_path_exists_except_outputs(compose: dict) -> None:
             assert dockerfile.is_file(), f"{name}: {dockerfile} missing"
 
 
+def test_every_path_a_dockerfile_copies_exists_in_its_build_context(compose: dict) -> None:
+    """A moved file or folder must not break an image build: each COPY/ADD source is in the context."""
+    built = {}
+    for service in compose["services"].values():
+        if "build" in service:
+            context = ROOT / service["build"]["context"]
+            built[context / service["build"].get("dockerfile", "Dockerfile")] = context
+    assert len(built) >= 3  # export, tritonserver, locust
+    for dockerfile, context in built.items():
+        for line in dockerfile.read_text().splitlines():
+            words = line.split()
+            if not words or words[0] not in ("COPY", "ADD") or any(w.startswith("--from") for w in words):
+                continue
+            sources = [w for w in words[1:-1] if not w.startswith("--")]
+            for source in sources:
+                assert (context / source).exists(), f"{dockerfile.relative_to(ROOT)} copies {source}: missing"
+
+
 def test_the_locust_image_has_everything_the_locustfile_imports(compose: dict, import_closure) -> None:
     """The stock Locust image has Locust and its own dependencies only: every project package the
     locustfile reaches is mounted, and every other distribution it imports is installed by

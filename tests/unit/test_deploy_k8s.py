@@ -16,7 +16,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from tritonlocal.repository import load_repository
+from modelrepo import load_repository
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "deploy" / "k8s"
@@ -153,11 +153,12 @@ def test_the_export_image_carries_every_package_the_export_imports(import_closur
     imported: set[str] = set()
     for source in (ROOT / "export").glob("*.py"):  # __main__ imports the pipelines by name
         imported |= import_closure(f"export.{source.stem}")[0]
-    assert {"export", "tritonlocal", "clients"} <= imported  # clients: the text gate's corpus
+    assert {"export", "modelrepo", "samples"} <= imported  # samples: the text gate's corpus
     for package in sorted(imported):
         assert f"COPY {package} ./{package}" in dockerfile, f"the export image lacks {package}/"
         assert _included(f"{package}/__init__.py", rules), f".dockerignore leaves {package}/ out"
-    assert _included("clients/data/sentences.txt", rules)
+    assert _included("samples/data/sentences.txt", rules)
+    assert "tritonlocal" not in imported, "the export imports the launcher"
 
 
 def _dockerignore(path: Path) -> list[tuple[bool, re.Pattern[str]]]:

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from modelrepo import NATIVE_RUNTIMES, load_repository, parse_config
 from tritonlocal.replicas import LIMITS, TEMPLATE, render_nginx_config
-from tritonlocal.repository import NATIVE_RUNTIMES, load_repository, parse_config
 from tritonlocal.variants import THREAD_PARAMETERS, write_variant
 
 ROOT = Path(__file__).resolve().parents[2]

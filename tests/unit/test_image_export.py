@@ -21,12 +21,17 @@ import pytest
 import torch
 from PIL import Image
 
-from export import efficientnet_lite0, image, image_variants, onnx_graph
+from export import efficientnet_lite, image, image_variants, onnx_graph
 from export.common import ExportError, is_up_to_date, write_atomically, write_manifest
+from export.description import load_description
 from export.gates import image_gate
+from export.pipeline import ExportResult, Options, export_model
+from export.precision import Capabilities
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOYABLE = ROOT / "model_repository"
+LITE0 = load_description(ROOT / "models" / "efficientnet_lite0.yaml")
+CLASSIFIERS = [served.model for served in LITE0.served]
 LABELS_FILE = DEPLOYABLE / "image_postprocess" / "1" / "imagenet_labels.txt"
 CAT_CLASSES = {281, 282, 283, 284, 285}  # tabby, tiger cat, Persian, Siamese, Egyptian cat
 COFFEE_CLASSES = {967, 968, 504}  # espresso, cup, coffee mug
@@ -35,12 +40,12 @@ COFFEE_CLASSES = {967, 968, 504}  # espresso, cup, coffee mug
 # -- helpers --------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def model() -> torch.nn.Module:
-    return efficientnet_lite0.load_model()
+    return image.load_model(LITE0, DEPLOYABLE)
 
 
 @pytest.fixture(scope="module")
 def packaged_state() -> dict[str, torch.Tensor]:
-    return torch.load(efficientnet_lite0.packaged_weights_path(), map_location="cpu", weights_only=True)
+    return torch.load(LITE0.weights_path(), map_location="cpu", weights_only=True)
 
 
 @pytest.fixture(scope="module")
@@ -67,15 +72,15 @@ def _image_bytes(mode: str, size: tuple[int, int] = (300, 200), fmt: str = "PNG"
 
 # -- architecture and weights ---------------------------------------------------------------------------
 def test_tensorflow_same_padding_puts_the_odd_pixel_after() -> None:
-    assert efficientnet_lite0.same_padding(224, 3, 2) == (0, 1)
-    assert efficientnet_lite0.same_padding(112, 5, 2) == (1, 2)
-    assert efficientnet_lite0.same_padding(56, 3, 1) == (1, 1)
+    assert efficientnet_lite.same_padding(224, 3, 2) == (0, 1)
+    assert efficientnet_lite.same_padding(112, 5, 2) == (1, 2)
+    assert efficientnet_lite.same_padding(56, 3, 1) == (1, 1)
 
 
 def test_architecture_matches_every_packaged_tensor_name_and_shape(packaged_state: dict) -> None:
     expected = {key: tuple(value.shape) for key, value in packaged_state.items()}
     actual = {
-        key: tuple(value.shape) for key, value in efficientnet_lite0.EfficientNetLite0().state_dict().items()
+        key: tuple(value.shape) for key, value in efficientnet_lite.EfficientNetLite().state_dict().items()
     }
     assert len(expected) == 296
     assert actual == expected
@@ -84,13 +89,13 @@ def test_architecture_matches_every_packaged_tensor_name_and_shape(packaged_stat
 def test_strict_loading_rejects_a_state_dict_with_a_missing_key(packaged_state: dict) -> None:
     broken = {key: value for key, value in packaged_state.items() if key != "_blocks.3._bn1.running_var"}
     with pytest.raises(ExportError, match=r"Missing key.*_blocks\.3\._bn1\.running_var"):
-        efficientnet_lite0.load_model(broken)
+        efficientnet_lite.load_model(broken)
 
 
 def test_strict_loading_rejects_a_state_dict_with_an_unexpected_key(packaged_state: dict) -> None:
     extended = {**packaged_state, "_blocks.0._se_reduce.weight": torch.zeros(8, 32, 1, 1)}
     with pytest.raises(ExportError, match=r"Unexpected key.*_se_reduce"):
-        efficientnet_lite0.load_model(extended)
+        efficientnet_lite.load_model(extended)
 
 
 def test_eager_model_recognises_the_cat_and_the_coffee(
@@ -110,7 +115,7 @@ def test_folding_the_batch_norms_keeps_the_logits_and_leaves_the_model_as_it_was
     model, served_preprocess, settings, real_images
 ) -> None:
     pixels = torch.from_numpy(served_preprocess.preprocess(list(real_images.values()), settings))
-    folded = efficientnet_lite0.fold_batch_norms(model)
+    folded = efficientnet_lite.fold_batch_norms(model)
     assert not any(isinstance(m, torch.nn.BatchNorm2d) for m in folded.modules())
     assert sum(isinstance(m, torch.nn.BatchNorm2d) for m in model.modules()) == 49
     with torch.no_grad():
@@ -120,7 +125,7 @@ def test_folding_the_batch_norms_keeps_the_logits_and_leaves_the_model_as_it_was
 
 # -- export -----------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def exported(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[image.ExportResult]]:
+def exported(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[ExportResult]]:
     """The real exporter run once into a temporary copy of the image models' configs."""
     repository = tmp_path_factory.mktemp("repository")
     shutil.copytree(
@@ -128,22 +133,30 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[image
         repository / "image_preprocess",
         ignore=shutil.ignore_patterns("__pycache__"),
     )
-    for name in image.CLASSIFIERS:
+    for name in CLASSIFIERS:
         (repository / name).mkdir()
         shutil.copyfile(DEPLOYABLE / name / "config.pbtxt", repository / name / "config.pbtxt")
-    return repository, image.export_all(
-        repository=repository, force=False, precision="fp32", record_dir=repository / "precision"
+    return repository, export_model(LITE0, _options(repository))
+
+
+def _options(repository: Path) -> Options:
+    capabilities = Capabilities.detect()
+    return Options(
+        repository=repository,
+        precision="fp32",
+        capabilities=capabilities,
+        record_dir=repository / "precision",
     )
 
 
 def test_export_writes_both_files_after_verifying_them(exported) -> None:
     repository, results = exported
-    assert [r.model for r in results] == list(image.CLASSIFIERS)
+    assert [r.model for r in results] == CLASSIFIERS
     for result in results:
         assert result.written and result.path.is_file()
         assert result.path.parent == repository / result.model / "1"
-        assert result.verification.max_abs_logit_diff <= image.LOGIT_TOLERANCE
-        assert result.verification.batch_sizes == [1, len(image.sample_image_paths()), 64]
+        assert result.parity is not None and result.parity.value <= LITE0.tolerance
+        assert f"batch sizes {[1, len(image.sample_image_paths()), 64]}" in result.parity.detail
         assert result.selection.served.endswith("-fp32")
         assert result.selection.candidates[0].gate.passed
 
@@ -162,7 +175,7 @@ def test_exported_onnx_and_torchscript_match_eager_on_real_images(
     with torch.no_grad():
         from_torchscript = scripted(torch.from_numpy(pixels)).numpy()
     for logits in (from_onnx, from_torchscript):
-        assert np.abs(logits - expected).max() < image.LOGIT_TOLERANCE
+        assert np.abs(logits - expected).max() < LITE0.tolerance
         assert np.array_equal(image.top_k_ids(logits), image.top_k_ids(expected))
 
 
@@ -279,7 +292,7 @@ def test_the_previous_onnx_file_keeps_the_exporters_pad_nodes_and_the_same_logit
 
 
 def test_a_classifier_with_perturbed_weights_fails_the_gate_on_real_photographs(model) -> None:
-    check = image.check_data(DEPLOYABLE, model)
+    check = image.check_data(DEPLOYABLE, model, "image_preprocess")
     broken = copy.deepcopy(model)
     with torch.no_grad():
         for parameter in broken.parameters():
@@ -295,9 +308,7 @@ def test_a_classifier_with_perturbed_weights_fails_the_gate_on_real_photographs(
 def test_a_second_export_run_is_a_no_op(exported) -> None:
     repository, first = exported
     before = {r.path: r.path.stat().st_mtime_ns for r in first}
-    second = image.export_all(
-        repository=repository, force=False, precision="fp32", record_dir=repository / "precision"
-    )
+    second = export_model(LITE0, _options(repository))
     assert [r.written for r in second] == [False, False]
     assert {r.path: r.path.stat().st_mtime_ns for r in second} == before
     assert all(not p.name.endswith(".tmp") for p in repository.rglob("*"))

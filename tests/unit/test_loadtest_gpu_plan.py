@@ -89,7 +89,7 @@ def test_model_analyzer_searches_kind_gpu_instances_on_a_gpu(tmp_path: Path) -> 
     source = ROOT / "model_repository"
     gpu = make_plan(["text_embedder"], sweep="gpu", latency_budget_ms=1000, source=source, kind="KIND_GPU")
     cpu = make_plan(["text_embedder"], sweep="gpu", latency_budget_ms=1000, source=source)
-    from tritonlocal.repository import load_repository
+    from modelrepo import load_repository
 
     models = load_repository(source)
     assert gpu.fingerprint(models) != cpu.fingerprint(models), "a GPU search never resumes a CPU checkpoint"

@@ -10,11 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from clients import samples
+import samples
 from loadtest.load import payloads
 from loadtest.load.perf_inputs import input_kind, serialise_bytes, write_input_data
 from loadtest.load.profiles import Mix, shape_name, users_at
-from tritonlocal.repository import parse_config
+from modelrepo import parse_config
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE = ROOT / "model_repository"

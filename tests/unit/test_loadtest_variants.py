@@ -13,7 +13,7 @@ from loadtest.experiments.variant_repository import (
     threads_per_instance,
     variant_config,
 )
-from tritonlocal.repository import load_repository, parse_config
+from modelrepo import load_repository, parse_config
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE = ROOT / "model_repository"

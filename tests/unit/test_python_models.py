@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from modelrepo import load_repository, load_served_module
 from tritonlocal.derive import derive_repository
-from tritonlocal.repository import load_repository, load_served_module
 from tritonlocal.variants import write_variant
 
 DEPLOYABLE = Path(__file__).resolve().parents[2] / "model_repository"

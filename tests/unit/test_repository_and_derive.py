@@ -6,12 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from tritonlocal.derive import derive_local_config, derive_repository
-from tritonlocal.errors import RepositoryError
-from tritonlocal.repository import (
+from modelrepo import (
     BATCHING_HELPER,
     NATIVE_RUNNER,
     PARAMETERS_HELPER,
+    RepositoryError,
     exported_file,
     exported_step,
     load_model_config,
@@ -19,6 +18,7 @@ from tritonlocal.repository import (
     load_served_module,
     parse_config,
 )
+from tritonlocal.derive import derive_local_config, derive_repository
 
 REPOSITORY = Path(__file__).resolve().parents[2] / "model_repository"
 RUNNER = REPOSITORY / NATIVE_RUNNER

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -17,6 +18,7 @@ from safetensors.torch import load_file
 import export.text as text_export
 from export import text_variants
 from export.common import ExportError
+from export.description import ModelDescription, load_description
 from export.minilm import (
     UNK_ID,
     BertShape,
@@ -27,14 +29,16 @@ from export.minilm import (
     load_tokenizer,
     reference_embeddings,
 )
+from export.pipeline import Options, export_model
 from export.precision import Capabilities, Variant
-from tritonlocal.repository import load_model_config
+from modelrepo import load_model_config
 
 # TorchScript is the libtorch backend's format: its deprecation notice is expected here.
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:DeprecationWarning")
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOYABLE = ROOT / "model_repository"
+MINILM = load_description(ROOT / "models" / "all_minilm_l6_v2.yaml")
 MODEL_DIR = Path(get_model_path())
 _TOKENIZER_PARAMS = load_model_config(DEPLOYABLE / "text_tokenizer").parameters
 MAX_LENGTH = int(_TOKENIZER_PARAMS["max_length"].string_value)
@@ -62,8 +66,14 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for name in ("minilm_onnx", "minilm_torchscript", "text_tokenizer"):
         (repository / name).mkdir()
         shutil.copyfile(DEPLOYABLE / name / "config.pbtxt", repository / name / "config.pbtxt")
-    text_export.export_all(repository, force=False, precision="fp32", record_dir=repository / "precision")
+    _export(MINILM, repository)
     return repository
+
+
+def _export(description: ModelDescription, repository: Path, **options) -> list:
+    settings = {"precision": "fp32", "record_dir": repository / "precision"} | options
+    capabilities = settings.pop("capabilities", None) or Capabilities.detect()
+    return export_model(description, Options(repository=repository, capabilities=capabilities, **settings))
 
 
 def _ragged(tokenizer, texts: list[str], extra_padding: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -252,19 +262,24 @@ def test_export_records_the_vocabulary_bounds_of_the_token_ids(exported: Path) -
 
 
 def test_export_is_idempotent_and_ships_the_tokenizer(exported: Path) -> None:
-    assert text_export.export_all(exported, force=False, precision="fp32", record_dir=exported / "p") == []
+    second = _export(MINILM, exported)
+    assert [(result.model, result.written) for result in second] == [
+        ("minilm_onnx", False),
+        ("minilm_torchscript", False),
+        ("text_tokenizer", False),
+    ]
     assert (exported / "text_tokenizer" / "1" / "tokenizer.json").read_bytes() == (
         MODEL_DIR / "tokenizer.json"
     ).read_bytes()
 
 
-def test_export_that_fails_its_check_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_export_that_fails_its_check_writes_nothing(tmp_path: Path) -> None:
     for name in ("minilm_onnx", "minilm_torchscript", "text_tokenizer"):
         (tmp_path / name).mkdir()
         shutil.copyfile(DEPLOYABLE / name / "config.pbtxt", tmp_path / name / "config.pbtxt")
-    monkeypatch.setattr(text_export, "MIN_COSINE", 1.5)  # no embedding can pass
+    strict = dataclasses.replace(MINILM, tolerance=1.5)  # no embedding can pass
     with pytest.raises(ExportError, match="below 1.5"):
-        text_export.export_all(tmp_path, force=False, precision="fp32", record_dir=tmp_path / "precision")
+        _export(strict, tmp_path)
     assert list((tmp_path / "minilm_onnx" / "1").iterdir()) == []
 
 
@@ -301,19 +316,13 @@ def test_per_tensor_int8_fails_the_corpus_gate_and_is_not_served(
         ]
 
     monkeypatch.setattr(text_variants, "encoder_variants", variants)
-    context = text_export.build_context(tmp_path)
     destination = tmp_path / "minilm_onnx" / "1" / "model.onnx"
     capabilities = Capabilities(cpu_flags=frozenset({"avx512_vnni"}))
-    assert text_export._export_if_stale(
-        context,
-        "minilm_onnx",
-        destination,
-        "onnx",
-        force=True,
-        precision="auto",
-        capabilities=capabilities,
-        record_dir=tmp_path / "records",
+    onnx_only = dataclasses.replace(MINILM, served=MINILM.served[:1])
+    results = _export(
+        onnx_only, tmp_path, precision="auto", capabilities=capabilities, record_dir=tmp_path / "records"
     )
+    assert results[0].written and results[0].path == destination
     record = json.loads((tmp_path / "records" / "minilm_onnx.json").read_text())
     fp32, broken = record["candidates"]
     assert broken["status"] == "failed gate" and not broken["gate"]["passed"]

@@ -8,10 +8,10 @@ import pytest
 from loadtest.tune.adopt import adopt
 from loadtest.tune.plan import SWEEPS, make_plan, model_config_parameters
 from loadtest.tune.results import Measurement, outcomes
+from modelrepo import load_repository
 from tritonlocal import cpu_tuning
 from tritonlocal.derive import derive_local_config, derive_repository
 from tritonlocal.errors import RepositoryError
-from tritonlocal.repository import load_repository
 
 REPOSITORY = Path(__file__).resolve().parents[2] / "model_repository"
 

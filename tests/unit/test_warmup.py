@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from google.protobuf import text_format
 
+from modelrepo import ModelConfig, ModelEntry, load_repository
 from tritonlocal.derive import derive_local_config, write_local_model
-from tritonlocal.repository import ModelConfig, ModelEntry, load_repository
 from tritonlocal.variants import write_variant
 from tritonlocal.warmup import BatchShape, batcher_shapes, uncovered_shapes, warmup_shapes
 from tritonlocal.warmup_samples import largest_warmup_tokens, warmup_problems

@@ -13,7 +13,7 @@ from pathlib import Path
 from export import precision
 from loadtest.experiments.variant_repository import Variant
 from loadtest.load.perf import PerfSettings
-from tritonlocal.repository import exported_step, load_repository
+from modelrepo import exported_step, load_repository
 
 ROUTES = {"onnx": "text_embedder", "torchscript": "text_embedder_torchscript"}  # route -> ensemble
 TEXT_MODEL = ROUTES["onnx"]

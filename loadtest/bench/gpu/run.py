@@ -20,7 +20,7 @@ from loadtest.bench.gpu.plan import DRY_RUN, GPU, ROUTES, GpuPlan, encoder_of
 from loadtest.bench.gpu.report import write_gpu_report
 from loadtest.bench.results import write_results
 from loadtest.load import environment
-from tritonlocal.repository import PROJECT_REPOSITORY
+from modelrepo import PROJECT_REPOSITORY
 
 logger = logging.getLogger(__name__)
 

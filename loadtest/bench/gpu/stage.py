@@ -23,8 +23,8 @@ from loadtest.experiments.served import PerfSession, ServedPoint, arms_experimen
 from loadtest.experiments.variant_repository import build_repository
 from loadtest.load import environment
 from loadtest.load.pipelines import ExportedModel
+from modelrepo import load_repository
 from tritonlocal import LocalTritonServer, ServerConfig
-from tritonlocal.repository import load_repository
 
 logger = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""What the project knows about a Triton model repository, in one place (export, tritonlocal and loadtest).
+"""What the project knows about a Triton model repository, in one place, below everything that reads one.
 
 - Configs: every config.pbtxt is parsed into ``model_config_pb2.ModelConfig`` with Triton's own schema; an
   unknown field or a wrong type is a parse error that names the file, so a typo cannot silently change
@@ -8,7 +8,8 @@
 - Served code: a Python model's ``model.py`` (or a module beside it) imported outside Triton for its pure
   functions (:func:`load_served_module`).
 
-This module imports nothing from the rest of tritonlocal but its errors, so the exporter can use it.
+Export, the local launcher (tritonlocal), loadtest and the demo all read repositories through this
+package, which imports none of them.
 """
 
 from __future__ import annotations
@@ -23,8 +24,6 @@ from types import ModuleType
 
 from google.protobuf import text_format
 from tritonclient.grpc.model_config_pb2 import ModelConfig
-
-from tritonlocal.errors import RepositoryError
 
 # The batching helper every Python model imports; it lives at the repository's top level and each
 # Python model's version folder links to it (see the file's docstring for why).
@@ -51,6 +50,10 @@ NATIVE_RUNTIMES = {
     "pytorch_libtorch": ("torchscript", TORCHSCRIPT_FILENAME),
     "pytorch": ("torchscript", TORCHSCRIPT_FILENAME),
 }
+
+
+class RepositoryError(Exception):
+    """A model repository or one of its configs is missing or malformed."""
 
 
 @dataclass(frozen=True, kw_only=True)

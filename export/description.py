@@ -1,0 +1,175 @@
+"""Model descriptions: what only a model knows, declared once per model in ``models/<name>.yaml``.
+
+A description names the model's kind (``image_classifier``, ``sentence_encoder``), where its weights
+come from (an installed package and the function in it that returns their path, or a local file or
+folder with its sha256), its architecture parameters, which repository models hold its preprocessing,
+its fp32 parity tolerance, the gate thresholds it sets for its reduced precisions (``gates``, replacing
+export/gates.py's), the served files the export writes (a repository model and its format each) and
+the precisions it allows per device. It never holds tensor names, dims or batching: each served
+model's config.pbtxt is the source of truth for those. :func:`load_descriptions` reads every description
+under a folder; ``python -m export`` runs each through the one pipeline (export/pipeline.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from export.common import ExportError, sha256_file
+
+DESCRIPTIONS_DIR = Path("models")
+KINDS = ("image_classifier", "sentence_encoder")
+FORMATS = ("onnx", "torchscript")
+DEVICE_PRECISIONS = {"cpu": ("fp32", "bf16", "int8"), "cuda": ("fp32", "bf16", "fp16")}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Weights:
+    """Either ``package`` with ``loader`` ("module:attribute.path", called with no arguments, returning
+    the weights' path), or ``path`` (relative to the description's folder) with its ``sha256``."""
+
+    package: str = ""
+    loader: str = ""
+    path: str = ""
+    sha256: str = ""
+
+    def __post_init__(self) -> None:
+        if bool(self.loader) == bool(self.path):
+            raise ExportError("weights: give either package and loader, or path and sha256")
+        if self.loader and (not self.package or ":" not in self.loader):
+            raise ExportError(
+                f"weights: loader {self.loader!r} must read 'module:function' and name its package"
+            )
+        if self.path and len(self.sha256) != 64:
+            raise ExportError(f"weights: path {self.path!r} needs its sha256 (64 hex digits)")
+
+    def locate(self, base: Path) -> Path:
+        """The weights' file or folder; a local one is checked against its sha256."""
+        if self.path:
+            return _checked_local(base / self.path, self.sha256)
+        module_name, _, attribute = self.loader.partition(":")
+        try:
+            target: Any = importlib.import_module(module_name)
+        except ImportError as e:
+            raise ExportError(
+                f"the weights come from the package {self.package!r}; install it, pinned in requirements.lock"
+            ) from e
+        for part in attribute.split("."):
+            target = getattr(target, part)
+        return Path(target())
+
+
+def weights_sha256(path: Path) -> str:
+    """The sha256 of a weights file, or of a folder's files (each relative name and content hash)."""
+    if path.is_dir():
+        digest = hashlib.sha256()
+        for item in sorted(p for p in path.rglob("*") if p.is_file()):
+            digest.update(f"{item.relative_to(path)}\0{sha256_file(item)}\0".encode())
+        return digest.hexdigest()
+    if path.is_file():
+        return sha256_file(path)
+    raise ExportError(f"weights: {path} does not exist")
+
+
+def _checked_local(path: Path, expected: str) -> Path:
+    actual = weights_sha256(path)
+    if actual != expected:
+        raise ExportError(f"weights: {path} has sha256 {actual}, the description says {expected}")
+    return path
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServedFile:
+    """One exported file: the repository model whose config.pbtxt it serves, and its format."""
+
+    model: str
+    format: str
+
+    def __post_init__(self) -> None:
+        if self.format not in FORMATS:
+            raise ExportError(f"served model {self.model!r}: format {self.format!r} is not one of {FORMATS}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelDescription:
+    name: str
+    kind: str
+    weights: Weights
+    served: tuple[ServedFile, ...]
+    preprocessing: dict[str, str]
+    tolerance: float
+    architecture: dict[str, float] = field(default_factory=dict)
+    gates: dict[str, float] = field(default_factory=dict)  # thresholds replacing export/gates.py's
+    precisions: dict[str, tuple[str, ...]] = field(default_factory=lambda: dict(DEVICE_PRECISIONS))
+    folder: Path = Path(".")  # where the description lives; a local weights path is relative to it
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ExportError(f"model {self.name!r}: kind {self.kind!r} is not one of {KINDS}")
+        if not self.served:
+            raise ExportError(f"model {self.name!r}: lists no served files")
+        for device, allowed in self.precisions.items():
+            if device not in DEVICE_PRECISIONS or not set(allowed) <= set(DEVICE_PRECISIONS[device]):
+                raise ExportError(
+                    f"model {self.name!r}: precisions {device}: {list(allowed)}; allowed devices and "
+                    f"precisions are {DEVICE_PRECISIONS}"
+                )
+
+    def allows(self, precision: str, device: str) -> bool:
+        return precision in self.precisions.get(device, ())
+
+    def weights_path(self) -> Path:
+        return self.weights.locate(self.folder)
+
+
+def parse_description(data: dict, *, source: Path) -> ModelDescription:
+    """A description from its YAML mapping; unknown or missing keys are errors naming ``source``."""
+    known = {f.name for f in fields(ModelDescription)} - {"folder"}
+    if not isinstance(data, dict) or set(data) - known:
+        extra = sorted(set(data) - known) if isinstance(data, dict) else data
+        raise ExportError(f"{source}: unknown keys {extra}; a description has {sorted(known)}")
+    try:
+        return ModelDescription(
+            name=data["name"],
+            kind=data["kind"],
+            weights=Weights(**data["weights"]),
+            served=tuple(ServedFile(**entry) for entry in data["served"]),
+            preprocessing=dict(data.get("preprocessing") or {}),
+            tolerance=float(data["tolerance"]),
+            architecture=dict(data.get("architecture") or {}),
+            gates={name: float(value) for name, value in (data.get("gates") or {}).items()},
+            precisions={k: tuple(v) for k, v in (data.get("precisions") or DEVICE_PRECISIONS).items()},
+            folder=source.parent,
+        )
+    except (KeyError, TypeError) as e:
+        raise ExportError(f"{source}: {e!r} (see docs/your-model.md for the keys)") from e
+
+
+def load_description(path: Path) -> ModelDescription:
+    with open(path, encoding="utf-8") as handle:
+        return parse_description(yaml.safe_load(handle), source=Path(path))
+
+
+def load_descriptions(folder: Path = DESCRIPTIONS_DIR) -> list[ModelDescription]:
+    """Every ``*.yaml`` description in ``folder``, in name order; names must be unique."""
+    descriptions = [load_description(path) for path in sorted(Path(folder).glob("*.yaml"))]
+    names = [d.name for d in descriptions]
+    if len(set(names)) != len(names):
+        raise ExportError(f"{folder}: two descriptions share a name: {names}")
+    return descriptions
+
+
+def description_serving(model: str, folder: Path = DESCRIPTIONS_DIR) -> ModelDescription:
+    """The description with a served file for repository model ``model``."""
+    descriptions = load_descriptions(folder)
+    for description in descriptions:
+        if any(served.model == model for served in description.served):
+            return description
+    raise ExportError(
+        f"no description in {folder} serves {model!r}; described: {[d.name for d in descriptions]}"
+    )

@@ -1,0 +1,71 @@
+"""What a kind of model gives the export pipeline (export/pipeline.py), and nothing more.
+
+A kind (export/image.py: image classifiers; export/text.py: BERT-family sentence encoders) knows how to
+load a described model, which real inputs check and gate it, how to write its fp32 file and each reduced
+precision (its :class:`~export.precision.Variant` s). The pipeline owns the order of the steps:
+fingerprint, up-to-date check, the plan below, selection, manifest and record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from export.common import ModelConfig
+from export.description import ModelDescription
+from export.gates import GateResult
+from export.precision import Batch, Capabilities, Runner, Variant
+
+
+@dataclass(frozen=True, kw_only=True)
+class Parity:
+    """How the fp32 file compared with eager PyTorch on the check inputs."""
+
+    metric: str
+    value: float
+    tolerance: float
+    detail: str = ""
+
+    def __str__(self) -> str:
+        return f"fp32 {self.metric} vs eager {self.value:.7g} (tolerance {self.tolerance:g}){self.detail}"
+
+    def as_dict(self) -> dict:
+        return {
+            "metric": self.metric,
+            "value": self.value,
+            "tolerance": self.tolerance,
+            "detail": self.detail,
+        }
+
+
+@dataclass(kw_only=True)
+class Plan:
+    """One served file's variants and how to judge them. ``parity`` is filled once fp32 is written."""
+
+    variants: list[Variant]
+    gate: Callable[[Runner], GateResult]
+    workload: dict[int, list[Batch]]
+    reference: GateResult | None = None
+    parity: list[Parity] = field(default_factory=list)
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+class Kind(Protocol):
+    def check_config(self, description: ModelDescription, repository: Path, config: ModelConfig) -> None:
+        """Raise ExportError when the served model's config cannot serve this description (cheap)."""
+
+    def fingerprint_files(self, description: ModelDescription) -> list[Path]:
+        """The weights and code files an exported file depends on, beside its config and description."""
+
+    def prepare(self, description: ModelDescription, repository: Path) -> Any:
+        """The model and its check inputs (expensive: called once per description, when needed)."""
+
+    def plan(
+        self, prepared: Any, config: ModelConfig, file_format: str, capabilities: Capabilities, scratch: Path
+    ) -> Plan:
+        """The variants of one served file; ``scratch`` is a folder for intermediate files."""
+
+    def support_files(self, description: ModelDescription, repository: Path) -> dict[Path, Path]:
+        """Files other repository models read (a tokenizer), as {destination: source} to copy."""

@@ -1,0 +1,186 @@
+"""The one export pipeline: every model description goes through the same steps, in this order.
+
+For each served file of a description (export/description.py): read its config.pbtxt, let the kind
+check it, fingerprint everything the file depends on and stop there when it is up to date; otherwise
+load the model once, export and verify fp32, build the reduced precisions the description allows (and
+export/precision.py finds this machine can run), gate them, time the passing ones, serve the fastest,
+write the manifest beside the file and the record under build/precision/. Then the kind's support files.
+Every step is called from here; the kinds (export/image.py, export/text.py) only provide them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import onnx
+import onnxruntime
+import torch
+
+from export import image, text
+from export.common import fingerprint, is_up_to_date, write_atomically, write_manifest
+from export.description import ModelDescription, ServedFile
+from export.kinds import Kind, Parity
+from export.precision import RECORD_DIR, Capabilities, Selection, Variant, select_and_write, write_record
+from modelrepo import exported_file, load_model_config
+
+logger = logging.getLogger(__name__)
+
+KINDS: dict[str, Kind] = {"image_classifier": image.KIND, "sentence_encoder": text.KIND}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Options:
+    repository: Path
+    force: bool = False
+    precision: str = "auto"  # "auto" serves the fastest variant that passes its gate; a precision pins it
+    capabilities: Capabilities
+    record_dir: Path = RECORD_DIR
+
+
+@dataclass(kw_only=True)
+class ExportResult:
+    """What the export did for one file of the repository."""
+
+    model: str
+    path: Path
+    written: bool
+    seconds: float = 0.0
+    parity: Parity | None = None
+    selection: Selection | None = None
+
+    def __str__(self) -> str:
+        if not self.written:
+            return f"{self.model}: up to date ({self.path})"
+        if self.selection is None:
+            return f"{self.model}: wrote {self.path}"
+        parity = f"; {self.parity}" if self.parity else ""
+        served = self.selection.served
+        return f"{self.model}: wrote {self.path} in {self.seconds:.1f} s, serving {served}{parity}"
+
+
+def export_all(descriptions: Sequence[ModelDescription], options: Options) -> list[ExportResult]:
+    return [result for description in descriptions for result in export_model(description, options)]
+
+
+def export_model(description: ModelDescription, options: Options) -> list[ExportResult]:
+    """Every served file of ``description`` (each a no-op when up to date), then its support files."""
+    kind = KINDS[description.kind]
+    prepared = functools.cache(lambda: kind.prepare(description, options.repository))
+    results = [export_file(description, kind, served, prepared, options) for served in description.served]
+    for destination, source in kind.support_files(description, options.repository).items():
+        results.append(copy_support_file(source, destination, description, options))
+    return results
+
+
+def copy_support_file(
+    source: Path, destination: Path, description: ModelDescription, options: Options
+) -> ExportResult:
+    """Copy a file another repository model reads (a tokenizer) unless the copy is up to date."""
+    model = destination.parent.parent.name
+    inputs = fingerprint(files=[source], values={})
+    if not options.force and is_up_to_date(destination, inputs):
+        return ExportResult(model=model, path=destination, written=False)
+
+    def copy(path: Path) -> None:
+        path.write_bytes(source.read_bytes())
+
+    write_atomically(destination, copy)
+    write_manifest(destination, inputs, {"model": model, "source": _weights_source(description)})
+    return ExportResult(model=model, path=destination, written=True)
+
+
+def _weights_source(description: ModelDescription) -> str:
+    return description.weights.package or description.weights.path
+
+
+def export_file(
+    description: ModelDescription,
+    kind: Kind,
+    served: ServedFile,
+    prepared: Callable[[], Any],
+    options: Options,
+) -> ExportResult:
+    """One served file unless it is up to date: every allowed variant gated, the fastest passing served."""
+    model_dir = options.repository / served.model
+    config = load_model_config(model_dir)
+    kind.check_config(description, options.repository, config)
+    destination = exported_file(model_dir, config)
+    inputs = input_fingerprint(description, kind, served, model_dir, options)
+    if not options.force and is_up_to_date(destination, inputs):
+        logger.info("%s is up to date", destination)
+        return ExportResult(model=config.name, path=destination, written=False)
+    started = time.perf_counter()
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="fp32-onnx-") as scratch:
+        plan = kind.plan(prepared(), config, served.format, options.capabilities, Path(scratch))
+        selection = select_and_write(
+            model=config.name,
+            destination=destination,
+            variants=allowed_variants(plan.variants, description),
+            gate=plan.gate,
+            workload=plan.workload,
+            choice=options.precision,
+            capabilities=options.capabilities,
+            keep_dir=options.record_dir / config.name,
+            reference=plan.reference,
+        )
+    parity = plan.parity[0] if plan.parity else None
+    details = {
+        "model": config.name,
+        "description": description.name,
+        "weights": _weights_source(description),
+        "torch": torch.__version__,
+        "parity": parity.as_dict() if parity else None,
+        "precision": selection.as_dict(),
+        "gated_on": options.capabilities.gated_on(),
+        **plan.details,
+    }
+    write_manifest(destination, inputs, details)
+    write_record(selection, options.record_dir)
+    logger.info("wrote %s (%s)", destination, selection.served)
+    seconds = time.perf_counter() - started
+    return ExportResult(
+        model=config.name, path=destination, written=True, seconds=seconds, parity=parity, selection=selection
+    )
+
+
+def allowed_variants(variants: Sequence[Variant], description: ModelDescription) -> list[Variant]:
+    """The variants whose precision the description allows on their device; export/precision.py then
+    leaves out those this machine cannot run."""
+    allowed = [v for v in variants if description.allows(v.precision, v.device)]
+    left_out = sorted(v.name for v in variants if v not in allowed)
+    if left_out:
+        logger.info("%s: variants not allowed by its description: %s", description.name, ", ".join(left_out))
+    return allowed
+
+
+def input_fingerprint(
+    description: ModelDescription, kind: Kind, served: ServedFile, model_dir: Path, options: Options
+) -> str:
+    """Everything the exported file depends on: weights, code, config, description, versions, and the
+    precision choice with the machine's capabilities (they decide which variant is served)."""
+    described = dataclasses.asdict(description) | {"folder": None}
+    return fingerprint(
+        files=[
+            *kind.fingerprint_files(description),
+            Path(__file__),
+            model_dir / "config.pbtxt",
+        ],
+        values={
+            "description": repr(sorted(described.items())),
+            "format": served.format,
+            "torch": torch.__version__,
+            "onnx": onnx.__version__,
+            "onnxruntime": onnxruntime.__version__,
+            "precision": options.precision,
+            "capabilities": repr(sorted(options.capabilities.as_dict().items())),
+        },
+    )

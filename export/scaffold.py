@@ -1,0 +1,228 @@
+"""Scaffold a new model: its description and repository configs, from its kind, for the user to own.
+
+``python -m export.scaffold KIND NAME --weights-path PATH`` (or ``--weights-package P --loader M:F``)
+writes, taking the shipped model of the same kind as the starting point:
+
+- ``models/NAME.yaml``: the description (weights with their sha256, architecture, tolerance, precisions);
+- ``model_repository/NAME_onnx/config.pbtxt``: the exported model's config (tensor names, dims, batching);
+- image classifiers: ``NAME_preprocess`` (a Python model running image_preprocess's code at the model's
+  size) and the ensemble ``NAME_classifier`` (preprocess -> NAME_onnx -> image_postprocess);
+- sentence encoders: ``NAME_tokenizer`` (text_tokenizer's code; the export copies the weights'
+  tokenizer.json beside it) and the ragged ensemble ``NAME_embedder`` (tokenizer -> NAME_onnx).
+
+Configs are edited as Triton's protobuf and written with its text format, never from string templates.
+Nothing is overwritten: an existing file is an error. ``python -m export --only NAME`` exports it next.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from export.common import ExportError, ModelConfig
+from export.description import DESCRIPTIONS_DIR, Weights, parse_description, weights_sha256
+from modelrepo import BATCHING_HELPER, format_config, load_model_config
+
+
+@dataclass(frozen=True, kw_only=True)
+class Template:
+    """The shipped model of a kind a scaffold starts from: its description and repository models."""
+
+    description: str
+    python_model: str  # the preprocessing or tokenizer model whose code the new one links to
+    encoder: str
+    ensemble: str
+    python_suffix: str
+    ensemble_suffix: str
+
+
+TEMPLATES = {
+    "image_classifier": Template(
+        description="efficientnet_lite0",
+        python_model="image_preprocess",
+        encoder="efficientnet_lite0_onnx",
+        ensemble="image_classifier",
+        python_suffix="preprocess",
+        ensemble_suffix="classifier",
+    ),
+    "sentence_encoder": Template(
+        description="all_minilm_l6_v2",
+        python_model="text_tokenizer",
+        encoder="minilm_onnx",
+        ensemble="text_embedder",
+        python_suffix="tokenizer",
+        ensemble_suffix="embedder",
+    ),
+}
+HEADER = (
+    "# Scaffolded by `python -m export.scaffold` from {template}; yours to edit. Tensor names, dims and\n"
+    "# batching are the source of truth for the export and the clients.\n"
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Request:
+    kind: str
+    name: str
+    weights: dict[str, str]
+    image_size_px: int = 224
+    repository: Path = Path("model_repository")
+    models_dir: Path = DESCRIPTIONS_DIR
+
+    def __post_init__(self) -> None:
+        if self.kind not in TEMPLATES:
+            raise ExportError(f"kind {self.kind!r} is not one of {sorted(TEMPLATES)}")
+        if not self.name.isidentifier() or self.name != self.name.lower():
+            raise ExportError(f"name {self.name!r}: use lower-case letters, digits and underscores")
+
+
+def scaffold(request: Request) -> list[Path]:
+    """Write the new model's files; returns them. Raises ExportError before writing if any exists."""
+    template = TEMPLATES[request.kind]
+    names = _names(request.name, template)
+    configs = _configs(request, template, names)
+    description = _description(request, template, names)
+    targets = [request.models_dir / f"{request.name}.yaml"]
+    targets += [request.repository / config.name / "config.pbtxt" for config in configs.values()]
+    existing = [str(path) for path in targets if path.exists()]
+    if existing:
+        raise ExportError(f"not overwriting {existing}; choose another name or remove them")
+    request.models_dir.mkdir(parents=True, exist_ok=True)
+    targets[0].write_text(HEADER.format(template=template.description) + description, encoding="utf-8")
+    for role, config in configs.items():
+        folder = request.repository / config.name
+        (folder / "1").mkdir(parents=True)
+        header = HEADER.format(template=_roles(template)[role])
+        (folder / "config.pbtxt").write_text(header + format_config(config), encoding="utf-8")
+    python_version = request.repository / names["python"] / "1"
+    os.symlink(Path("..", "..", template.python_model, "1", "model.py"), python_version / "model.py")
+    os.symlink(Path("..", "..", BATCHING_HELPER), python_version / BATCHING_HELPER)
+    (request.repository / names["ensemble"] / "1" / ".gitkeep").touch()
+    return targets
+
+
+def _names(name: str, template: Template) -> dict[str, str]:
+    return {
+        "python": f"{name}_{template.python_suffix}",
+        "encoder": f"{name}_onnx",
+        "ensemble": f"{name}_{template.ensemble_suffix}",
+    }
+
+
+def _description(request: Request, template: Template, names: dict[str, str]) -> str:
+    path = request.models_dir / f"{template.description}.yaml"
+    if not path.is_file():
+        path = DESCRIPTIONS_DIR / f"{template.description}.yaml"
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    data["name"] = request.name
+    data["weights"] = request.weights
+    data["served"] = [{"model": names["encoder"], "format": "onnx"}]
+    key = "model" if request.kind == "image_classifier" else "tokenizer_model"
+    data["preprocessing"] = {key: names["python"]}
+    data["precisions"] = {"cpu": ["fp32"], "cuda": ["fp32"]}  # add bf16, int8, fp16 once fp32 serves
+    parse_description(data, source=request.models_dir / f"{request.name}.yaml")  # fails early when invalid
+    return yaml.safe_dump(data, sort_keys=False)
+
+
+def _configs(request: Request, template: Template, names: dict[str, str]) -> dict[str, ModelConfig]:
+    """The template's configs by role, renamed, the ensemble's steps pointing at the new models."""
+    roles = _roles(template)
+    configs = {
+        role: _renamed(load_model_config(request.repository / roles[role]), names[role]) for role in roles
+    }
+    renamed = {roles[role]: names[role] for role in roles}
+    for step in configs["ensemble"].ensemble_scheduling.step:
+        step.model_name = renamed.get(step.model_name, step.model_name)
+    if request.kind == "image_classifier":
+        _resize_image_models(configs, request.image_size_px)
+    else:
+        _resize_text_models(configs, _hidden_size(request))
+    return configs
+
+
+def _roles(template: Template) -> dict[str, str]:
+    return {"python": template.python_model, "encoder": template.encoder, "ensemble": template.ensemble}
+
+
+def _renamed(config: ModelConfig, name: str) -> ModelConfig:
+    copy = ModelConfig()
+    copy.CopyFrom(config)
+    copy.name = name
+    return copy
+
+
+def _resize_image_models(configs: dict[str, ModelConfig], size_px: int) -> None:
+    """Square inputs of ``size_px``; the shorter side resized to size + 32 before the centre crop."""
+    dims = [3, size_px, size_px]
+    configs["python"].output[0].ClearField("dims")
+    configs["python"].output[0].dims.extend(dims)
+    configs["python"].parameters["resize_shorter_px"].string_value = str(size_px + 32)
+    configs["encoder"].input[0].ClearField("dims")
+    configs["encoder"].input[0].dims.extend(dims)
+    for warmup in configs["encoder"].model_warmup:
+        for tensor in warmup.inputs.values():
+            tensor.ClearField("dims")
+            tensor.dims.extend(dims)
+
+
+def _resize_text_models(configs: dict[str, ModelConfig], hidden_size: int) -> None:
+    for config in (configs["encoder"], configs["ensemble"]):
+        config.output[0].ClearField("dims")
+        config.output[0].dims.append(hidden_size)
+
+
+def _hidden_size(request: Request) -> int:
+    """The encoder's width, from the weights' config.json (a local folder, or the one a loader returns)."""
+    config = Weights(**request.weights).locate(request.models_dir) / "config.json"
+    return int(json.loads(config.read_text(encoding="utf-8"))["hidden_size"])
+
+
+def local_weights(path: Path, relative_to: Path) -> dict[str, str]:
+    """A description's weights entry for a local file or folder, relative to the description's folder."""
+    path = Path(path).resolve()
+    return {"path": os.path.relpath(path, Path(relative_to).resolve()), "sha256": weights_sha256(path)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m export.scaffold", description=__doc__)
+    parser.add_argument("kind", choices=sorted(TEMPLATES))
+    parser.add_argument("name", help="the model's name: lower-case letters, digits and underscores")
+    weights = parser.add_mutually_exclusive_group(required=True)
+    weights.add_argument("--weights-path", type=Path, help="a local weights file or folder")
+    weights.add_argument("--weights-package", help="an installed package holding the weights")
+    parser.add_argument("--loader", default="", help="with --weights-package: module:function -> path")
+    parser.add_argument("--image-size", type=int, default=224, help="image classifiers: input size in px")
+    parser.add_argument("--repository", type=Path, default=Path("model_repository"))
+    parser.add_argument("--models", type=Path, default=DESCRIPTIONS_DIR)
+    args = parser.parse_args(argv)
+    if args.weights_path is not None:
+        entry = local_weights(args.weights_path, args.models)
+    else:
+        entry = {"package": args.weights_package, "loader": args.loader}
+    request = Request(
+        kind=args.kind,
+        name=args.name,
+        weights=entry,
+        image_size_px=args.image_size,
+        repository=args.repository,
+        models_dir=args.models,
+    )
+    try:
+        written = scaffold(request)
+    except ExportError as e:
+        print(f"scaffold failed: {e}", file=sys.stderr)
+        return 1
+    for path in written:
+        print(f"wrote {path}")
+    print(f"next: python -m export --only {args.name} --precision fp32")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

