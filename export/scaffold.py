@@ -27,7 +27,7 @@ import yaml
 
 from export.common import ExportError, ModelConfig
 from export.description import DESCRIPTIONS_DIR, Weights, parse_description, weights_sha256
-from modelrepo import BATCHING_HELPER, format_config, load_model_config
+from modelrepo import BATCHING_HELPER, PARAMETERS_HELPER, format_config, load_model_config
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -102,7 +102,8 @@ def scaffold(request: Request) -> list[Path]:
         (folder / "config.pbtxt").write_text(header + format_config(config), encoding="utf-8")
     python_version = request.repository / names["python"] / "1"
     os.symlink(Path("..", "..", template.python_model, "1", "model.py"), python_version / "model.py")
-    os.symlink(Path("..", "..", BATCHING_HELPER), python_version / BATCHING_HELPER)
+    for helper in (BATCHING_HELPER, PARAMETERS_HELPER):  # shipped beside every Python model
+        os.symlink(Path("..", "..", helper), python_version / helper)
     (request.repository / names["ensemble"] / "1" / ".gitkeep").touch()
     return targets
 
