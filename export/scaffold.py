@@ -24,9 +24,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
+from tokenizers import Tokenizer
 
 from export.common import ExportError, ModelConfig
 from export.description import DESCRIPTIONS_DIR, Weights, parse_description, weights_sha256
+from export.minilm import load_tokenizer
+from export.text_warmup import encoder_warmup_files, write_files
 from modelrepo import BATCHING_HELPER, PARAMETERS_HELPER, format_config, load_model_config
 
 
@@ -90,6 +93,7 @@ def scaffold(request: Request) -> list[Path]:
     description = _description(request, template, names)
     targets = [request.models_dir / f"{request.name}.yaml"]
     targets += [request.repository / config.name / "config.pbtxt" for config in configs.values()]
+    tokenizer = _tokenizer(request) if request.kind != "image_classifier" else None
     existing = [str(path) for path in targets if path.exists()]
     if existing:
         raise ExportError(f"not overwriting {existing}; choose another name or remove them")
@@ -105,6 +109,9 @@ def scaffold(request: Request) -> list[Path]:
     for helper in (BATCHING_HELPER, PARAMETERS_HELPER):  # shipped beside every Python model
         os.symlink(Path("..", "..", helper), python_version / helper)
     (request.repository / names["ensemble"] / "1" / ".gitkeep").touch()
+    if tokenizer is not None:  # the ragged encoder warms up with the new tokenizer's ids
+        model_dir = request.repository / names["encoder"]
+        targets += write_files(encoder_warmup_files(configs["encoder"], model_dir, tokenizer))
     return targets
 
 
@@ -182,6 +189,17 @@ def _hidden_size(request: Request) -> int:
     """The encoder's width, from the weights' config.json (a local folder, or the one a loader returns)."""
     config = Weights(**request.weights).locate(request.models_dir) / "config.json"
     return int(json.loads(config.read_text(encoding="utf-8"))["hidden_size"])
+
+
+def _tokenizer(request: Request) -> Tokenizer:
+    """The new encoder's tokenizer.json, beside its weights (the export copies it for the tokenizer model)."""
+    folder = Weights(**request.weights).locate(request.models_dir)
+    if not (folder / "tokenizer.json").is_file():
+        raise ExportError(
+            f"{folder} has no tokenizer.json: a sentence encoder's weights folder holds its tokenizer "
+            "(save it there with the tokenizer's save_pretrained or tokenizers' Tokenizer.save)"
+        )
+    return load_tokenizer(folder, max_length=512)
 
 
 def local_weights(path: Path, relative_to: Path) -> dict[str, str]:

@@ -1,7 +1,7 @@
 """Write the warm-up token ids of the ragged text encoders (minilm_onnx, minilm_torchscript).
 
 Each encoder's ``model_warmup`` names, per sample, a data file in its ``warmup/`` folder and the dims
-of one request (tritonlocal/warmup_samples.py says how Triton reads them). This fills every such file
+of one request (modelrepo/warmup_samples.py says how Triton reads them). This fills every such file
 with real token ids: the sentence corpus (samples/data/sentences.txt) tokenised by the shipped
 tokenizer and truncated to the sample's length, so every id lies inside the vocabulary and the sequence
 starts with [CLS] and ends with [SEP] as the tokenizer model sends it. ``random_data`` would draw int64
@@ -22,9 +22,9 @@ from tokenizers import Tokenizer
 
 from export.common import ExportError
 from export.minilm import load_tokenizer
-from modelrepo import load_model_config
+from modelrepo import ModelConfig, load_model_config
+from modelrepo.warmup_samples import WARMUP_FOLDER
 from samples import sentences
-from tritonlocal.warmup_samples import WARMUP_FOLDER
 
 ENCODERS = ("minilm_onnx", "minilm_torchscript")
 
@@ -41,21 +41,35 @@ def warmup_ids(tokenizer: Tokenizer, length: int) -> np.ndarray:
 
 
 def warmup_files(repository: Path, tokenizer: Tokenizer) -> dict[Path, bytes]:
-    """Every warm-up data file the encoders' configs name -> its contents."""
+    """Every warm-up data file the shipped encoders' configs name -> its contents."""
     files: dict[Path, bytes] = {}
     for name in ENCODERS:
-        config = load_model_config(repository / name)
-        for sample in config.model_warmup:
-            for input_name, spec in sample.inputs.items():
-                if spec.WhichOneof("input_data_type") != "input_data_file":
-                    continue
-                if len(spec.dims) != 1:
-                    raise ExportError(
-                        f"{name} warm-up {sample.name!r}: {input_name} dims {list(spec.dims)}, expected [L]"
-                    )
-                path = repository / name / WARMUP_FOLDER / spec.input_data_file
-                files[path] = warmup_ids(tokenizer, spec.dims[0]).tobytes()
+        files.update(encoder_warmup_files(load_model_config(repository / name), repository / name, tokenizer))
     return files
+
+
+def encoder_warmup_files(config: ModelConfig, model_dir: Path, tokenizer: Tokenizer) -> dict[Path, bytes]:
+    """The warm-up data files one ragged encoder's config names (in ``model_dir``) -> their token ids."""
+    files: dict[Path, bytes] = {}
+    for sample in config.model_warmup:
+        for input_name, spec in sample.inputs.items():
+            if spec.WhichOneof("input_data_type") != "input_data_file":
+                continue
+            if len(spec.dims) != 1:
+                raise ExportError(
+                    f"{config.name} warm-up {sample.name!r}: {input_name} dims {list(spec.dims)}, "
+                    "expected [L]"
+                )
+            path = model_dir / WARMUP_FOLDER / spec.input_data_file
+            files[path] = warmup_ids(tokenizer, spec.dims[0]).tobytes()
+    return files
+
+
+def write_files(files: dict[Path, bytes]) -> list[Path]:
+    for path, data in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    return list(files)
 
 
 def shipped_tokenizer() -> Tokenizer:
@@ -66,10 +80,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m export.text_warmup", description=__doc__.split("\n")[0])
     parser.add_argument("--repository", type=Path, default=Path("model_repository"))
     args = parser.parse_args(argv)
-    for path, data in warmup_files(args.repository, shipped_tokenizer()).items():
-        path.parent.mkdir(exist_ok=True)
-        path.write_bytes(data)
-        print(f"wrote {path} ({len(data) // 8} token ids)")
+    files = warmup_files(args.repository, shipped_tokenizer())
+    for path in write_files(files):
+        print(f"wrote {path} ({len(files[path]) // 8} token ids)")
     return 0
 
 

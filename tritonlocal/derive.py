@@ -29,6 +29,7 @@ from modelrepo import (
     format_config,
     load_repository,
 )
+from modelrepo.warmup_samples import WARMUP_FOLDER
 from tritonlocal import cpu_tuning
 from tritonlocal.variants import (
     CPU_ONNXRUNTIME_PARAMETERS,
@@ -36,7 +37,6 @@ from tritonlocal.variants import (
     set_default_parameters,
     threads_per_instance,
 )
-from tritonlocal.warmup_samples import WARMUP_FOLDER
 
 logger = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from export.description import load_description
 from export.minilm import BertShape, MiniLMEncoder, load_encoder, load_tokenizer, reference_embeddings
 from export.pipeline import Options, export_model
 from export.precision import Capabilities
-from modelrepo import BATCHING_HELPER, load_model_config
+from modelrepo import BATCHING_HELPER, PARAMETERS_HELPER, load_model_config
 from tritonlocal import LocalTritonServer, ServerConfig
 from tritonlocal.derive import derive_repository
 
@@ -62,7 +62,8 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("project")
     repository = root / "model_repository"
     repository.mkdir()
-    shutil.copyfile(ROOT / "model_repository" / BATCHING_HELPER, repository / BATCHING_HELPER)
+    for helper in (BATCHING_HELPER, PARAMETERS_HELPER):  # what every Python model links
+        shutil.copyfile(ROOT / "model_repository" / helper, repository / helper)
     for name in TEMPLATE_MODELS:
         shutil.copytree(
             ROOT / "model_repository" / name,

