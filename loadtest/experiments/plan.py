@@ -311,26 +311,30 @@ def served_stage(plan: Plan, source: Path, work: Path, raw: Path, cores: int, sk
     return result
 
 
+def batching_experiment(plan: Plan, session: PerfSession) -> list:
+    """`batching`: each of the plan's batching models with dynamic batching on against its clone without."""
+    return [
+        point
+        for model in plan.batching_models
+        for point in arms_experiment(
+            session,
+            "batching",
+            model,
+            {"batching on": model, "batching off": model + NOBATCH},
+            concurrencies=list(plan.batching_concurrency),
+            rounds=plan.batching_rounds,
+        )
+    ]
+
+
 def _arms_experiments(plan: Plan, session: PerfSession) -> dict[str, Callable[[], object]]:
-    """`batching` (each of the plan's batching models) and `instances` (the text ensemble): a model against
-    its clones, arm by arm."""
+    """`batching` and `instances` (the text ensemble): a model against its clones, arm by arm."""
     instance_arms = {
         f"{n} instance{'s' if n > 1 else ''}": TEXT_MODEL + INSTANCE_SUFFIX.format(n)
         for n in plan.instance_counts
     }
     return {
-        "batching": lambda: [
-            point
-            for model in plan.batching_models
-            for point in arms_experiment(
-                session,
-                "batching",
-                model,
-                {"batching on": model, "batching off": model + NOBATCH},
-                concurrencies=list(plan.batching_concurrency),
-                rounds=plan.batching_rounds,
-            )
-        ],
+        "batching": lambda: batching_experiment(plan, session),
         "instances": lambda: arms_experiment(
             session,
             "instances",
