@@ -115,8 +115,11 @@ def _gpu(args: argparse.Namespace, run_id: str) -> int:
     from loadtest.bench.gpu import run as gpu_run
     from loadtest.bench.gpu.stage import GpuBenchError
 
-    if args.mode != GPU_MODE or args.skip or args.only:
-        print("error: --dry-run goes with --mode gpu, which takes no --skip or --only", file=sys.stderr)
+    if args.mode != GPU_MODE or args.skip or args.only or args.models:
+        print(
+            "error: --dry-run goes with --mode gpu, which takes no --skip, --only or --models",
+            file=sys.stderr,
+        )
         return 2
     try:
         report = gpu_run.run(dry_run=args.dry_run, output=args.output, run_id=run_id)

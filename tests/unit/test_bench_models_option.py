@@ -120,3 +120,8 @@ def test_a_run_names_its_encoder_so_the_report_finds_any_models_batches() -> Non
     assert found is not None and found.model == "efficientnet_lite2_onnx"
     without = ServedRun.from_dict({k: v for k, v in data.items() if k != "encoder"}).encoder_stats()
     assert without is not None and without.model == "efficientnet_lite0_onnx"  # an older run's search
+
+
+def test_the_gpu_mode_refuses_models_it_would_not_measure(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--mode", "gpu", "--models", "image_classifier_lite2"]) == 2
+    assert "--models" in capsys.readouterr().err
