@@ -50,6 +50,7 @@ class ServedRun:
     arm: str
     served_model: str
     perf: PerfPoint
+    model: str = ""  # the model measured (``served_model`` is it or its clone); '' in older results
     encoder: str = ""
     server: dict[str, ModelStats] = field(default_factory=dict)
     wall_s: float = 0.0
@@ -62,6 +63,7 @@ class ServedRun:
         return cls(
             arm=data["arm"],
             served_model=data["served_model"],
+            model=data.get("model") or "",
             encoder=data.get("encoder") or "",
             perf=PerfPoint(**data["perf"]),
             server=model_stats(data.get("server", {})),

@@ -125,3 +125,34 @@ def test_a_run_names_its_encoder_so_the_report_finds_any_models_batches() -> Non
 def test_the_gpu_mode_refuses_models_it_would_not_measure(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--mode", "gpu", "--models", "image_classifier_lite2"]) == 2
     assert "--models" in capsys.readouterr().err
+
+
+def _point(model: str, arm: str, throughput: float) -> dict:
+    served = model if arm == "batching on" else model + "__nobatch"
+    perf = {"model": served, "protocol": "grpc", "concurrency": 32, "throughput_per_s": throughput}
+    return {"arm": arm, "model": model, "served_model": served, "perf": perf, "server": {}}
+
+
+def test_the_report_keeps_each_models_batching_arms_apart_and_its_targets_on_the_text_ensemble() -> None:
+    from loadtest.report import findings
+
+    results = {
+        "batching": [
+            _point("text_embedder", "batching on", 400.0),
+            _point("text_embedder", "batching off", 100.0),
+            _point("image_classifier_lite2", "batching on", 20.0),
+            _point("image_classifier_lite2", "batching off", 10.0),
+        ]
+    }
+    rows = findings.arm_summary(results, "batching")
+    assert sorted((r.served_model, r.throughput_per_s) for r in rows) == [
+        ("image_classifier_lite2", 20.0),
+        ("image_classifier_lite2__nobatch", 10.0),
+        ("text_embedder", 400.0),
+        ("text_embedder__nobatch", 100.0),
+    ]
+    on, off = findings.batching_arms(results, 32)
+    assert on is not None and off is not None
+    assert (on.throughput_per_s, off.throughput_per_s) == (400.0, 100.0)
+    lite2_only = {"batching": results["batching"][2:]}
+    assert findings.batching_arms(lite2_only, 32) == (None, None)  # no text target from another model
