@@ -163,6 +163,39 @@ def exported_step(models: dict[str, ModelEntry], ensemble: str) -> str:
     return native[0]
 
 
+# What an ensemble's one STRING input carries, by the name its config gives it.
+INPUT_KINDS = {"IMAGE_BYTES": "image", "TEXT": "text"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class PipelineSteps:
+    """What measuring a served model needs to know of it: the exported step it calls (its encoder; the
+    model itself where it is native, None for a model that calls none) and its kind ('image' or 'text',
+    None where its inputs say neither)."""
+
+    model: str
+    encoder: str | None
+    kind: str | None
+
+
+def pipeline_steps(models: dict[str, ModelEntry], name: str) -> PipelineSteps:
+    """The encoder and kind of ``name``, read from its config (and its steps' configs)."""
+    if name not in models:
+        raise RepositoryError(f"no model {name!r} in the repository; models: {', '.join(sorted(models))}")
+    entry = models[name]
+    if entry.kind == "ensemble":
+        encoder: str | None = exported_step(models, name)
+    else:
+        encoder = name if entry.is_native else None
+    inputs = list(entry.config.input)
+    kind = INPUT_KINDS.get(inputs[0].name) if len(inputs) == 1 else None
+    if kind is None and encoder is not None:
+        # a native encoder: pixels are one [C, H, W] input, token ids are integers
+        first = models[encoder].config.input[0]
+        kind = "image" if len(first.dims) == 3 else "text"
+    return PipelineSteps(model=name, encoder=encoder, kind=kind)
+
+
 def load_served_module(path: Path, *, name: str) -> ModuleType:
     """Import a served ``.py`` file by path, for its pure functions (no sys.path edit).
 

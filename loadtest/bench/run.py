@@ -7,6 +7,7 @@ statistics, onnxruntime profiles). Quick mode takes about 8 minutes on 2 cores, 
     python -m loadtest.bench --mode quick
     python -m loadtest.bench --mode full --output reports --run-id my-run
     python -m loadtest.bench --mode quick --only ragged         # one experiment, by its registry key
+    python -m loadtest.bench --mode quick --only batching,sweeps --models image_classifier_lite2
     python -m loadtest.bench --mode gpu [--dry-run]             # on a CUDA machine (loadtest/bench/gpu/)
 
 The served experiments run against a repository derived for the run
@@ -46,10 +47,12 @@ class BenchOptions:
     output: Path
     run_id: str
     skip: tuple[str, ...] = ()
+    models: tuple[str, ...] = ()  # the sweep's and `batching`'s models instead of the plan's
 
     def __post_init__(self) -> None:
         if self.mode not in experiments_plan.PLANS:
             raise ValueError(f"mode must be one of {', '.join(experiments_plan.PLANS)}, got {self.mode!r}")
+        experiments_plan.with_models(experiments_plan.PLANS[self.mode], self.models, SOURCE)
         unknown = set(self.skip) - set(registry.KEYS)
         if unknown:
             raise ValueError(
@@ -77,6 +80,12 @@ def main(argv: list[str] | None = None) -> int:
         default="",
         help="comma-separated experiments to run, leaving out every other (instead of --skip)",
     )
+    parser.add_argument(
+        "--models",
+        default="",
+        help="comma-separated models of the repository for the concurrency sweep and the batching on vs off "
+        "experiment (its ensembles), instead of the mode's",
+    )
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
     logging.basicConfig(
@@ -92,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
             output=args.output,
             run_id=run_id,
             skip=skipped(args.skip, args.only),
+            models=tuple(m for m in args.models.split(",") if m),
         )
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
@@ -105,8 +115,11 @@ def _gpu(args: argparse.Namespace, run_id: str) -> int:
     from loadtest.bench.gpu import run as gpu_run
     from loadtest.bench.gpu.stage import GpuBenchError
 
-    if args.mode != GPU_MODE or args.skip or args.only:
-        print("error: --dry-run goes with --mode gpu, which takes no --skip or --only", file=sys.stderr)
+    if args.mode != GPU_MODE or args.skip or args.only or args.models:
+        print(
+            "error: --dry-run goes with --mode gpu, which takes no --skip, --only or --models",
+            file=sys.stderr,
+        )
         return 2
     try:
         report = gpu_run.run(dry_run=args.dry_run, output=args.output, run_id=run_id)
@@ -132,7 +145,7 @@ def skipped(skip: str, only: str) -> tuple[str, ...]:
 
 
 def run(options: BenchOptions) -> Path:
-    plan = experiments_plan.PLANS[options.mode]
+    plan = experiments_plan.with_models(experiments_plan.PLANS[options.mode], options.models, SOURCE)
     folder = options.output / options.run_id
     raw = folder / "raw"
     raw.mkdir(parents=True, exist_ok=True)

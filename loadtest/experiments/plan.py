@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,7 @@ from loadtest.load import environment, payloads, workers
 from loadtest.load.locust_run import LocustRun, run_locust
 from loadtest.load.perf import PerfSettings
 from loadtest.load.pipelines import ExportedModel
-from modelrepo import exported_step, load_repository
+from modelrepo import RepositoryError, exported_step, load_repository, pipeline_steps
 from tritonlocal import LocalTritonServer, ServerConfig
 
 logger = logging.getLogger(__name__)
@@ -70,6 +70,8 @@ class Plan:
     perf: PerfSettings
     sweep_models: tuple[str, ...]
     sweep_concurrency: tuple[int, ...]
+    # The ensembles the `batching` experiment measures with dynamic batching on and off.
+    batching_models: tuple[str, ...] = (TEXT_MODEL,)
     batching_concurrency: tuple[int, ...] = (1, 8, 32, 64)
     batching_rounds: int = 2
     instance_counts: tuple[int, ...] = (1, 2, 4)
@@ -137,9 +139,30 @@ PLANS = {
 }
 
 
+def with_models(plan: Plan, models: tuple[str, ...], source: Path) -> Plan:
+    """``plan`` with its sweep and its `batching` experiment on ``models`` (any models of the repository
+    at ``source``; the `batching` experiment takes the ensembles among them) instead of its defaults."""
+    if not models:
+        return plan
+    repository = load_repository(source)
+    unknown = [m for m in models if m not in repository]
+    if unknown:
+        raise ValueError(
+            f"--models names models not in {source}: {', '.join(unknown)}; "
+            f"available: {', '.join(sorted(repository))}"
+        )
+    for model in models:
+        try:
+            pipeline_steps(repository, model)
+        except RepositoryError as e:
+            raise ValueError(f"--models {model}: {e}") from e
+    ensembles = tuple(m for m in models if repository[m].kind == "ensemble")
+    return replace(plan, sweep_models=models, batching_models=ensembles)
+
+
 def served_variants(plan: Plan, source: Path, previous_image: Path) -> list[Variant]:
     variants = [Variant(model=m) for m in dict.fromkeys((*plan.sweep_models, TEXT_MODEL, IMAGE_MODEL))]
-    variants.append(Variant(model=TEXT_MODEL, suffix=NOBATCH, batching=False))
+    variants += [Variant(model=m, suffix=NOBATCH, batching=False) for m in plan.batching_models]
     arms = ragged_arms(source) | image_arms(previous_image)
     variants += [variant for variant, _ in arms.values()]
     variants += [
@@ -288,22 +311,30 @@ def served_stage(plan: Plan, source: Path, work: Path, raw: Path, cores: int, sk
     return result
 
 
+def batching_experiment(plan: Plan, session: PerfSession) -> list:
+    """`batching`: each of the plan's batching models with dynamic batching on against its clone without."""
+    return [
+        point
+        for model in plan.batching_models
+        for point in arms_experiment(
+            session,
+            "batching",
+            model,
+            {"batching on": model, "batching off": model + NOBATCH},
+            concurrencies=list(plan.batching_concurrency),
+            rounds=plan.batching_rounds,
+        )
+    ]
+
+
 def _arms_experiments(plan: Plan, session: PerfSession) -> dict[str, Callable[[], object]]:
-    """`batching` and `instances`: the text ensemble against its clones, arm by arm."""
-    batching_arms = {"batching on": TEXT_MODEL, "batching off": TEXT_MODEL + NOBATCH}
+    """`batching` and `instances` (the text ensemble): a model against its clones, arm by arm."""
     instance_arms = {
         f"{n} instance{'s' if n > 1 else ''}": TEXT_MODEL + INSTANCE_SUFFIX.format(n)
         for n in plan.instance_counts
     }
     return {
-        "batching": lambda: arms_experiment(
-            session,
-            "batching",
-            TEXT_MODEL,
-            batching_arms,
-            concurrencies=list(plan.batching_concurrency),
-            rounds=plan.batching_rounds,
-        ),
+        "batching": lambda: batching_experiment(plan, session),
         "instances": lambda: arms_experiment(
             session,
             "instances",

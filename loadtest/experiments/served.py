@@ -25,6 +25,7 @@ from loadtest.load.observe import (
 )
 from loadtest.load.perf import PerfPoint, PerfSettings, PerfTarget, run_perf
 from loadtest.load.perf_inputs import InputData, write_input_data
+from modelrepo import ModelEntry, RepositoryError, load_repository, pipeline_steps
 from tritonlocal import LocalTritonServer
 
 logger = logging.getLogger(__name__)
@@ -37,6 +38,7 @@ class ServedPoint:
     model: str
     served_model: str
     perf: PerfPoint
+    encoder: str = ""  # the exported step ``model`` calls, whose batches the report shows
     server: dict[str, dict] = field(default_factory=dict)
     wall_s: float = 0.0  # the perf_analyzer run, for the share of time each model spent computing
     server_cpu_cores: float | None = None  # CPU time of the server and its stubs / wall time
@@ -58,6 +60,7 @@ class PerfSession:
     entries: int = 16
     server_pid: int | None = None
     _inputs: dict[str, InputData] = field(default_factory=dict)
+    _models: dict[str, ModelEntry] = field(default_factory=dict)
 
     @classmethod
     def for_server(
@@ -78,6 +81,15 @@ class PerfSession:
             path = self.out_dir / "inputs" / f"{model}.json"
             self._inputs[model] = write_input_data(model, self.repository, path, entries=self.entries)
         return self._inputs[model]
+
+    def encoder_of(self, model: str) -> str:
+        """The exported step ``model`` calls (read from the repository's configs), '' where none."""
+        if not self._models:
+            self._models.update(load_repository(self.repository))
+        try:
+            return pipeline_steps(self._models, model).encoder or ""
+        except RepositoryError:  # an ensemble of several exported steps: the report searches its stats
+            return ""
 
     def measure(
         self,
@@ -125,6 +137,7 @@ class PerfSession:
             model=model,
             served_model=served,
             perf=perf,
+            encoder=self.encoder_of(model),
             server=server,
             wall_s=wall_s,
             server_cpu_cores=sampler.usage.mean_cores if sampler is not None else None,

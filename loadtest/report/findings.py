@@ -298,7 +298,9 @@ def _cpu_causes(results: dict, point: ServedRun, cores: int) -> list[str]:
     on_runs = [
         run
         for run in served_runs(results, "batching")
-        if run.arm == "batching on" and run.perf.concurrency == TARGET_CONCURRENCY
+        if run.arm == "batching on"
+        and run.perf.concurrency == TARGET_CONCURRENCY
+        and run.model in ("", TEXT_MODEL)
     ]
     lines = _cpu_lines(results, on_runs, cores, f"text c={TARGET_CONCURRENCY}, batching on", "text", "req/s")
     image_runs = [
@@ -399,15 +401,16 @@ def encoder_stats(point: ServedRun) -> ModelStats | None:
     return point.encoder_stats()
 
 
-def arm_summary(results: dict, key: str) -> list[ArmSummary]:
-    """An arms experiment per (concurrency, arm), over its rounds: mean throughput, p50 and p99; the
-    encoder's batch (its inferences / executions, all rounds together), queue and compute per request."""
-    groups: dict[tuple[int, str], list[ServedRun]] = {}
+def arm_summary(results: dict, key: str, model: str | None = None) -> list[ArmSummary]:
+    """An arms experiment per (model, concurrency, arm), over its rounds: mean throughput, p50 and p99; the
+    encoder's batch (its inferences / executions, all rounds together), queue and compute per request.
+    ``model``: that model's runs alone (and those of a record from before runs named their model)."""
+    groups: dict[tuple[str, int, str], list[ServedRun]] = {}
     for p in served_runs(results, key):
-        if p.measured:
-            groups.setdefault((p.perf.concurrency, p.arm), []).append(p)
+        if p.measured and model in (None, p.model or model):
+            groups.setdefault((p.model, p.perf.concurrency, p.arm), []).append(p)
     rows = []
-    for (concurrency, arm), points in groups.items():
+    for (_, concurrency, arm), points in groups.items():
         encoders = [e for e in map(encoder_stats, points) if e]
         executions = sum(e.executions for e in encoders)
         rows.append(
@@ -430,7 +433,7 @@ def arm_summary(results: dict, key: str) -> list[ArmSummary]:
 def batching_arms(results: dict, concurrency: int) -> tuple[ArmSummary | None, ArmSummary | None]:
     """The `batching` experiment at ``concurrency``: the 'batching on' and 'batching off' arms over their
     rounds."""
-    rows = {r.arm: r for r in arm_summary(results, "batching") if r.concurrency == concurrency}
+    rows = {r.arm: r for r in arm_summary(results, "batching", TEXT_MODEL) if r.concurrency == concurrency}
     return rows.get("batching on"), rows.get("batching off")
 
 

@@ -89,7 +89,9 @@ INSTANCE_ARMS = (
 
 
 def _batching(r: dict, folder: Path) -> str:
-    title = "Dynamic batching on vs off (text ensemble)"
+    models = sorted({p.model or findings.TEXT_MODEL for p in served_runs(r, "batching")})
+    measured = "text ensemble" if models in ([], [findings.TEXT_MODEL]) else ", ".join(models)
+    title = f"Dynamic batching on vs off ({measured})"
     return _arms_section(
         r, folder, "batching", title, BATCHING_ARMS, after_table=lambda points: _on_off_ratios(r, points)
     )

@@ -89,10 +89,12 @@ def sweep_latency(points: list[ServedRun], folder: Path, model: str) -> str | No
 def arms_against_concurrency(
     points: list[ServedRun], folder: Path, name: str, title: str, batch_model: str | None
 ) -> str | None:
-    """Throughput of each arm against concurrency, and (below) each arm's average batch size."""
+    """Throughput of each arm against concurrency, and (below) each arm's average batch size; each model's
+    arms apart where the experiment measured several."""
     by_arm: dict[str, list[ServedRun]] = defaultdict(list)
+    several = len({p.model for p in points}) > 1
     for p in points:
-        by_arm[p.arm].append(p)
+        by_arm[f"{p.model}: {p.arm}" if several else p.arm].append(p)
     if not by_arm:
         return None
     figure, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6.5), sharex=True)

@@ -12,6 +12,7 @@ from typing import Any
 
 from loadtest.load.perf import PerfPoint
 
+# The encoders searched for in a run recorded without its own (``encoder``), as the default models call them.
 ENCODERS = ("minilm_onnx", "minilm_torchscript", "efficientnet_lite0_onnx", "efficientnet_lite0_torchscript")
 
 
@@ -49,6 +50,8 @@ class ServedRun:
     arm: str
     served_model: str
     perf: PerfPoint
+    model: str = ""  # the model measured (``served_model`` is it or its clone); '' in older results
+    encoder: str = ""
     server: dict[str, ModelStats] = field(default_factory=dict)
     wall_s: float = 0.0
     server_cpu_cores: float | None = None
@@ -60,6 +63,8 @@ class ServedRun:
         return cls(
             arm=data["arm"],
             served_model=data["served_model"],
+            model=data.get("model") or "",
+            encoder=data.get("encoder") or "",
             perf=PerfPoint(**data["perf"]),
             server=model_stats(data.get("server", {})),
             wall_s=float(data.get("wall_s") or 0.0),
@@ -74,7 +79,7 @@ class ServedRun:
 
     def encoder_stats(self) -> ModelStats | None:
         """The statistics of the exported encoder (text or image) the run's ensemble called."""
-        for name in ENCODERS:
+        for name in (self.encoder,) if self.encoder else ENCODERS:
             found = self.stats_of(name)
             if found and found.executions:
                 return found

@@ -1,0 +1,158 @@
+"""Any model of a repository can be measured by option: its encoder and kind come from its configs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from loadtest.bench.run import BenchOptions, main
+from loadtest.experiments import plan as experiments_plan
+from loadtest.report.records import ServedRun
+from modelrepo import PROJECT_REPOSITORY, RepositoryError, load_repository, pipeline_steps
+
+ENSEMBLE = """name: "{name}"
+platform: "ensemble"
+max_batch_size: 8
+input [ {{ name: "{input}" data_type: TYPE_STRING dims: [ 1 ] }} ]
+output [ {{ name: "OUT" data_type: TYPE_FP32 dims: [ 4 ] }} ]
+ensemble_scheduling {{
+{steps}
+}}
+"""
+STEP = '  step [ { model_name: "%s" model_version: -1 } ]'
+NATIVE = """name: "{name}"
+platform: "onnxruntime_onnx"
+max_batch_size: 8
+input [ {{ name: "X" data_type: {dtype} dims: {dims} }} ]
+output [ {{ name: "Y" data_type: TYPE_FP32 dims: [ 4 ] }} ]
+"""
+PYTHON = """name: "{name}"
+backend: "python"
+max_batch_size: 8
+input [ {{ name: "A" data_type: TYPE_FP32 dims: [ 4 ] }} ]
+output [ {{ name: "B" data_type: TYPE_FP32 dims: [ 4 ] }} ]
+"""
+
+
+def _model(root: Path, name: str, text: str) -> None:
+    (root / name).mkdir(parents=True)
+    (root / name / "config.pbtxt").write_text(text)
+
+
+def _repository(root: Path) -> Path:
+    _model(root, "vision_onnx", NATIVE.format(name="vision_onnx", dtype="TYPE_FP32", dims="[ 3, 8, 8 ]"))
+    _model(root, "words_onnx", NATIVE.format(name="words_onnx", dtype="TYPE_INT64", dims="[ -1 ]"))
+    _model(root, "prep", PYTHON.format(name="prep"))
+    for name, input_name, steps in (
+        ("see", "IMAGE_BYTES", ("prep", "vision_onnx")),
+        ("read", "TEXT", ("prep", "words_onnx")),
+        ("both", "TEXT", ("vision_onnx", "words_onnx")),
+    ):
+        body = "\n".join(STEP % step for step in steps)
+        _model(root, name, ENSEMBLE.format(name=name, input=input_name, steps=body))
+    return root
+
+
+def test_an_ensembles_encoder_and_kind_come_from_its_configs(tmp_path: Path) -> None:
+    models = load_repository(_repository(tmp_path))
+    see, read = pipeline_steps(models, "see"), pipeline_steps(models, "read")
+    assert (see.encoder, see.kind) == ("vision_onnx", "image")
+    assert (read.encoder, read.kind) == ("words_onnx", "text")
+
+
+def test_a_native_model_is_its_own_encoder_and_its_inputs_give_its_kind(tmp_path: Path) -> None:
+    models = load_repository(_repository(tmp_path))
+    assert pipeline_steps(models, "vision_onnx").kind == "image"
+    assert pipeline_steps(models, "words_onnx").kind == "text"
+    prep = pipeline_steps(models, "prep")
+    assert (prep.encoder, prep.kind) == (None, None)
+
+
+def test_an_ensemble_of_two_exported_steps_or_an_unknown_model_is_refused(tmp_path: Path) -> None:
+    models = load_repository(_repository(tmp_path))
+    with pytest.raises(RepositoryError, match="2 exported steps"):
+        pipeline_steps(models, "both")
+    with pytest.raises(RepositoryError, match="no model 'nope'.*read, see"):
+        pipeline_steps(models, "nope")
+
+
+def test_the_shipped_lite2_classifier_derives_its_own_encoder() -> None:
+    steps = pipeline_steps(load_repository(PROJECT_REPOSITORY), "image_classifier_lite2")
+    assert (steps.encoder, steps.kind) == ("efficientnet_lite2_onnx", "image")
+
+
+def test_models_replace_the_sweep_and_the_batching_experiment_takes_their_ensembles(tmp_path: Path) -> None:
+    root = _repository(tmp_path)
+    plan = experiments_plan.with_models(experiments_plan.PLANS["quick"], ("see", "words_onnx"), root)
+    assert plan.sweep_models == ("see", "words_onnx")
+    assert plan.batching_models == ("see",)
+    variants = experiments_plan.served_variants(plan, PROJECT_REPOSITORY, tmp_path / "previous.onnx")
+    nobatch = [v for v in variants if not v.batching]
+    assert [v.served_name for v in nobatch] == ["see" + experiments_plan.NOBATCH]
+
+
+def test_without_models_the_plans_measure_what_they_always_did() -> None:
+    quick = experiments_plan.PLANS["quick"]
+    assert experiments_plan.with_models(quick, (), PROJECT_REPOSITORY) is quick
+    assert quick.sweep_models == ("text_embedder", "image_classifier")
+    assert all(p.batching_models == ("text_embedder",) for p in experiments_plan.PLANS.values())
+
+
+def test_an_unknown_model_is_refused_naming_the_models_available(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(ValueError, match=r"not_a_model.*available: .*image_classifier_lite2"):
+        BenchOptions(mode="quick", output=Path("out"), run_id="r", models=("not_a_model",))
+    assert main(["--mode", "quick", "--only", "sweeps", "--models", "not_a_model"]) == 2
+    assert "image_classifier_lite2" in capsys.readouterr().err
+
+
+def test_a_run_names_its_encoder_so_the_report_finds_any_models_batches() -> None:
+    stats = {"inferences": 8, "executions": 2, "average_batch_size": 4, "queue_us": 1, "compute_infer_us": 2}
+    perf = {"model": "m", "protocol": "grpc", "concurrency": 8, "throughput_per_s": 10.0}
+    data = {
+        "arm": "batching on",
+        "served_model": "image_classifier_lite2",
+        "encoder": "efficientnet_lite2_onnx",
+        "perf": perf,
+        "server": {"efficientnet_lite0_onnx": stats, "efficientnet_lite2_onnx": {**stats, "executions": 1}},
+    }
+    found = ServedRun.from_dict(data).encoder_stats()
+    assert found is not None and found.model == "efficientnet_lite2_onnx"
+    without = ServedRun.from_dict({k: v for k, v in data.items() if k != "encoder"}).encoder_stats()
+    assert without is not None and without.model == "efficientnet_lite0_onnx"  # an older run's search
+
+
+def test_the_gpu_mode_refuses_models_it_would_not_measure(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--mode", "gpu", "--models", "image_classifier_lite2"]) == 2
+    assert "--models" in capsys.readouterr().err
+
+
+def _point(model: str, arm: str, throughput: float) -> dict:
+    served = model if arm == "batching on" else model + "__nobatch"
+    perf = {"model": served, "protocol": "grpc", "concurrency": 32, "throughput_per_s": throughput}
+    return {"arm": arm, "model": model, "served_model": served, "perf": perf, "server": {}}
+
+
+def test_the_report_keeps_each_models_batching_arms_apart_and_its_targets_on_the_text_ensemble() -> None:
+    from loadtest.report import findings
+
+    results = {
+        "batching": [
+            _point("text_embedder", "batching on", 400.0),
+            _point("text_embedder", "batching off", 100.0),
+            _point("image_classifier_lite2", "batching on", 20.0),
+            _point("image_classifier_lite2", "batching off", 10.0),
+        ]
+    }
+    rows = findings.arm_summary(results, "batching")
+    assert sorted((r.served_model, r.throughput_per_s) for r in rows) == [
+        ("image_classifier_lite2", 20.0),
+        ("image_classifier_lite2__nobatch", 10.0),
+        ("text_embedder", 400.0),
+        ("text_embedder__nobatch", 100.0),
+    ]
+    on, off = findings.batching_arms(results, 32)
+    assert on is not None and off is not None
+    assert (on.throughput_per_s, off.throughput_per_s) == (400.0, 100.0)
+    lite2_only = {"batching": results["batching"][2:]}
+    assert findings.batching_arms(lite2_only, 32) == (None, None)  # no text target from another model
