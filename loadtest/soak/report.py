@@ -4,36 +4,17 @@ from __future__ import annotations
 
 import statistics
 from pathlib import Path
-from typing import Protocol
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402 - after choosing the non-interactive backend
 
+from loadtest.soak.config import SoakConfig
 from loadtest.soak.faults import phase_counts
 
 GROWTH_LIMIT = 0.05  # resident memory may grow less than 5% over the soak
 WINDOW_S = 120.0  # the first and the last two minutes of the soak are compared
-
-
-class SoakSettings(Protocol):
-    """What the report reads of the soak's settings (loadtest.soak.run.SoakConfig)."""
-
-    @property
-    def minutes(self) -> float: ...
-    @property
-    def warmup_minutes(self) -> float: ...
-    @property
-    def fraction(self) -> float: ...
-    @property
-    def sample_s(self) -> float: ...
-    @property
-    def calibrate_s(self) -> float: ...
-    @property
-    def output(self) -> Path: ...
-    @property
-    def fault_minutes(self) -> float: ...
 
 
 def windows(rows: list[dict], sample_s: float) -> tuple[list[dict], list[dict]]:
@@ -49,7 +30,7 @@ def growth(first: list[dict], last: list[dict], column: str) -> float:
     return (after - before) / before if before else 0.0
 
 
-def write_report(result: dict, config: SoakSettings, *, command: str) -> str:
+def write_report(result: dict, config: SoakConfig, *, command: str) -> str:
     rows = result["rows"]
     first, last = windows(rows, config.sample_s)
     plot(rows, config.output / "soak.png")
@@ -97,7 +78,7 @@ def write_report(result: dict, config: SoakSettings, *, command: str) -> str:
     return text
 
 
-def _fault_lines(result: dict, config: SoakSettings) -> list[str]:
+def _fault_lines(result: dict, config: SoakConfig) -> list[str]:
     """The fault phase's events and its count of lost requests (loadtest/soak/faults.py)."""
     if not result.get("faults"):
         return []

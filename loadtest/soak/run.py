@@ -38,6 +38,7 @@ import psutil
 from PIL import Image
 
 from clients.sync_client import TritonClient
+from loadtest.soak.config import SoakConfig
 from loadtest.soak.faults import FaultEvent, run_faults
 from samples import photograph_paths, sentences
 from tritonlocal import LocalTritonServer, ServerConfig
@@ -51,32 +52,6 @@ PIPELINES = {"image": "image_classifier", "text": "text_embedder"}
 # A request still waiting for a client thread after this long counts as an error (the load is above
 # what the server sustains; a soak at a fraction of capacity should never get there).
 MAX_BACKLOG = 256
-
-
-@dataclass(frozen=True, kw_only=True)
-class SoakConfig:
-    minutes: float
-    warmup_minutes: float = 3.0
-    fraction: float = 0.6
-    sample_s: float = 10.0
-    calibrate_s: float = 60.0
-    in_flight: int = 16
-    output: Path = Path("reports", "soak")
-    seed: int = 0
-    fault_minutes: float = 0.0  # 0: no fault phase
-
-    def __post_init__(self) -> None:
-        if not self.minutes > 0 or self.warmup_minutes < 0:
-            raise ValueError(
-                f"minutes must be positive and warmup_minutes not negative, got {self.minutes} and "
-                f"{self.warmup_minutes}"
-            )
-        if not 0 < self.fraction <= 1:
-            raise ValueError(f"fraction of capacity must be in (0, 1], got {self.fraction}")
-        if self.fault_minutes < 0:
-            raise ValueError(f"fault_minutes must not be negative, got {self.fault_minutes}")
-        if self.sample_s <= 0 or self.calibrate_s <= 0 or self.in_flight < 1:
-            raise ValueError("sample_s and calibrate_s must be positive and in_flight at least 1")
 
 
 @dataclass(kw_only=True)
