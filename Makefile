@@ -39,14 +39,14 @@ system-tools: ## Debian's prometheus (with promtool) and nginx, for the monitori
 	@{ command -v prometheus && command -v promtool && { command -v nginx || test -x /usr/sbin/nginx; }; } >/dev/null 2>&1 || \
 	  { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus nginx; }
 
-$(EXPORTED): $(STAMP) $(SERVING_STAMP) $(wildcard export/*.py) $(wildcard models/*.yaml) $(wildcard model_repository/*/config.pbtxt)
+$(EXPORTED): $(STAMP) $(SERVING_STAMP) $(wildcard export/*.py) $(wildcard model_descriptions/*.yaml) $(wildcard model_repository/*/config.pbtxt)
 	$(PY) -m export
 	@mkdir -p build && touch $(EXPORTED)
 
 export: $(EXPORTED) ## export TorchScript and ONNX models from the real weights (idempotent)
 
 derive: $(EXPORTED) ## write build/local_repository from model_repository
-	$(PY) -m tritonlocal derive
+	$(PY) -m tritonrepo derive
 
 demo: $(EXPORTED) ## main job: start a local tritonserver, send real requests, show what batching achieved
 	$(PY) -m demo

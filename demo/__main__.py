@@ -22,10 +22,11 @@ from pathlib import Path
 import skimage
 
 from clients.sync_client import TritonClient
-from modelrepo import exported_step, load_repository
 from samples import shuffled_sentences
 from tritonlocal import LocalTritonServer, ServerConfig
-from tritonlocal.local_repository import DEPLOYABLE, LOCAL, derive_local
+from tritonrepo.configs import exported_step, load_repository
+from tritonrepo.local import derive_local
+from tritonrepo.paths import LOCAL_REPOSITORY, REPOSITORY
 
 IMAGES = ("chelsea.png", "coffee.png", "astronaut.png", "rocket.jpg", "motorcycle_left.png", "horse.png")
 SENTENCES = (
@@ -60,8 +61,10 @@ def main(argv: list[str] | None = None) -> int:
     if result.skipped:
         for name, reason in result.skipped.items():
             print(f"not served: {name}: {reason}")
-    print(f"serving {len(result.written)} models from {LOCAL}: {', '.join(sorted(result.written))}\n")
-    with LocalTritonServer(ServerConfig(model_repository=LOCAL)) as server:
+    print(
+        f"serving {len(result.written)} models from {LOCAL_REPOSITORY}: {', '.join(sorted(result.written))}\n"
+    )
+    with LocalTritonServer(ServerConfig(model_repository=LOCAL_REPOSITORY)) as server:
         print(f"tritonserver 2.51 ready on http://{server.http_url} and grpc {server.grpc_url}\n")
         url = f"http://{server.http_url}"
         images = [Path(skimage.__file__).parent / "data" / name for name in IMAGES]
@@ -104,7 +107,7 @@ def show_embeddings(url: str) -> None:
 def compare_batching(
     url: str, ensemble: str, items: list, args: argparse.Namespace, *, kind: str
 ) -> list[LoadResult]:
-    model = exported_step(load_repository(DEPLOYABLE), ensemble)  # whose batches the statistics count
+    model = exported_step(load_repository(REPOSITORY), ensemble)  # whose batches the statistics count
     workload = list(itertools.islice(itertools.cycle(items), args.requests))
     rows = []
     for label, in_flight in (

@@ -1,7 +1,7 @@
 """Command line: ``python -m export [--only NAME] [--precision auto|fp32|bf16|fp16|int8] [--force]
-[--repository PATH] [--models PATH]``.
+[--repository PATH] [--models PATH] [--records PATH]``.
 
-Every model description under ``--models`` (models/*.yaml) goes through the one pipeline
+Every model description under ``--models`` (model_descriptions/*.yaml) goes through the one pipeline
 (export/pipeline.py); ``--only`` takes a description's name, or ``image`` / ``text`` for every image
 classifier / sentence encoder.
 
@@ -19,10 +19,11 @@ import time
 from pathlib import Path
 
 from export.common import ExportError
-from export.description import DESCRIPTIONS_DIR, ModelDescription, load_descriptions
+from export.description import ModelDescription, load_descriptions
 from export.pipeline import Options, export_model
 from export.precision import CHOICES, Capabilities
-from modelrepo import RepositoryError
+from tritonrepo.errors import RepositoryError
+from tritonrepo.paths import DESCRIPTIONS, PRECISION_RECORDS, REPOSITORY
 
 KIND_SHORTHANDS = {"image": "image_classifier", "text": "sentence_encoder"}
 
@@ -40,7 +41,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(f"precision {args.precision}; this machine: {capabilities.as_dict()}")
     options = Options(
-        repository=args.repository, force=args.force, precision=args.precision, capabilities=capabilities
+        repository=args.repository,
+        force=args.force,
+        precision=args.precision,
+        capabilities=capabilities,
+        record_dir=args.records,
     )
     try:
         descriptions = _selected(load_descriptions(args.models), args.only)
@@ -89,14 +94,20 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--repository",
         type=Path,
-        default=Path("model_repository"),
-        help="the model repository to write into (default: model_repository)",
+        default=REPOSITORY,
+        help=f"the model repository to write into (default: {REPOSITORY})",
     )
     parser.add_argument(
         "--models",
         type=Path,
-        default=DESCRIPTIONS_DIR,
-        help=f"the folder of model descriptions, *.yaml (default: {DESCRIPTIONS_DIR})",
+        default=DESCRIPTIONS,
+        help=f"the folder of model descriptions, *.yaml (default: {DESCRIPTIONS})",
+    )
+    parser.add_argument(
+        "--records",
+        type=Path,
+        default=PRECISION_RECORDS,
+        help=f"where each variant's gate and timing record is written (default: {PRECISION_RECORDS})",
     )
     return parser
 

@@ -1,7 +1,7 @@
 """Helpers shared by the exporters: tensor specs, atomic writes and the idempotence manifest.
 
 A model's ``config.pbtxt`` is the source of truth for its tensor names, dims and max_batch_size; the
-exporters parse it with ``modelrepo.load_model_config`` and never restate them. An exported
+exporters parse it with ``tritonrepo.configs.load_model_config`` and never restate them. An exported
 file is written next to a small manifest (``<version>/.export.json``) recording a fingerprint of
 everything it was made from, so a re-run with unchanged inputs does nothing.
 """

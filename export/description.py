@@ -21,8 +21,8 @@ from typing import Any
 import yaml
 
 from export.common import ExportError, sha256_file
+from tritonrepo.paths import DESCRIPTIONS
 
-DESCRIPTIONS_DIR = Path("models")
 KINDS = ("image_classifier", "sentence_encoder")
 FORMATS = ("onnx", "torchscript")
 DEVICE_PRECISIONS = {"cpu": ("fp32", "bf16", "int8"), "cuda": ("fp32", "bf16", "fp16")}
@@ -155,16 +155,20 @@ def load_description(path: Path) -> ModelDescription:
         return parse_description(yaml.safe_load(handle), source=Path(path))
 
 
-def load_descriptions(folder: Path = DESCRIPTIONS_DIR) -> list[ModelDescription]:
+def load_descriptions(folder: Path = DESCRIPTIONS) -> list[ModelDescription]:
     """Every ``*.yaml`` description in ``folder``, in name order; names must be unique."""
     descriptions = [load_description(path) for path in sorted(Path(folder).glob("*.yaml"))]
+    if not descriptions:
+        raise ExportError(
+            f"no model description (*.yaml) in {Path(folder).resolve()}; the project's live in {DESCRIPTIONS}"
+        )
     names = [d.name for d in descriptions]
     if len(set(names)) != len(names):
         raise ExportError(f"{folder}: two descriptions share a name: {names}")
     return descriptions
 
 
-def description_serving(model: str, folder: Path = DESCRIPTIONS_DIR) -> ModelDescription:
+def description_serving(model: str, folder: Path = DESCRIPTIONS) -> ModelDescription:
     """The description with a served file for repository model ``model``."""
     descriptions = load_descriptions(folder)
     for description in descriptions:

@@ -8,7 +8,7 @@ swish, no squeeze-and-excitation, and a fixed stem (32 channels) and head (1280 
 A larger member scales the stages' channels by the width multiplier (rounded to multiples of 8) and the
 repeats of every stage but the first and the last by the depth multiplier (rounded up), as Google's
 ``efficientnet_lite_builder`` does. Lite0 is width 1.0 and depth 1.0; each model's multipliers are in its
-description (models/*.yaml).
+description (model_descriptions/*.yaml).
 
 Conventions checked against real images (see export/image.py and the unit tests): TensorFlow "SAME"
 padding (a stride-2 convolution on an even-sized input pads one pixel on the bottom/right only, not one on

@@ -2,7 +2,8 @@
 
 Writes each served file (a repository model's ``model.onnx`` or ``model.pt``) with the tensor names, dims
 and max_batch_size of that model's config.pbtxt, from the weights and architecture its description
-names (models/*.yaml). Each fp32 file is loaded back with its own runtime (onnxruntime, torch.jit) and
+names
+(model_descriptions/*.yaml). Each fp32 file is loaded back with its own runtime (onnxruntime, torch.jit) and
 compared with eager PyTorch on real photographs (skimage's sample images), preprocessed by the very
 functions the description's preprocessing model (``image_preprocess/1/model.py``) serves with, at
 several batch sizes: logits within the description's tolerance and identical top-5. Beside each fp32
@@ -32,7 +33,8 @@ from export.description import ModelDescription, description_serving
 from export.gates import GateResult, image_gate
 from export.kinds import Parity, Plan
 from export.precision import Capabilities
-from modelrepo import load_model_config, load_served_module
+from tritonrepo.configs import load_model_config
+from tritonrepo.served_code import load_served_module
 
 logger = logging.getLogger(__name__)
 

@@ -28,8 +28,10 @@ from export import image, text
 from export.common import fingerprint, is_up_to_date, write_atomically, write_manifest
 from export.description import ModelDescription, ServedFile
 from export.kinds import Kind, Parity
-from export.precision import RECORD_DIR, Capabilities, Selection, Variant, select_and_write, write_record
-from modelrepo import exported_file, load_model_config
+from export.precision import Capabilities, Selection, Variant, select_and_write, write_record
+from tritonrepo.configs import load_model_config
+from tritonrepo.files import exported_file
+from tritonrepo.paths import PRECISION_RECORDS
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +44,7 @@ class Options:
     force: bool = False
     precision: str = "auto"  # "auto" serves the fastest variant that passes its gate; a precision pins it
     capabilities: Capabilities
-    record_dir: Path = RECORD_DIR
+    record_dir: Path = PRECISION_RECORDS
 
 
 @dataclass(kw_only=True)

@@ -34,13 +34,13 @@ from export import serving_runtime
 from export.common import ExportError, write_text_atomically
 from export.device import Capabilities
 from export.gates import GateResult
+from tritonrepo.paths import PRECISION_RECORDS
 
 logger = logging.getLogger(__name__)
 
 PRECISIONS = ("fp32", "bf16", "fp16", "int8")
 CHOICES = ("auto", *PRECISIONS)
 DEVICES = ("cpu", "cuda")
-RECORD_DIR = Path("build") / "precision"
 RECORD_FORMAT = 1
 TIMING_ROUNDS = 3
 TIMING_MIN_S = 0.5
@@ -326,14 +326,14 @@ def format_table(candidates: Sequence[Candidate], reference: GateResult | None =
     return "\n".join(lines)
 
 
-def write_record(selection: Selection, directory: Path = RECORD_DIR) -> Path:
+def write_record(selection: Selection, directory: Path = PRECISION_RECORDS) -> Path:
     """``<directory>/<model>.json``: the selection, for the benchmark report."""
     path = Path(directory) / f"{selection.model}.json"
     write_text_atomically(path, json.dumps(selection.as_dict(), indent=2, sort_keys=True) + "\n")
     return path
 
 
-def load_records(directory: Path = RECORD_DIR) -> list[dict]:
+def load_records(directory: Path = PRECISION_RECORDS) -> list[dict]:
     """Every recorded selection under ``directory`` (none when nothing was exported here)."""
     records = []
     for path in sorted(Path(directory).glob("*.json")):
@@ -343,7 +343,7 @@ def load_records(directory: Path = RECORD_DIR) -> list[dict]:
     return records
 
 
-def report_section(directory: Path = RECORD_DIR) -> str:
+def report_section(directory: Path = PRECISION_RECORDS) -> str:
     """Markdown for the benchmark report: which variant each model serves, and every gate's numbers."""
     records = load_records(directory)
     if not records:
@@ -360,7 +360,7 @@ def _record(model: str, directory: Path) -> dict | None:
     return record if record.get("format") == RECORD_FORMAT else None
 
 
-def served_variant(model: str, directory: Path = RECORD_DIR) -> str:
+def served_variant(model: str, directory: Path = PRECISION_RECORDS) -> str:
     """The precision of the file served for ``model`` ("fp32" where the export left no record)."""
     record = _record(model, directory)
     if record is None:
@@ -368,7 +368,7 @@ def served_variant(model: str, directory: Path = RECORD_DIR) -> str:
     return next(c["precision"] for c in record["candidates"] if c["status"] == "served")
 
 
-def kept_file(model: str, precision: str, directory: Path = RECORD_DIR) -> Path | None:
+def kept_file(model: str, precision: str, directory: Path = PRECISION_RECORDS) -> Path | None:
     """The passing ``precision`` file the export kept beside ``model``'s record, if any (none when that
     precision is the one served: the served file is in the model repository)."""
     record = _record(model, directory)

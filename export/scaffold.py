@@ -3,7 +3,8 @@
 ``python -m export.scaffold KIND NAME --weights-path PATH`` (or ``--weights-package P --loader M:F``)
 writes, taking the shipped model of the same kind as the starting point:
 
-- ``models/NAME.yaml``: the description (weights with their sha256, architecture, tolerance, precisions);
+- ``model_descriptions/NAME.yaml``: the description (weights with their sha256, architecture, tolerance,
+  precisions);
 - ``model_repository/NAME_onnx/config.pbtxt``: the exported model's config (tensor names, dims, batching);
 - image classifiers: ``NAME_preprocess`` (a Python model running image_preprocess's code at the model's
   size) and the ensemble ``NAME_classifier`` (preprocess -> NAME_onnx -> image_postprocess);
@@ -27,10 +28,12 @@ import yaml
 from tokenizers import Tokenizer
 
 from export.common import ExportError, ModelConfig
-from export.description import DESCRIPTIONS_DIR, Weights, parse_description, weights_sha256
+from export.description import Weights, parse_description, weights_sha256
 from export.minilm import load_tokenizer
 from export.text_warmup import encoder_warmup_files, write_files
-from modelrepo import BATCHING_HELPER, PARAMETERS_HELPER, format_config, load_model_config
+from tritonrepo.configs import format_config, load_model_config
+from tritonrepo.paths import DESCRIPTIONS, REPOSITORY
+from tritonrepo.served_code import BATCHING_HELPER, PARAMETERS_HELPER
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -75,8 +78,8 @@ class Request:
     name: str
     weights: dict[str, str]
     image_size_px: int = 224
-    repository: Path = Path("model_repository")
-    models_dir: Path = DESCRIPTIONS_DIR
+    repository: Path = REPOSITORY
+    models_dir: Path = DESCRIPTIONS
 
     def __post_init__(self) -> None:
         if self.kind not in TEMPLATES:
@@ -126,7 +129,7 @@ def _names(name: str, template: Template) -> dict[str, str]:
 def _description(request: Request, template: Template, names: dict[str, str]) -> str:
     path = request.models_dir / f"{template.description}.yaml"
     if not path.is_file():
-        path = DESCRIPTIONS_DIR / f"{template.description}.yaml"
+        path = DESCRIPTIONS / f"{template.description}.yaml"
     data = yaml.safe_load(path.read_text(encoding="utf-8"))
     data["name"] = request.name
     data["weights"] = request.weights
@@ -217,8 +220,8 @@ def main(argv: list[str] | None = None) -> int:
     weights.add_argument("--weights-package", help="an installed package holding the weights")
     parser.add_argument("--loader", default="", help="with --weights-package: module:function -> path")
     parser.add_argument("--image-size", type=int, default=224, help="image classifiers: input size in px")
-    parser.add_argument("--repository", type=Path, default=Path("model_repository"))
-    parser.add_argument("--models", type=Path, default=DESCRIPTIONS_DIR)
+    parser.add_argument("--repository", type=Path, default=REPOSITORY)
+    parser.add_argument("--models", type=Path, default=DESCRIPTIONS)
     args = parser.parse_args(argv)
     if args.weights_path is not None:
         entry = local_weights(args.weights_path, args.models)

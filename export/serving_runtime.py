@@ -28,12 +28,13 @@ import onnxruntime
 
 from export.common import ExportError
 from export.gates import GateResult
+from tritonrepo.paths import SERVING_RUNTIME
 
 SERVING_ONNXRUNTIME = "1.19.2"  # Triton 24.10's onnxruntime backend
-RUNTIME_DIR = Path("build") / "serving-runtime"
 WORKER = Path(__file__).with_name("serving_worker.py")
 CREATE = (
-    f"`make venv` creates it, or: python3.11 -m venv {RUNTIME_DIR} && {RUNTIME_DIR}/bin/python -m pip "
+    f"`make venv` creates it, or: python3.11 -m venv {SERVING_RUNTIME} && "
+    f"{SERVING_RUNTIME}/bin/python -m pip "
     f"install onnxruntime=={SERVING_ONNXRUNTIME} 'numpy<2'"
 )
 _HEADER = struct.Struct(">cQ")  # status (b"0" ok, b"1" error), payload length
@@ -47,7 +48,7 @@ def needed(local_version: str = onnxruntime.__version__) -> bool:
     return local_version != SERVING_ONNXRUNTIME
 
 
-def interpreter(runtime_dir: Path = RUNTIME_DIR) -> Path:
+def interpreter(runtime_dir: Path = SERVING_RUNTIME) -> Path:
     python = Path(runtime_dir) / "bin" / "python"
     if not python.is_file():
         raise ExportError(
@@ -73,7 +74,7 @@ def read_message(stream: IO[bytes]) -> tuple[bytes, bytes]:
 class ServingSession:
     """An onnxruntime session on ``model`` in the serving runtime's process (a context manager)."""
 
-    def __init__(self, model: Path, device: str, *, runtime_dir: Path = RUNTIME_DIR) -> None:
+    def __init__(self, model: Path, device: str, *, runtime_dir: Path = SERVING_RUNTIME) -> None:
         self._log = tempfile.TemporaryFile()
         self._process = subprocess.Popen(
             [str(interpreter(runtime_dir)), "-I", str(WORKER), str(model), device],
@@ -142,7 +143,7 @@ def serving_gate(
     feed: Feed,
     gate: Callable[[Runner], GateResult],
     *,
-    runtime_dir: Path = RUNTIME_DIR,
+    runtime_dir: Path = SERVING_RUNTIME,
 ) -> GateResult | None:
     """``gate`` applied to ``model`` run by the serving onnxruntime (``feed`` turns a runner's input into
     the session's feed); None where the local onnxruntime is the serving version."""

@@ -1,6 +1,6 @@
 """The sentence-encoder kind of the export pipeline: BERT-family encoders (all-MiniLM-L6-v2 and the like).
 
-Writes into the model repository, for the served models a description (models/*.yaml) lists:
+Writes into the model repository, for the served models a description (model_descriptions/*.yaml) lists:
 - ``<model>/1/model.onnx`` or ``<model>/1/model.pt``: the sentence encoder for a
   ragged batch (:class:`export.minilm.RaggedSentenceEncoder`: concatenated token ids and each
   sequence's length in, pooled embeddings out), with tensor names taken from each model's
@@ -49,7 +49,7 @@ from export.minilm import (
     reference_embeddings,
 )
 from export.precision import Capabilities, Runner
-from modelrepo import load_model_config
+from tritonrepo.configs import load_model_config
 
 logger = logging.getLogger(__name__)
 

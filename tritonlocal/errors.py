@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from modelrepo import RepositoryError as MalformedRepositoryError
+from tritonrepo.errors import RepositoryError as MalformedRepositoryError
 
 
 class TritonLocalError(Exception):
@@ -14,7 +14,7 @@ class InstallationError(TritonLocalError):
 
 
 class RepositoryError(TritonLocalError, MalformedRepositoryError):
-    """The model repository is missing, empty or malformed (what the reader, modelrepo, raises
+    """The model repository is missing, empty or malformed (what the reader, tritonrepo, raises
     catches this too)."""
 
 

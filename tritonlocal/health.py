@@ -24,9 +24,9 @@ from typing import Protocol
 
 import psutil
 
-from modelrepo import parse_config
 from tritonlocal.config import ServerConfig
 from tritonlocal.process import descendants
+from tritonrepo.configs import parse_config
 
 logger = logging.getLogger(__name__)
 

@@ -29,10 +29,11 @@ from typing import IO
 from tritonlocal import process as proc
 from tritonlocal.errors import TritonLocalError
 from tritonlocal.ports import pick_free_port
+from tritonrepo.paths import DEPLOY
 
 logger = logging.getLogger(__name__)
 
-CONFIG_DIR = Path("deploy", "prometheus")
+CONFIG_DIR = DEPLOY / "prometheus"
 INSTALL_HINT = "install it with `apt-get install -y prometheus` (the Makefile's bootstrap step does this)"
 # Triton's server flag that adds p50/p99 summaries to the metrics (the compose file sets it too).
 SUMMARY_FLAG = "--metrics-config=summary_latencies=true"

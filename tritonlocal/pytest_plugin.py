@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from tritonlocal.config import ServerConfig
-from tritonlocal.local_repository import LOCAL, derive_local
 from tritonlocal.server import LocalTritonServer
+from tritonrepo.local import derive_local
+from tritonrepo.paths import LOCAL_REPOSITORY
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -39,7 +40,7 @@ def triton_repository(request: pytest.FixtureRequest) -> Path:
     if chosen is not None:
         return Path(chosen)
     derive_local()
-    return LOCAL
+    return LOCAL_REPOSITORY
 
 
 @pytest.fixture(scope="session")

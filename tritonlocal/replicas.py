@@ -33,10 +33,11 @@ from tritonlocal.config import ServerConfig
 from tritonlocal.errors import TritonLocalError
 from tritonlocal.ports import pick_free_port
 from tritonlocal.server import LocalTritonServer
+from tritonrepo.paths import DEPLOY
 
 logger = logging.getLogger(__name__)
 
-TEMPLATE = Path("deploy", "nginx", "nginx.conf.template")
+TEMPLATE = DEPLOY / "nginx" / "nginx.conf.template"
 LIMITS = "limits.conf"  # beside the template; the request-size limit shared with docker compose's nginx
 _PLACEHOLDER = re.compile(r"@[A-Z_]+@")
 INSTALL_HINT = "install it with `apt-get install -y nginx` (the Makefile's bootstrap step does this)"

@@ -29,6 +29,7 @@ from tritonlocal.errors import (
 )
 from tritonlocal.installation import find_installation, prepare_backend_directory, server_environment
 from tritonlocal.ports import pick_free_port, port_in_use
+from tritonrepo.paths import LOGS
 
 logger = logging.getLogger(__name__)
 
@@ -210,9 +211,7 @@ class LocalTritonServer(proc.Service):
         )
 
     def _launch(self, command: list[str], env: dict[str, str]) -> None:
-        log_path = self.requested.log_path or Path(
-            "build", "logs", f"tritonserver-{self.config.http_port}.log"
-        )
+        log_path = self.requested.log_path or LOGS / f"tritonserver-{self.config.http_port}.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
         self.log_path = log_path
         log_file = log_path.open("wb")
@@ -303,7 +302,7 @@ def check_repository(path: Path) -> None:
     if not path.exists():
         raise RepositoryError(
             f"model repository {path} does not exist; pass the folder that holds one directory per model "
-            "(for this project: build/local_repository, made by `python -m tritonlocal derive`)"
+            "(for this project: build/local_repository, made by `python -m tritonrepo derive`)"
         )
     if not path.is_dir():
         raise RepositoryError(f"model repository {path} is a file, not a directory of models")

@@ -11,7 +11,7 @@ statistics, onnxruntime profiles). Quick mode takes about 8 minutes on 2 cores, 
     python -m loadtest.bench --mode gpu [--dry-run]             # on a CUDA machine (loadtest/bench/gpu/)
 
 The served experiments run against a repository derived for the run
-(:mod:`loadtest.experiments.variant_repository`) holding the public models and their variants side by
+(:mod:`tritonrepo.variants`) holding the public models and their variants side by
 side; the in-process and profiling experiments run after the server has stopped, so they do not compete
 with it for the cores. Which experiment runs in which stage: :mod:`loadtest.experiments.registry`.
 """
@@ -32,12 +32,10 @@ from loadtest.experiments import plan as experiments_plan
 from loadtest.experiments import registry
 from loadtest.load import environment
 from loadtest.report.markdown import write_report
-from modelrepo import PROJECT_REPOSITORY
+from tritonrepo.paths import BUILD, REPORTS, REPOSITORY, ROOT
 
 logger = logging.getLogger(__name__)
 
-SOURCE = PROJECT_REPOSITORY  # the deployable repository, at the project root
-ROOT = SOURCE.parent
 GPU_MODE = "gpu"  # export, serve and measure on this machine's GPU: loadtest/bench/gpu/
 
 
@@ -52,7 +50,7 @@ class BenchOptions:
     def __post_init__(self) -> None:
         if self.mode not in experiments_plan.PLANS:
             raise ValueError(f"mode must be one of {', '.join(experiments_plan.PLANS)}, got {self.mode!r}")
-        experiments_plan.with_models(experiments_plan.PLANS[self.mode], self.models, SOURCE)
+        experiments_plan.with_models(experiments_plan.PLANS[self.mode], self.models, REPOSITORY)
         unknown = set(self.skip) - set(registry.KEYS)
         if unknown:
             raise ValueError(
@@ -68,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="--mode gpu only: the same plan on the CPU with tiny counts (KIND_CPU, no export)",
     )
-    parser.add_argument("--output", type=Path, default=Path("reports"))
+    parser.add_argument("--output", type=Path, default=REPORTS)
     parser.add_argument("--run-id", default=None, help="folder name under --output (default: time and mode)")
     parser.add_argument(
         "--skip",
@@ -145,7 +143,7 @@ def skipped(skip: str, only: str) -> tuple[str, ...]:
 
 
 def run(options: BenchOptions) -> Path:
-    plan = experiments_plan.with_models(experiments_plan.PLANS[options.mode], options.models, SOURCE)
+    plan = experiments_plan.with_models(experiments_plan.PLANS[options.mode], options.models, REPOSITORY)
     folder = options.output / options.run_id
     raw = folder / "raw"
     raw.mkdir(parents=True, exist_ok=True)
@@ -160,16 +158,16 @@ def run(options: BenchOptions) -> Path:
         "machine": environment.machine(),
         "load_average_start": environment.load_average(),
         "git": environment.git_commit(ROOT),
-        "source_config_sha256": environment.source_config_hashes(SOURCE),
+        "source_config_sha256": environment.source_config_hashes(REPOSITORY),
         "errors": [],
     }
     cores = os.cpu_count() or 1
-    work = ROOT / "build" / "bench" / options.run_id
+    work = BUILD / "bench" / options.run_id
     stages = {
-        "served": lambda: experiments_plan.served_stage(plan, SOURCE, work, raw, cores, options.skip),
-        "central": lambda: experiments_plan.central_stage(plan, SOURCE, work, raw, cores),
-        "inprocess": lambda: experiments_plan.inprocess_stage(plan, SOURCE, cores),
-        "profile": lambda: experiments_plan.profile_stage(plan, SOURCE, raw, cores),
+        "served": lambda: experiments_plan.served_stage(plan, REPOSITORY, work, raw, cores, options.skip),
+        "central": lambda: experiments_plan.central_stage(plan, REPOSITORY, work, raw, cores),
+        "inprocess": lambda: experiments_plan.inprocess_stage(plan, REPOSITORY, cores),
+        "profile": lambda: experiments_plan.profile_stage(plan, REPOSITORY, raw, cores),
     }
     for name in registry.STAGES:  # a stage runs when any of its experiments is left in
         if registry.in_stage(name, options.skip):

@@ -24,7 +24,8 @@ from pathlib import Path
 
 import samples
 from loadtest.load.json_load import run_json_load
-from modelrepo import exported_file, load_repository
+from tritonrepo.configs import load_repository
+from tritonrepo.files import exported_file
 
 READY_TIMEOUT_S = 120.0
 

@@ -18,13 +18,14 @@ from export import precision
 from loadtest.experiments import clients as client_experiments
 from loadtest.experiments import inprocess, minimal, profiling, registry
 from loadtest.experiments.served import PerfSession, arms_experiment, sweeps
-from loadtest.experiments.variant_repository import Variant, build_repository
 from loadtest.load import environment, payloads, workers
 from loadtest.load.locust_run import LocustRun, run_locust
 from loadtest.load.perf import PerfSettings
 from loadtest.load.pipelines import ExportedModel
-from modelrepo import RepositoryError, exported_step, load_repository, pipeline_steps
 from tritonlocal import LocalTritonServer, ServerConfig
+from tritonrepo.configs import exported_step, load_repository, pipeline_steps
+from tritonrepo.errors import RepositoryError
+from tritonrepo.variants import Variant, build_repository
 
 logger = logging.getLogger(__name__)
 

@@ -25,8 +25,9 @@ from loadtest.load.observe import (
 )
 from loadtest.load.perf import PerfPoint, PerfSettings, PerfTarget, run_perf
 from loadtest.load.perf_inputs import InputData, write_input_data
-from modelrepo import ModelEntry, RepositoryError, load_repository, pipeline_steps
 from tritonlocal import LocalTritonServer
+from tritonrepo.configs import ModelEntry, load_repository, pipeline_steps
+from tritonrepo.errors import RepositoryError
 
 logger = logging.getLogger(__name__)
 

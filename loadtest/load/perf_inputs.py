@@ -25,11 +25,12 @@ from pathlib import Path
 
 import numpy as np
 from tritonclient.grpc import model_config_pb2
+from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 import samples
 from loadtest.load import payloads
 from loadtest.load.pipelines import ImagePreprocessor, TextTokenizer
-from modelrepo import ModelConfig, load_model_config
+from tritonrepo.configs import load_model_config
 
 # Which real data a STRING input takes, by the name its config gives it.
 STRING_PAYLOADS = {"IMAGE_BYTES": "images", "TEXT": "sentences"}

@@ -19,7 +19,9 @@ from pathlib import Path
 import numpy as np
 from google.protobuf import json_format
 
-from modelrepo import EXPORTED_FILENAMES, load_model_config, load_served_module
+from tritonrepo.configs import load_model_config
+from tritonrepo.files import EXPORTED_FILENAMES
+from tritonrepo.served_code import load_served_module
 
 TOKENIZER_MODEL = "text_tokenizer"
 PREPROCESS_MODEL = "image_preprocess"

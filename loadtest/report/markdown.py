@@ -79,7 +79,7 @@ def _claims(r: dict) -> str:
 
 BATCHING_ARMS = (
     "The same ensemble served twice side by side; the clone has `dynamic_batching` removed from every "
-    "step (derived from the config by `loadtest.experiments.variant_repository`). Arms alternate at "
+    "step (derived from the config by `tritonrepo.variants`). Arms alternate at "
     "each concurrency (on, off, on, off: the plan's rounds); each ratio is of the arms' means."
 )
 INSTANCE_ARMS = (

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from tritonrepo.paths import REPORTS
+
 
 @dataclass(frozen=True, kw_only=True)
 class SoakConfig:
@@ -14,7 +16,7 @@ class SoakConfig:
     sample_s: float = 10.0
     calibrate_s: float = 60.0
     in_flight: int = 16
-    output: Path = Path("reports", "soak")
+    output: Path = REPORTS / "soak"
     seed: int = 0
     fault_minutes: float = 0.0  # 0: no fault phase
 

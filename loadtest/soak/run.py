@@ -43,7 +43,8 @@ from loadtest.soak.faults import FaultEvent, run_faults
 from samples import photograph_paths, sentences
 from tritonlocal import LocalTritonServer, ServerConfig
 from tritonlocal.health import live_stubs
-from tritonlocal.local_repository import LOCAL, derive_local
+from tritonrepo.local import derive_local
+from tritonrepo.paths import LOCAL_REPOSITORY
 
 logger = logging.getLogger(__name__)
 
@@ -350,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"{', '.join(missing)} not served ({derived.skipped}); run `python -m export` first")
     # A short exit timeout: the fault phase restarts the server, which waits that long for idle clients.
     server_config = ServerConfig(
-        model_repository=LOCAL, log_path=config.output / "server.log", exit_timeout_s=5
+        model_repository=LOCAL_REPOSITORY, log_path=config.output / "server.log", exit_timeout_s=5
     )
     with LocalTritonServer(server_config) as server:
         result = run_soak(config, server, log=lambda line: print(line, flush=True))

@@ -2,5 +2,5 @@
 
 plan.py says what is searched, analyzer.py runs Model Analyzer in its local launch mode against the pip
 wheel's tritonserver, results.py reads its tables and chooses the winners, report.py writes the summary
-beside Model Analyzer's own outputs, adopt.py writes a winner where ``tritonlocal derive`` reads it.
+beside Model Analyzer's own outputs, adopt.py writes a winner where ``tritonrepo derive`` reads it.
 """

@@ -1,7 +1,7 @@
 """Write a winner where the derivation of the local repository reads it.
 
 The winner's CPU-side settings become ``model_repository/<model>/local_cpu.pbtxt``
-(tritonlocal/cpu_tuning.py); config.pbtxt, the deployable GPU configuration, is not touched. A model
+(tritonrepo/cpu_overlay.py); config.pbtxt, the deployable GPU configuration, is not touched. A model
 whose shipped configuration won keeps whatever it has now (that is what was measured as shipped).
 """
 
@@ -12,7 +12,7 @@ from pathlib import Path
 from tritonclient.grpc.model_config_pb2 import ModelConfig, ModelInstanceGroup
 
 from loadtest.tune.results import Measurement, ModelOutcome
-from tritonlocal import cpu_tuning
+from tritonrepo import cpu_overlay
 
 
 def overlay_for(winner: Measurement) -> ModelConfig:
@@ -36,5 +36,6 @@ def adopt(results: list[ModelOutcome], source: Path, *, command: str, latency_bu
             f"Chosen by `{command}`: the most throughput within a p99 of {latency_budget_ms:g} ms "
             "(the tuning's report.md holds the measurements)."
         )
-        written.append(cpu_tuning.write_overlay(Path(source) / outcome.model, overlay_for(winner), note=note))
+        folder = Path(source) / outcome.model
+        written.append(cpu_overlay.write_overlay(folder, overlay_for(winner), note=note))
     return written

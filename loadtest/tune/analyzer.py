@@ -4,7 +4,7 @@ Everything it needs is prepared under one work folder per plan (``build/tune/<fi
 same command resumes from Model Analyzer's checkpoint after an interruption and a changed plan starts
 afresh:
 
-- ``repository/``: the derived local repository (tritonlocal/derive.py); the profiled models' thread
+- ``repository/``: the derived local repository (tritonrepo/derive.py); the profiled models' thread
   count is set to ``auto`` so that each variant divides the cores between its own instances;
 - ``backends/``: the Python backend with this interpreter's stub (tritonlocal/installation.py);
 - the environment the stubs need (library path, PATH to this interpreter), given to Model Analyzer as
@@ -27,11 +27,11 @@ import yaml
 
 from loadtest.load.perf_inputs import write_input_data
 from loadtest.tune.plan import TunePlan, model_config_parameters
-from modelrepo import format_config, load_repository, parse_config
 from tritonlocal import perf_analyzer
-from tritonlocal.derive import derive_repository
 from tritonlocal.installation import find_installation, prepare_backend_directory, server_environment
 from tritonlocal.ports import pick_free_port, port_in_use
+from tritonrepo.configs import format_config, load_repository, parse_config
+from tritonrepo.derive import derive_repository
 
 logger = logging.getLogger(__name__)
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from loadtest.tune import analyzer, report, results
 from loadtest.tune.adopt import adopt
 from loadtest.tune.plan import KINDS, SWEEPS, make_plan
+from tritonrepo.paths import BUILD, REPORTS, REPOSITORY
 
 DEFAULT_MODELS = ("image_classifier", "text_embedder")
 
@@ -53,10 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--output", type=Path, default=None, help="report folder (default reports/tune-<time>)"
     )
-    parser.add_argument(
-        "--work", type=Path, default=Path("build", "tune"), help="work folder with checkpoints"
-    )
-    parser.add_argument("--source", type=Path, default=Path("model_repository"))
+    parser.add_argument("--work", type=Path, default=BUILD / "tune", help="work folder with checkpoints")
+    parser.add_argument("--source", type=Path, default=REPOSITORY)
     parser.add_argument(
         "--kind",
         choices=KINDS,
@@ -67,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--adopt",
         action="store_true",
-        help="write each winner to model_repository/<model>/local_cpu.pbtxt for `tritonlocal derive`",
+        help="write each winner to model_repository/<model>/local_cpu.pbtxt for `tritonrepo derive`",
     )
     return parser
 
@@ -76,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     args = build_parser().parse_args(argv)
     command = "python -m loadtest.tune " + shlex.join(sys.argv[1:] if argv is None else argv)
-    output = args.output or Path("reports", time.strftime("tune-%Y%m%d-%H%M%S"))
+    output = args.output or REPORTS / time.strftime("tune-%Y%m%d-%H%M%S")
     if args.adopt and args.kind != "KIND_CPU":
         print(
             "error: --adopt writes the local CPU settings (local_cpu.pbtxt); use it with --kind KIND_CPU",

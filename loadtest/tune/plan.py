@@ -17,8 +17,10 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from modelrepo import ModelEntry, RepositoryError, exported_step, load_repository
-from tritonlocal.derive import derive_local_config
+from tritonrepo.configs import ModelEntry, exported_step, load_repository
+from tritonrepo.derive import derive_local_config
+from tritonrepo.errors import RepositoryError
+from tritonrepo.paths import REPOSITORY
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -98,7 +100,7 @@ class TunePlan:
     sweep: Sweep
     latency_budget_ms: float
     min_gain: float = 0.05  # a variant must beat the shipped throughput by this fraction to win
-    source: Path = Path("model_repository")
+    source: Path = REPOSITORY
     targets: dict[str, str] = field(default_factory=dict)  # pipeline -> the model profiled for it
     kind: str = "KIND_CPU"  # the instances searched: the local CPU configuration, or on this machine's GPU
 
@@ -137,7 +139,7 @@ def make_plan(
     latency_budget_ms: float,
     concurrency: Sequence[int] | None = None,
     min_gain: float = 0.05,
-    source: Path = Path("model_repository"),
+    source: Path = REPOSITORY,
     kind: str = "KIND_CPU",
 ) -> TunePlan:
     """Resolve each named model to the model profiled for it (an ensemble's exported encoder);

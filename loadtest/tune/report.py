@@ -52,7 +52,7 @@ def write_summary(
         f"on {os.cpu_count()} cores in {facts.elapsed_s / 60:.1f} min. Objective: throughput; constraint: "
         f"p99 latency <= {plan.latency_budget_ms:g} ms; a variant wins only with a gain of at least "
         f"{plan.min_gain:.0%}. The shipped configuration (`*_config_default`, what "
-        "`python -m tritonlocal derive` serves) was measured in the same run.",
+        "`python -m tritonrepo derive` serves) was measured in the same run.",
         "",
         "## Winners",
         "",
@@ -68,7 +68,7 @@ def write_summary(
         lines.append(
             "Adopted (`--adopt`): "
             + ", ".join(f"`{path}`" for path in facts.adopted)
-            + "; `python -m tritonlocal derive` applies them to the local repository."
+            + "; `python -m tritonrepo derive` applies them to the local repository."
         )
     else:
         lines.append(

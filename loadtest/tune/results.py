@@ -17,7 +17,7 @@ from pathlib import Path
 
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from modelrepo import parse_config
+from tritonrepo.configs import parse_config
 
 RESULTS_CSV = Path("results") / "metrics-model-inference.csv"
 SHIPPED_SUFFIX = "_config_default"

@@ -19,8 +19,8 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
 from clients import ModelStatistics, TritonClient
-from modelrepo import format_config, parse_config
 from tritonlocal import LocalTritonServer, ServerConfig
+from tritonrepo.configs import format_config, parse_config
 
 # The queue timeout of a held_batch_server's copy: longer than any test waits for its batch to form.
 HELD_QUEUE_TIMEOUT_US = 120_000_000

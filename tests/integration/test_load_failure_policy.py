@@ -22,10 +22,10 @@ import pytest
 import skimage
 
 from clients import TritonClient
-from modelrepo import format_config, load_model_config
 from tritonlocal import LocalTritonServer, ServerConfig
-from tritonlocal.derive import derive_repository
 from tritonlocal.health import live_stubs
+from tritonrepo.configs import format_config, load_model_config
+from tritonrepo.derive import derive_repository
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBE = ROOT / "deploy" / "tritonserver" / "model_probe.py"

@@ -7,10 +7,10 @@ from pathlib import Path
 
 from loadtest.experiments import plan as experiments_plan
 from loadtest.experiments.served import PerfSession, sweeps
-from loadtest.experiments.variant_repository import Variant, build_repository
 from loadtest.load.perf import PerfSettings
 from loadtest.report.records import ServedRun
 from tritonlocal import LocalTritonServer, ServerConfig
+from tritonrepo.variants import Variant, build_repository
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE = ROOT / "model_repository"

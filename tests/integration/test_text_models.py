@@ -20,8 +20,8 @@ from clients import TritonClient
 from export import precision
 from export.gates import TEXT_MIN_COSINE
 from export.minilm import load_encoder, load_tokenizer, reference_embeddings
-from modelrepo import load_model_config
 from tritonlocal import LocalTritonServer
+from tritonrepo.configs import load_model_config
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOYABLE = ROOT / "model_repository"

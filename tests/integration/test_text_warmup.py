@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from modelrepo import load_repository
 from tritonlocal import LocalTritonServer, ServerConfig
-from tritonlocal.derive import derive_local_config, write_local_model
+from tritonrepo.configs import load_repository
+from tritonrepo.derive import derive_local_config, write_local_model
 
 ROOT = Path(__file__).resolve().parents[2]
 ENCODERS = ("minilm_onnx", "minilm_torchscript")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import psutil
 
-from tritonlocal import cpu_tuning
+from tritonrepo import cpu_overlay
 
 ROOT = Path(__file__).resolve().parents[2]
 BUDGET_MS = 5000  # generous: the point is the mechanism, on a shared 2-core machine
@@ -34,7 +34,7 @@ def _profiled(log: Path) -> int:
 def test_a_minimal_tuning_names_a_winner_within_the_budget_and_resumes_from_its_checkpoint(
     tmp_path: Path,
 ) -> None:
-    overlay = ROOT / "model_repository" / "efficientnet_lite0_onnx" / cpu_tuning.FILENAME
+    overlay = ROOT / "model_repository" / "efficientnet_lite0_onnx" / cpu_overlay.FILENAME
     overlay_before = overlay.read_text() if overlay.exists() else None
     work, report = tmp_path / "work", tmp_path / "report"
     command = [

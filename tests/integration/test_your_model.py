@@ -23,9 +23,10 @@ from export.description import load_description
 from export.minilm import BertShape, MiniLMEncoder, load_encoder, load_tokenizer, reference_embeddings
 from export.pipeline import Options, export_model
 from export.precision import Capabilities
-from modelrepo import BATCHING_HELPER, PARAMETERS_HELPER, load_model_config
 from tritonlocal import LocalTritonServer, ServerConfig
-from tritonlocal.derive import derive_repository
+from tritonrepo.configs import load_model_config
+from tritonrepo.derive import derive_repository
+from tritonrepo.served_code import BATCHING_HELPER, PARAMETERS_HELPER
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE_MODELS = ("text_tokenizer", "minilm_onnx", "text_embedder")
@@ -71,8 +72,9 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
             symlinks=True,
             ignore=shutil.ignore_patterns("__pycache__", "*.onnx", "*.pt", "tokenizer.json", ".export.json"),
         )
-    (root / "models").mkdir()
-    shutil.copyfile(ROOT / "models" / "all_minilm_l6_v2.yaml", root / "models" / "all_minilm_l6_v2.yaml")
+    (root / "model_descriptions").mkdir()
+    minilm = "all_minilm_l6_v2.yaml"
+    shutil.copyfile(ROOT / "model_descriptions" / minilm, root / "model_descriptions" / minilm)
     _generated_bert(root / "weights")
     return root
 
@@ -80,7 +82,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_a_generated_encoder_goes_from_scaffold_to_served_embeddings_equal_to_eager_pytorch(
     project: Path,
 ) -> None:
-    repository, models = project / "model_repository", project / "models"
+    repository, models = project / "model_repository", project / "model_descriptions"
     argv = ["sentence_encoder", "tiny_bert", "--weights-path", str(project / "weights")]
     assert scaffold.main([*argv, "--repository", str(repository), "--models", str(models)]) == 0
     description = load_description(models / "tiny_bert.yaml")

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 from google.protobuf import json_format
 
-from modelrepo import load_model_config, load_served_module
+from tritonrepo.configs import load_model_config
+from tritonrepo.served_code import load_served_module
 
 DEPLOYABLE = Path(__file__).resolve().parents[2] / "model_repository"
 TRITON_DTYPES = {
@@ -132,7 +133,9 @@ def two_layer_onnx(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-PROJECT_PACKAGES = frozenset({"clients", "demo", "export", "loadtest", "samples", "modelrepo", "tritonlocal"})
+PROJECT_PACKAGES = frozenset(
+    {"clients", "demo", "export", "loadtest", "samples", "tritonrepo", "tritonlocal"}
+)
 
 
 @pytest.fixture(scope="session")

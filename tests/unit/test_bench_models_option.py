@@ -9,7 +9,9 @@ import pytest
 from loadtest.bench.run import BenchOptions, main
 from loadtest.experiments import plan as experiments_plan
 from loadtest.report.records import ServedRun
-from modelrepo import PROJECT_REPOSITORY, RepositoryError, load_repository, pipeline_steps
+from tritonrepo.configs import load_repository, pipeline_steps
+from tritonrepo.errors import RepositoryError
+from tritonrepo.paths import REPOSITORY
 
 ENSEMBLE = """name: "{name}"
 platform: "ensemble"
@@ -78,7 +80,7 @@ def test_an_ensemble_of_two_exported_steps_or_an_unknown_model_is_refused(tmp_pa
 
 
 def test_the_shipped_lite2_classifier_derives_its_own_encoder() -> None:
-    steps = pipeline_steps(load_repository(PROJECT_REPOSITORY), "image_classifier_lite2")
+    steps = pipeline_steps(load_repository(REPOSITORY), "image_classifier_lite2")
     assert (steps.encoder, steps.kind) == ("efficientnet_lite2_onnx", "image")
 
 
@@ -87,14 +89,14 @@ def test_models_replace_the_sweep_and_the_batching_experiment_takes_their_ensemb
     plan = experiments_plan.with_models(experiments_plan.PLANS["quick"], ("see", "words_onnx"), root)
     assert plan.sweep_models == ("see", "words_onnx")
     assert plan.batching_models == ("see",)
-    variants = experiments_plan.served_variants(plan, PROJECT_REPOSITORY, tmp_path / "previous.onnx")
+    variants = experiments_plan.served_variants(plan, REPOSITORY, tmp_path / "previous.onnx")
     nobatch = [v for v in variants if not v.batching]
     assert [v.served_name for v in nobatch] == ["see" + experiments_plan.NOBATCH]
 
 
 def test_without_models_the_plans_measure_what_they_always_did() -> None:
     quick = experiments_plan.PLANS["quick"]
-    assert experiments_plan.with_models(quick, (), PROJECT_REPOSITORY) is quick
+    assert experiments_plan.with_models(quick, (), REPOSITORY) is quick
     assert quick.sweep_models == ("text_embedder", "image_classifier")
     assert all(p.batching_models == ("text_embedder",) for p in experiments_plan.PLANS.values())
 

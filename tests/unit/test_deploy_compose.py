@@ -336,7 +336,7 @@ def test_the_cpu_override_drops_the_gpu_and_serves_the_cpu_variant(versions: dic
     assert server["volumes"] == ["./build/cpu_repository:/models:ro"]
     assert server["depends_on"]["cpu-repository"]["condition"] == "service_completed_successfully"
     step = override["services"]["cpu-repository"]
-    assert step["command"][:4] == ["python", "-m", "tritonlocal", "variant"]
+    assert step["command"][:4] == ["python", "-m", "tritonrepo", "variant"]
     assert "--target=build/cpu_repository" in step["command"]
     assert "--cores=0" in step["command"], "0: the cores the step sees, unless TRITON_CPU_CORES says"
     export = override["services"]["export"]

@@ -16,7 +16,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from modelrepo import load_repository
+from tritonrepo.configs import load_repository
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "deploy" / "k8s"
@@ -153,7 +153,7 @@ def test_the_export_image_carries_every_package_the_export_imports(import_closur
     imported: set[str] = set()
     for source in (ROOT / "export").glob("*.py"):  # __main__ imports the pipelines by name
         imported |= import_closure(f"export.{source.stem}")[0]
-    assert {"export", "modelrepo", "samples"} <= imported  # samples: the text gate's corpus
+    assert {"export", "tritonrepo", "samples"} <= imported  # samples: the text gate's corpus
     for package in sorted(imported):
         assert f"COPY {package} ./{package}" in dockerfile, f"the export image lacks {package}/"
         assert _included(f"{package}/__init__.py", rules), f".dockerignore leaves {package}/ out"

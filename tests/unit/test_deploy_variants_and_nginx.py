@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from modelrepo import NATIVE_RUNTIMES, load_repository, parse_config
 from tritonlocal.replicas import LIMITS, TEMPLATE, render_nginx_config
-from tritonlocal.variants import THREAD_PARAMETERS, write_variant
+from tritonrepo.configs import load_repository, parse_config
+from tritonrepo.container_cpu import THREAD_PARAMETERS, write_variant
+from tritonrepo.files import NATIVE_RUNTIMES
 
 ROOT = Path(__file__).resolve().parents[2]
 

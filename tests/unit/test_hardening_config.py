@@ -13,9 +13,10 @@ import yaml
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2
 
-from modelrepo import load_model_config, load_served_module
 from tritonlocal.config import ADMIN_HEADER, RESTRICTED_GRPC_PROTOCOLS, RESTRICTED_HTTP_APIS, ServerConfig
 from tritonlocal.health import ModelHealth, expected_stub_instances
+from tritonrepo.configs import load_model_config
+from tritonrepo.served_code import load_served_module
 
 ROOT = Path(__file__).resolve().parents[2]
 REPOSITORY = ROOT / "model_repository"

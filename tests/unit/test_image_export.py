@@ -30,7 +30,7 @@ from export.precision import Capabilities
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOYABLE = ROOT / "model_repository"
-LITE0 = load_description(ROOT / "models" / "efficientnet_lite0.yaml")
+LITE0 = load_description(ROOT / "model_descriptions" / "efficientnet_lite0.yaml")
 CLASSIFIERS = [served.model for served in LITE0.served]
 LABELS_FILE = DEPLOYABLE / "image_postprocess" / "1" / "imagenet_labels.txt"
 CAT_CLASSES = {281, 282, 283, 284, 285}  # tabby, tiger cat, Persian, Siamese, Egyptian cat

@@ -45,8 +45,11 @@ def test_a_plan_refuses_an_unknown_kind_and_empty_loads() -> None:
 
 
 def test_the_export_runs_for_the_gpu_it_serves_into_the_given_repository(tmp_path: Path) -> None:
-    command = stage.export_command(tmp_path)
-    assert command[1:] == ["-m", "export", "--served-on", "gpu", "--repository", str(tmp_path)]
+    command = stage.export_command(tmp_path / "repository", tmp_path / "precision")
+    assert command[1:] == [
+        "-m", "export", "--served-on", "gpu",
+        "--repository", str(tmp_path / "repository"), "--records", str(tmp_path / "precision"),
+    ]  # fmt: skip
 
 
 def test_a_gpu_run_without_cuda_is_refused_with_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -89,7 +92,7 @@ def test_model_analyzer_searches_kind_gpu_instances_on_a_gpu(tmp_path: Path) -> 
     source = ROOT / "model_repository"
     gpu = make_plan(["text_embedder"], sweep="gpu", latency_budget_ms=1000, source=source, kind="KIND_GPU")
     cpu = make_plan(["text_embedder"], sweep="gpu", latency_budget_ms=1000, source=source)
-    from modelrepo import load_repository
+    from tritonrepo.configs import load_repository
 
     models = load_repository(source)
     assert gpu.fingerprint(models) != cpu.fingerprint(models), "a GPU search never resumes a CPU checkpoint"

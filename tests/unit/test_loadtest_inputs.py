@@ -14,7 +14,7 @@ import samples
 from loadtest.load import payloads
 from loadtest.load.perf_inputs import input_kind, serialise_bytes, write_input_data
 from loadtest.load.profiles import Mix, shape_name, users_at
-from modelrepo import parse_config
+from tritonrepo.configs import parse_config
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE = ROOT / "model_repository"

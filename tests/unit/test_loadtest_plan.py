@@ -16,7 +16,7 @@ import samples
 from loadtest.experiments.inprocess import alternating_median_ms, arms_for, ordered, run_batches
 from loadtest.experiments.plan import EXPORTED, exported_models
 from loadtest.load.pipelines import TOKENIZER_MODEL, EncoderRunner, ExportedModel, TextTokenizer
-from modelrepo import parse_config
+from tritonrepo.configs import parse_config
 
 DEPLOYABLE = Path(__file__).resolve().parents[2] / "model_repository"
 
@@ -134,7 +134,7 @@ def test_the_image_arms_serve_the_previous_configuration_and_its_file_alone_besi
 ) -> None:
     from export import precision
     from loadtest.experiments import plan
-    from loadtest.experiments.variant_repository import build_repository
+    from tritonrepo.variants import build_repository
 
     fp32 = tmp_path / "kept-fp32.onnx"
     monkeypatch.setattr(precision, "served_variant", lambda model: served)

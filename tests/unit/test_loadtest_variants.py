@@ -6,14 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from loadtest.experiments.variant_repository import (
+from tritonrepo.configs import load_repository, parse_config
+from tritonrepo.variants import (
     Variant,
     build_repository,
     closure,
     threads_per_instance,
     variant_config,
 )
-from modelrepo import load_repository, parse_config
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE = ROOT / "model_repository"

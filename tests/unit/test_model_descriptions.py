@@ -1,4 +1,5 @@
-"""Model descriptions (models/*.yaml) and the EfficientNet-Lite family's width and depth multipliers."""
+"""Model descriptions (model_descriptions/*.yaml) and the EfficientNet-Lite family's width and depth
+multipliers."""
 
 from __future__ import annotations
 
@@ -16,11 +17,11 @@ from export.description import load_description, load_descriptions, parse_descri
 from export.gates import image_gate
 from export.pipeline import KINDS, allowed_variants
 from export.precision import Variant
-from modelrepo import load_model_config
+from tritonrepo.configs import load_model_config
 
 ROOT = Path(__file__).resolve().parents[2]
-DESCRIPTIONS = load_descriptions(ROOT / "models")
-LITE0 = ROOT / "models" / "efficientnet_lite0.yaml"
+DESCRIPTIONS = load_descriptions(ROOT / "model_descriptions")
+LITE0 = ROOT / "model_descriptions" / "efficientnet_lite0.yaml"
 
 
 def _described(path: Path = LITE0) -> dict:
@@ -62,7 +63,7 @@ def test_local_weights_are_checked_against_their_sha256(tmp_path: Path) -> None:
 
 
 def test_the_pipeline_keeps_only_the_variants_a_description_allows() -> None:
-    lite2 = load_description(ROOT / "models" / "efficientnet_lite2.yaml")
+    lite2 = load_description(ROOT / "model_descriptions" / "efficientnet_lite2.yaml")
     variants = [
         Variant(name=f"{precision}-{device}", precision=precision, device=device, build=lambda p: p)
         for precision, device in (("fp32", "cpu"), ("int8", "cpu"), ("bf16", "cpu"), ("fp16", "cuda"))
@@ -78,7 +79,7 @@ def test_width_and_depth_one_are_the_base_stages() -> None:
 
 @pytest.mark.parametrize("name", ["efficientnet_lite0", "efficientnet_lite2"])
 def test_the_scaled_architecture_matches_every_packaged_tensor_name_and_shape(name: str) -> None:
-    description = load_description(ROOT / "models" / f"{name}.yaml")
+    description = load_description(ROOT / "model_descriptions" / f"{name}.yaml")
     packaged = torch.load(description.weights_path(), map_location="cpu", weights_only=True)
     architecture = {k: v for k, v in description.architecture.items() if k != "family"}
     built = efficientnet_lite.EfficientNetLite(**architecture).state_dict()

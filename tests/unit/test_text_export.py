@@ -31,14 +31,14 @@ from export.minilm import (
 )
 from export.pipeline import Options, export_model
 from export.precision import Capabilities, Variant
-from modelrepo import load_model_config
+from tritonrepo.configs import load_model_config
 
 # TorchScript is the libtorch backend's format: its deprecation notice is expected here.
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:DeprecationWarning")
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOYABLE = ROOT / "model_repository"
-MINILM = load_description(ROOT / "models" / "all_minilm_l6_v2.yaml")
+MINILM = load_description(ROOT / "model_descriptions" / "all_minilm_l6_v2.yaml")
 MODEL_DIR = Path(get_model_path())
 _TOKENIZER_PARAMS = load_model_config(DEPLOYABLE / "text_tokenizer").parameters
 MAX_LENGTH = int(_TOKENIZER_PARAMS["max_length"].string_value)

@@ -8,10 +8,10 @@ import pytest
 from loadtest.tune.adopt import adopt
 from loadtest.tune.plan import SWEEPS, make_plan, model_config_parameters
 from loadtest.tune.results import Measurement, outcomes
-from modelrepo import load_repository
-from tritonlocal import cpu_tuning
-from tritonlocal.derive import derive_local_config, derive_repository
 from tritonlocal.errors import RepositoryError
+from tritonrepo import cpu_overlay
+from tritonrepo.configs import load_repository
+from tritonrepo.derive import derive_local_config, derive_repository
 
 REPOSITORY = Path(__file__).resolve().parents[2] / "model_repository"
 
@@ -36,7 +36,7 @@ def _model(tmp_path: Path, overlay: str | None = None) -> Path:
     (folder / "1" / "model.onnx").write_text("not a real model")
     (folder / "config.pbtxt").write_text(textwrap.dedent(NATIVE_CONFIG))
     if overlay is not None:
-        (folder / cpu_tuning.FILENAME).write_text(textwrap.dedent(overlay))
+        (folder / cpu_overlay.FILENAME).write_text(textwrap.dedent(overlay))
     return folder
 
 
@@ -96,13 +96,13 @@ def test_a_cpu_overlay_is_ignored_when_a_gpu_is_present(tmp_path: Path) -> None:
 def test_a_cpu_overlay_may_not_change_the_models_interface(tmp_path: Path) -> None:
     _model(tmp_path, 'input [ { name: "OTHER" data_type: TYPE_FP32 dims: [ 1 ] } ]\n')
     with pytest.raises(RepositoryError, match="input"):
-        cpu_tuning.read_overlay(tmp_path / "repo" / "classifier")
+        cpu_overlay.read_overlay(tmp_path / "repo" / "classifier")
 
 
 def test_the_overlay_file_is_not_linked_into_the_local_repository(tmp_path: Path) -> None:
     _model(tmp_path, "instance_group [ { count: 1 kind: KIND_CPU } ]\n")
     derive_repository(tmp_path / "repo", tmp_path / "local")
-    assert not (tmp_path / "local" / "classifier" / cpu_tuning.FILENAME).exists()
+    assert not (tmp_path / "local" / "classifier" / cpu_overlay.FILENAME).exists()
     assert "count: 1" in (tmp_path / "local" / "classifier" / "config.pbtxt").read_text()
 
 
@@ -158,7 +158,7 @@ def test_a_tie_keeps_the_shipped_configuration_and_adopts_nothing(tmp_path: Path
     results = outcomes(rows, ["classifier"], min_gain=0.05)
     assert results[0].winner is not None and results[0].winner.shipped
     assert adopt(results, tmp_path / "repo", command="tune", latency_budget_ms=500) == []
-    assert not (folder / cpu_tuning.FILENAME).exists()
+    assert not (folder / cpu_overlay.FILENAME).exists()
 
 
 def test_no_configuration_within_the_budget_means_no_winner() -> None:
@@ -180,7 +180,7 @@ def test_an_adopted_winner_is_what_derive_then_serves(tmp_path: Path) -> None:
         command="tune",
         latency_budget_ms=500,
     )
-    assert written == [tmp_path / "repo" / "classifier" / cpu_tuning.FILENAME]
+    assert written == [tmp_path / "repo" / "classifier" / cpu_overlay.FILENAME]
     entry = load_repository(tmp_path / "repo")["classifier"]
     config = derive_local_config(entry, gpu_available=False, intra_op_threads=None)
     assert [g.count for g in config.instance_group] == [1]

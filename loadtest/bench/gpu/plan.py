@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from export import precision
-from loadtest.experiments.variant_repository import Variant
 from loadtest.load.perf import PerfSettings
-from modelrepo import exported_step, load_repository
+from tritonrepo.configs import exported_step, load_repository
+from tritonrepo.variants import Variant
 
 ROUTES = {"onnx": "text_embedder", "torchscript": "text_embedder_torchscript"}  # route -> ensemble
 TEXT_MODEL = ROUTES["onnx"]

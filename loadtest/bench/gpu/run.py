@@ -20,21 +20,18 @@ from loadtest.bench.gpu.plan import DRY_RUN, GPU, ROUTES, GpuPlan, encoder_of
 from loadtest.bench.gpu.report import write_gpu_report
 from loadtest.bench.results import write_results
 from loadtest.load import environment
-from modelrepo import PROJECT_REPOSITORY
+from tritonrepo.paths import BUILD, REPOSITORY, ROOT
 
 logger = logging.getLogger(__name__)
 
-SOURCE = PROJECT_REPOSITORY  # the deployable repository, at the project root
-ROOT = SOURCE.parent
 
-
-def run(*, dry_run: bool, output: Path, run_id: str, source: Path = SOURCE) -> Path:
+def run(*, dry_run: bool, output: Path, run_id: str, source: Path = REPOSITORY) -> Path:
     plan: GpuPlan = DRY_RUN if dry_run else GPU
     device = stage.device_facts(plan)  # a GPU plan without CUDA stops here, before any work
     folder = output / run_id
     raw = folder / "raw"
     raw.mkdir(parents=True, exist_ok=True)
-    work = ROOT / "build" / "bench" / run_id
+    work = BUILD / "bench" / run_id
     work.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     results: dict = {

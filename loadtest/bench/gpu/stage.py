@@ -16,15 +16,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from export import precision
 from loadtest.bench.gpu.plan import TEXT_MODEL, GpuPlan, encoder_of, variants
 from loadtest.experiments import inprocess, minimal
 from loadtest.experiments.served import PerfSession, ServedPoint, arms_experiment
-from loadtest.experiments.variant_repository import build_repository
 from loadtest.load import environment
 from loadtest.load.pipelines import ExportedModel
-from modelrepo import load_repository
 from tritonlocal import LocalTritonServer, ServerConfig
+from tritonrepo.configs import load_repository
+from tritonrepo.paths import PRECISION_RECORDS
+from tritonrepo.variants import build_repository
 
 logger = logging.getLogger(__name__)
 
@@ -59,8 +59,11 @@ def device_facts(plan: GpuPlan) -> dict[str, Any]:
     }
 
 
-def export_command(repository: Path) -> list[str]:
-    return [sys.executable, "-m", "export", "--served-on", "gpu", "--repository", str(repository)]
+def export_command(repository: Path, records: Path) -> list[str]:
+    return [
+        sys.executable, "-m", "export", "--served-on", "gpu",
+        "--repository", str(repository), "--records", str(records),
+    ]  # fmt: skip
 
 
 def prepare_repository(plan: GpuPlan, source: Path, work: Path, raw: Path) -> tuple[Path, Path, dict]:
@@ -68,21 +71,25 @@ def prepare_repository(plan: GpuPlan, source: Path, work: Path, raw: Path) -> tu
     and exports into the copy on this GPU (the records go beside it, the source is left as it is);
     the dry run serves the source's exported files."""
     if not plan.export:
-        records = Path(source).resolve().parent / precision.RECORD_DIR
-        return Path(source), records, {"command": None, "note": "dry run: the repository's exported files"}
+        return (
+            Path(source),
+            PRECISION_RECORDS,
+            {"command": None, "note": "dry run: the repository's exported files"},
+        )
     repository = work / "repository"
     if repository.exists():
         shutil.rmtree(repository)
     shutil.copytree(source, repository, ignore=shutil.ignore_patterns(*EXPORTED_PATTERNS))
-    command = export_command(repository.resolve())
+    records = work / "precision"
+    command = export_command(repository.resolve(), records.resolve())
     log = raw / "export.log"
-    with open(log, "wb") as out:  # cwd: the precision records land in work/build/precision
-        done = subprocess.run(command, cwd=work, stdout=out, stderr=subprocess.STDOUT, check=False)
+    with open(log, "wb") as out:
+        done = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, check=False)
     if done.returncode != 0:
         raise GpuBenchError(f"the export on the GPU failed (exit {done.returncode}); see {log}")
     return (
         repository,
-        work / precision.RECORD_DIR,
+        records,
         {"command": "python " + " ".join(command[1:]), "log": log.name},
     )
 

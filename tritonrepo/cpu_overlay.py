@@ -25,7 +25,7 @@ from tritonlocal.errors import RepositoryError
 
 FILENAME = "local_cpu.pbtxt"
 HEADER = (
-    "# CPU-side settings for the local repository, applied by `python -m tritonlocal derive`\n"
+    "# CPU-side settings for the local repository, applied by `python -m tritonrepo derive`\n"
     "# on a machine without a GPU; config.pbtxt stays the deployable configuration.\n"
 )
 ALLOWED_FIELDS = ("instance_group", "max_batch_size", "dynamic_batching", "parameters")

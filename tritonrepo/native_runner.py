@@ -1,6 +1,6 @@
 """Run an exported ONNX or TorchScript file inside Triton's Python backend.
 
-The local repository (``python -m tritonlocal derive``) places this file as ``model.py`` for every model
+The local repository (``python -m tritonrepo derive``) places this file as ``model.py`` for every model
 that NVIDIA's container runs with the onnxruntime or libtorch backend. It keeps the name, the inputs and
 outputs, max_batch_size, dynamic batching, ragged inputs and batch inputs of the deployable
 configuration, and runs the same exported file with onnxruntime or torch.jit on the CPU (or on a GPU
@@ -126,14 +126,15 @@ class TritonPythonModel:
             columns.append(list(array) if spec.name in self.flattened else array)
         return tuple(columns)
 
-    def _run(self, *columns: np.ndarray | list, rows: list[int]) -> tuple[np.ndarray, ...]:
-        feeds = {
-            spec.name: np.concatenate([item.reshape(-1) for item in column])
-            if spec.name in self.flattened
-            else column
-            for spec, column in zip(self.inputs, columns, strict=True)
-        }
-        items = dict(zip((spec.name for spec in self.inputs), columns, strict=True))
+    def _run(self, *columns: np.ndarray | list[np.ndarray], rows: list[int]) -> tuple[np.ndarray, ...]:
+        feeds: dict[str, np.ndarray] = {}
+        items: dict[str, list[np.ndarray]] = {}
+        for spec, column in zip(self.inputs, columns, strict=True):
+            if isinstance(column, list):  # a flattened input: the items of every request, in order
+                items[spec.name] = column
+                feeds[spec.name] = np.concatenate([item.reshape(-1) for item in column])
+            else:
+                feeds[spec.name] = column
         for batch_input in self.batch_inputs:
             feeds[batch_input.target] = _batch_input(
                 batch_input, _request_shapes(items[batch_input.source], rows)

@@ -1,0 +1,107 @@
+"""Every project path resolves from the project root (tritonrepo/paths.py), so that a command started from
+another folder finds the same descriptions, repository, records and runtime as one started at the root."""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tritonrepo import paths
+
+ROOT = paths.ROOT
+PACKAGES = ("clients", "demo", "export", "loadtest", "samples", "tritonlocal", "tritonrepo")
+# The folders of the project a path could name; a relative Path built from one of these depends on the
+# working folder.
+PROJECT_FOLDERS = {p.name for p in ROOT.iterdir() if p.is_dir() and not p.name.startswith(".")} | {
+    "build",
+    "reports",
+    "models",
+}
+
+
+def _relative_project_paths(path: Path) -> list[str]:
+    """``Path("model_repository")``-style calls in ``path``: a string literal naming a project folder."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "Path"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+            and Path(node.args[0].value).parts[:1] in {(folder,) for folder in PROJECT_FOLDERS}
+        ):
+            found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_no_module_builds_a_project_path_from_the_working_folder() -> None:
+    offenders = [
+        line
+        for package in PACKAGES
+        for path in sorted((ROOT / package).rglob("*.py"))
+        if path != Path(paths.__file__).resolve()
+        for line in _relative_project_paths(path)
+    ]
+    assert not offenders, "use tritonrepo.paths instead of:\n" + "\n".join(offenders)
+
+
+def test_every_anchored_path_is_absolute_and_inside_the_project() -> None:
+    anchored = {name: value for name, value in vars(paths).items() if isinstance(value, Path)}
+    assert {"DESCRIPTIONS", "REPOSITORY", "BUILD", "PRECISION_RECORDS", "SERVING_RUNTIME"} <= set(anchored)
+    for name, value in anchored.items():
+        assert value.is_absolute() and (value == ROOT or ROOT in value.parents), name
+    assert (paths.REPOSITORY / "text_embedder" / "config.pbtxt").is_file()
+    assert sorted(paths.DESCRIPTIONS.glob("*.yaml")), "the descriptions folder holds no description"
+
+
+def _run_elsewhere(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m ...`` started in an empty temporary folder, with the project importable as installed."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run(
+        [sys.executable, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
+
+
+def test_the_export_finds_every_description_from_another_folder(tmp_path: Path) -> None:
+    # --only with an unknown name fails after reading every description, and lists their names.
+    done = _run_elsewhere(tmp_path, "-m", "export", "--only", "no_such_model", "--precision", "fp32")
+    assert done.returncode == 1, done.stderr
+    for description in paths.DESCRIPTIONS.glob("*.yaml"):
+        assert description.stem in done.stderr
+    assert not list(tmp_path.iterdir()), "the export wrote into the working folder"
+
+
+def test_an_export_that_finds_no_description_says_where_it_looked(tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    done = _run_elsewhere(tmp_path, "-m", "export", "--models", str(empty), "--precision", "fp32")
+    assert done.returncode == 1
+    assert f"no model description (*.yaml) in {empty}" in done.stderr
+
+
+def test_derive_reads_the_project_repository_from_another_folder(tmp_path: Path) -> None:
+    target = tmp_path / "local"
+    done = _run_elsewhere(tmp_path, "-m", "tritonrepo", "derive", "--target", str(target))
+    assert done.returncode == 0, done.stderr
+    assert (target / "text_embedder" / "config.pbtxt").is_file()
+    assert {p.name for p in tmp_path.iterdir()} == {"local"}
+
+
+@pytest.mark.parametrize(
+    "module",
+    ["export", "export.scaffold", "tritonrepo", "tritonlocal", "loadtest.bench", "loadtest.tune"],
+)
+def test_every_default_path_an_entry_point_shows_is_the_projects(module: str, tmp_path: Path) -> None:
+    done = _run_elsewhere(tmp_path, "-m", module, "--help")
+    assert done.returncode == 0, done.stderr
+    shown = re.findall(r"default:\s*([^\s)]+)", " ".join(done.stdout.split()))
+    relative = [value for value in shown if "/" in value and not value.startswith("/")]
+    assert not relative, f"{module} --help shows default paths relative to the working folder: {relative}"

@@ -1,0 +1,54 @@
+"""The repository toolkit's command line: derive and the CPU variant, run without a server."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tritonrepo.__main__ import main
+from tritonrepo.paths import REPOSITORY
+
+
+@pytest.mark.parametrize(
+    ("command", "flag"), [("derive", "--threads"), ("variant", "--kind"), ("variant", "--cores")]
+)
+def test_every_command_is_offered_with_its_flags_and_defaults(
+    command: str, flag: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main([command, "--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert flag in out
+    assert "default:" in out
+
+
+def test_the_variant_command_writes_the_cpu_copy_and_says_what_moved(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    target = tmp_path / "cpu"
+    code = main(["variant", "--source", str(REPOSITORY), "--target", str(target)])
+    assert code == 0
+    assert "moved to the CPU: efficientnet_lite0_onnx" in capsys.readouterr().out
+    assert (target / "minilm_onnx" / "config.pbtxt").is_file()
+
+
+def test_the_variant_command_divides_the_cores_it_is_given(tmp_path: Path) -> None:
+    target = tmp_path / "cpu"
+    assert main(["variant", "--source", str(REPOSITORY), "--target", str(target), "--cores", "6"]) == 0
+    config = (target / "efficientnet_lite0_onnx" / "config.pbtxt").read_text()
+    assert 'key: "intra_op_thread_count"\n  value {\n    string_value: "3"' in config
+
+
+def test_negative_cores_are_a_usage_error(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["variant", "--target", str(tmp_path / "cpu"), "--cores", "-1"])
+    assert exit_info.value.code == 2
+
+
+def test_a_missing_repository_fails_with_its_path_and_exit_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["derive", "--source", str(tmp_path / "absent"), "--target", str(tmp_path / "out")]) == 1
+    assert str(tmp_path / "absent") in capsys.readouterr().err

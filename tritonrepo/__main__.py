@@ -1,0 +1,89 @@
+"""Command line of the repository toolkit: the repositories derived from model_repository/.
+
+python -m tritonrepo derive              # -> build/local_repository, for the pip wheel's tritonserver
+python -m tritonrepo variant --kind cpu  # -> build/cpu_repository, for NVIDIA's container on a CPU host
+
+Exit codes: 0 done, 1 the repository is malformed or a file is missing, 2 a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from tritonrepo.container_cpu import KINDS, write_variant
+from tritonrepo.derive import derive_repository, gpu_is_available
+from tritonrepo.errors import RepositoryError
+from tritonrepo.paths import CPU_REPOSITORY, LOCAL_REPOSITORY, REPOSITORY
+
+EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "cores", 0) < 0:
+        parser.error(f"--cores must be 0 (this machine's) or a positive count, got {args.cores}")
+    try:
+        return int(args.handler(args))
+    except RepositoryError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_ERROR
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m tritonrepo",
+        description="Write the repositories derived from the deployable one.",
+        epilog="Exit codes: 0 done, 1 the repository is malformed or a file is missing, 2 a usage error.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    sub = parser.add_subparsers(required=True)
+    derive = sub.add_parser(
+        "derive",
+        help="write the local repository (Python-backend runners) for the pip wheel's tritonserver",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    derive.add_argument("--source", type=Path, default=REPOSITORY, help="the deployable repository")
+    derive.add_argument("--target", type=Path, default=LOCAL_REPOSITORY, help="where to write it")
+    derive.add_argument("--threads", type=int, default=None, help="intra-op threads per model instance")
+    derive.set_defaults(handler=_derive)
+    variant = sub.add_parser(
+        "variant",
+        help="copy the deployable repository for NVIDIA's container on another device (native backends)",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    variant.add_argument("--kind", choices=KINDS, default="cpu", help="the device it will serve on")
+    variant.add_argument("--source", type=Path, default=REPOSITORY, help="the deployable repository")
+    variant.add_argument("--target", type=Path, default=CPU_REPOSITORY, help="where to write it")
+    variant.add_argument(
+        "--cores",
+        type=int,
+        default=0,
+        help="CPU cores the server will have, divided between each native model's instances "
+        "(0: this machine's)",
+    )
+    variant.set_defaults(handler=_variant)
+    return parser
+
+
+def _derive(args: argparse.Namespace) -> int:
+    result = derive_repository(
+        args.source, args.target, gpu_available=gpu_is_available(), intra_op_threads=args.threads
+    )
+    print(f"wrote {args.target} with {len(result.written)} models: {', '.join(result.written)}")
+    for name, reason in result.skipped.items():
+        print(f"skipped {name}: {reason}")
+    return EXIT_OK
+
+
+def _variant(args: argparse.Namespace) -> int:
+    result = write_variant(args.source, args.target, kind=args.kind, cores=args.cores or None)
+    moved = ", ".join(result.moved_to_cpu) or "none"
+    print(f"wrote {args.target} with {len(result.written)} models; moved to the CPU: {moved}")
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

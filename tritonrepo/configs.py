@@ -1,0 +1,136 @@
+"""Reading a Triton model repository: every config.pbtxt parsed with Triton's own schema.
+
+An unknown field or a wrong type is a parse error that names the file, so a typo cannot silently change
+what the server does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from google.protobuf import text_format
+from tritonclient.grpc.model_config_pb2 import ModelConfig
+
+from tritonrepo.errors import RepositoryError
+from tritonrepo.files import NATIVE_RUNTIMES, exported_filename
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelEntry:
+    """One model folder of a repository and its parsed configuration."""
+
+    name: str
+    path: Path
+    config: ModelConfig
+
+    @property
+    def kind(self) -> str:
+        """'ensemble', 'python', or the native platform/backend name."""
+        if self.config.platform == "ensemble":
+            return "ensemble"
+        return self.config.platform or self.config.backend
+
+    @property
+    def is_native(self) -> bool:
+        return self.kind in NATIVE_RUNTIMES
+
+    @property
+    def version_dirs(self) -> list[Path]:
+        return sorted(
+            (p for p in self.path.iterdir() if p.is_dir() and p.name.isdigit()), key=lambda p: int(p.name)
+        )
+
+    @property
+    def model_filename(self) -> str | None:
+        """The exported file a native model loads from each version folder."""
+        return exported_filename(self.config)
+
+    def ensemble_steps(self) -> list[str]:
+        return [step.model_name for step in self.config.ensemble_scheduling.step]
+
+
+def parse_config(path: Path) -> ModelConfig:
+    """Parse one config.pbtxt strictly with Triton's schema."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as e:
+        raise RepositoryError(f"cannot read the model config {path}: {e}") from e
+    try:
+        return text_format.Parse(text, ModelConfig())
+    except text_format.ParseError as e:
+        raise RepositoryError(f"{path}: not a valid Triton model configuration: {e}") from e
+
+
+def load_model_config(model_dir: Path) -> ModelConfig:
+    """Parse ``<model_dir>/config.pbtxt``, the model's source of truth."""
+    return parse_config(Path(model_dir) / "config.pbtxt")
+
+
+def format_config(config: ModelConfig) -> str:
+    return text_format.MessageToString(config)
+
+
+def load_repository(root: Path) -> dict[str, ModelEntry]:
+    """Every model of the repository at ``root``, keyed by name; the folder name must match ``name:``."""
+    root = Path(root)
+    if not root.is_dir():
+        raise RepositoryError(f"model repository {root} does not exist")
+    models: dict[str, ModelEntry] = {}
+    for folder in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))):
+        config_path = folder / "config.pbtxt"
+        if not config_path.is_file():
+            raise RepositoryError(f"{folder} has no config.pbtxt; every model folder needs one")
+        config = parse_config(config_path)
+        if config.name and config.name != folder.name:
+            raise RepositoryError(
+                f"{config_path}: name {config.name!r} differs from its folder {folder.name!r}; "
+                "Triton requires them equal"
+            )
+        models[folder.name] = ModelEntry(name=folder.name, path=folder, config=config)
+    return models
+
+
+def exported_step(models: dict[str, ModelEntry], ensemble: str) -> str:
+    """The one step of ``ensemble`` that runs an exported file (the encoder behind a pipeline)."""
+    if ensemble not in models or models[ensemble].kind != "ensemble":
+        raise RepositoryError(f"{ensemble!r} is not an ensemble of the repository")
+    native = [step for step in models[ensemble].ensemble_steps() if step in models and models[step].is_native]
+    if len(native) != 1:
+        raise RepositoryError(
+            f"ensemble {ensemble!r} has {len(native)} exported steps ({', '.join(native) or 'none'}), not one"
+        )
+    return native[0]
+
+
+# What an ensemble's one STRING input carries, by the name its config gives it.
+INPUT_KINDS = {"IMAGE_BYTES": "image", "TEXT": "text"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class PipelineSteps:
+    """What measuring a served model needs to know of it: the exported step it calls (its encoder; the
+    model itself where it is native, None for a model that calls none) and its kind ('image' or 'text',
+    None where its inputs say neither)."""
+
+    model: str
+    encoder: str | None
+    kind: str | None
+
+
+def pipeline_steps(models: dict[str, ModelEntry], name: str) -> PipelineSteps:
+    """The encoder and kind of ``name``, read from its config (and its steps' configs)."""
+    if name not in models:
+        raise RepositoryError(f"no model {name!r} in the repository; models: {', '.join(sorted(models))}")
+    entry = models[name]
+    if entry.kind == "ensemble":
+        encoder: str | None = exported_step(models, name)
+    else:
+        encoder = name if entry.is_native else None
+    inputs = list(entry.config.input)
+    kind = INPUT_KINDS.get(inputs[0].name) if len(inputs) == 1 else None
+    if kind is None and encoder is not None:
+        # a native encoder: pixels are one [C, H, W] input, token ids are integers
+        first = models[encoder].config.input[0]
+        kind = "image" if len(first.dims) == 3 else "text"
+    return PipelineSteps(model=name, encoder=encoder, kind=kind)
