@@ -1,0 +1,16 @@
+"""The Triton model repository, in one place, below everything that reads one.
+
+- :mod:`tritonrepo.paths`: every project path, anchored to the project root.
+- :mod:`tritonrepo.configs`: every config.pbtxt parsed with Triton's own schema (``model_config_pb2``).
+- :mod:`tritonrepo.files`: where exported files live and which runtime runs each.
+- :mod:`tritonrepo.served_code`: the helpers Python models link, and loading served code outside Triton.
+- :mod:`tritonrepo.derive`, :mod:`tritonrepo.local`: the local repository for the pip wheel's tritonserver,
+  whose native models run in :mod:`tritonrepo.native_runner`.
+- :mod:`tritonrepo.container_cpu`: the copy for NVIDIA's container on a CPU host.
+- :mod:`tritonrepo.cpu_overlay`: CPU settings a tuning adopted, applied by the derivations.
+- :mod:`tritonrepo.variants`: the benchmark's clones, each changing one field.
+- :mod:`tritonrepo.warmup`, :mod:`tritonrepo.warmup_samples`: warm-up shapes and their data files.
+
+Export, the launcher (tritonlocal), loadtest and the demo read repositories through this package, which
+imports none of them. ``python -m tritonrepo`` writes the derived repositories.
+"""
