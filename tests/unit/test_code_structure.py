@@ -1,26 +1,53 @@
-"""Structure checked on the source: no import cycles between the project's modules (imports made only for
-type checking count, since they couple two modules as much for a reader as any other) and no function
-longer than MAX_FUNCTION_LINES, docstring included, without a reason a reader would accept."""
+"""Structure checked on the source, the code Triton runs included: no import cycles between the project's
+modules (imports made only for type checking count, since they couple two modules as much for a reader as
+any other), no function longer than MAX_FUNCTION_LINES, docstring included, without a reason a reader
+would accept, and every Python model type-checked against Triton's API."""
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
+import pytest
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: mypy brings tomli
+    import tomli as tomllib
+
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("clients", "demo", "export", "loadtest", "tritonrepo", "samples", "tritonlocal")
+REPOSITORY = ROOT / "model_repository"
 MAX_FUNCTION_LINES = 60
 # "path:function" -> why it may stay longer. Keep this short: splitting is almost always clearer.
 LONG_FUNCTIONS_ALLOWED: dict[str, str] = {}
 
 
+def packages() -> list[str]:
+    """The project's top-level Python packages."""
+    return sorted(init.parent.name for init in ROOT.glob("*/__init__.py"))
+
+
+def served_models() -> list[Path]:
+    """Each Python model's model.py once, as its real file (a version folder may link another model's)."""
+    return sorted({path.resolve() for path in REPOSITORY.glob("*/[0-9]*/model.py")})
+
+
 def modules() -> dict[str, Path]:
+    """Every module by the name it is imported by. The code Triton runs imports the helpers at the
+    repository's top level by bare name; nothing imports a model.py, so it goes by its path."""
     found = {}
-    for package in PACKAGES:
+    for package in packages():
         for path in sorted((ROOT / package).rglob("*.py")):
             parts = path.relative_to(ROOT).with_suffix("").parts
             name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
             found[name] = path
+    for path in sorted(REPOSITORY.glob("*.py")):
+        found[path.stem] = path
+    for path in sorted(REPOSITORY.glob("*/*/*.py")):
+        if not path.is_symlink():  # a link to a helper or to another model's file: checked there
+            found[path.relative_to(ROOT).as_posix()] = path
     return found
 
 
@@ -130,8 +157,7 @@ def test_loadtest_folders_are_layers_that_import_only_downwards() -> None:
 
 def long_functions() -> dict[str, int]:
     found = {}
-    served = [p for p in sorted((ROOT / "model_repository").rglob("*.py")) if not p.is_symlink()]
-    for path in [*modules().values(), *served]:
+    for path in modules().values():
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 lines = node.end_lineno - node.lineno + 1  # type: ignore[operator]
@@ -149,3 +175,24 @@ def test_no_function_is_longer_than_the_limit_without_a_reason() -> None:
 def test_every_allowed_long_function_is_still_long() -> None:
     stale = set(LONG_FUNCTIONS_ALLOWED) - set(long_functions())
     assert not stale, f"remove from LONG_FUNCTIONS_ALLOWED, no longer over the limit: {sorted(stale)}"
+
+
+def test_mypy_checks_every_package_and_every_served_helper() -> None:
+    settings = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["mypy"]
+    assert sorted(settings["packages"]) == packages()
+    helpers = {path.stem for path in REPOSITORY.glob("*.py")}
+    assert helpers | {"triton_python_backend_utils"} <= set(settings["modules"])
+
+
+@pytest.mark.parametrize("model_py", served_models(), ids=lambda path: path.parent.parent.name)
+def test_every_python_model_type_checks_against_tritons_api(model_py: Path) -> None:
+    """mypy with the project's settings (pyproject.toml), which check the packages and the served helpers
+    in one run; a model.py needs a run of its own, since every one of them is a module named `model`."""
+    checked = subprocess.run(
+        [sys.executable, "-m", "mypy", model_py.relative_to(ROOT).as_posix()],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
