@@ -1,16 +1,20 @@
-"""Which failures are retried, how long the client waits between tries, and how often it tries."""
+"""Which failures are retried, how long the client waits between tries, and how often it tries: the retry
+policy's steps carried out by each client, blocking and asyncio."""
 
 from __future__ import annotations
 
 import asyncio
 import random
 import time
+from collections.abc import Callable
+from typing import Any
 
 import aiohttp
 import pytest
 from geventhttpclient.response import HTTPConnectionClosed
 from tritonclient.utils import InferenceServerException
 
+from clients import AsyncTritonClient, TritonClient
 from clients.errors import (
     ClientError,
     ClientTimeoutError,
@@ -23,7 +27,8 @@ from clients.errors import (
     ServerUnavailableError,
     wrap_error,
 )
-from clients.retry import RetryPolicy, call_with_retry, call_with_retry_async
+from clients.retry import RetryPolicy, retrying
+from clients.transport import Call, Op
 
 
 def _server(message: str, status: str) -> InferenceServerException:
@@ -151,7 +156,7 @@ def test_retry_policy_is_keyword_only_and_frozen() -> None:
         RetryPolicy().max_attempts = 9  # type: ignore[misc]
 
 
-def _failing(errors: list[ClientError], calls: list[int]):
+def _failing(errors: list[ClientError], calls: list[int]) -> Callable[[], str]:
     def call() -> str:
         calls.append(1)
         if len(calls) <= len(errors):
@@ -161,44 +166,67 @@ def _failing(errors: list[ClientError], calls: list[int]):
     return call
 
 
+@pytest.fixture(params=["blocking", "asyncio"])
+def run_retrying(request: pytest.FixtureRequest) -> Callable[[Callable[[], str], RetryPolicy], str]:
+    """run_retrying(call, policy): a server call answered by ``call``, retried under ``policy`` by a fresh
+    client of each kind, as an operation retries each of its calls."""
+    attempt = Call(op=Op("is_server_live"), timeout_s=1.0)
+
+    def blocking(call: Callable[[], str], policy: RetryPolicy) -> str:
+        with TritonClient("http://127.0.0.1:9") as client:
+            client._transport.call = lambda step: call()  # type: ignore[method-assign]
+            return client._run(retrying(attempt, policy, what="t"))
+
+    def awaited(call: Callable[[], str], policy: RetryPolicy) -> str:
+        async def answer(step: Any) -> str:
+            return call()
+
+        async def run() -> str:
+            async with AsyncTritonClient("http://127.0.0.1:9") as client:
+                client._transport.call = answer  # type: ignore[method-assign]
+                return await client._run(retrying(attempt, policy, what="t"))
+
+        return asyncio.run(run())
+
+    return blocking if request.param == "blocking" else awaited
+
+
 FAST = RetryPolicy(max_attempts=4, base_delay_s=0.0, max_delay_s=0.0)
 
 
-def test_retryable_failures_are_retried_until_success() -> None:
+def test_retryable_failures_are_retried_until_success(run_retrying: Callable) -> None:
     calls: list[int] = []
     errors: list[ClientError] = [ServerUnavailableError("down"), ServerOverloadedError("queue full")]
-    assert call_with_retry(_failing(errors, calls), FAST, what="t") == "ok"
+    assert run_retrying(_failing(errors, calls), FAST) == "ok"
     assert len(calls) == 3
 
 
-def test_retryable_failures_stop_after_max_attempts_and_report_the_count() -> None:
+def test_retryable_failures_stop_after_max_attempts_and_report_the_count(run_retrying: Callable) -> None:
     calls: list[int] = []
     with pytest.raises(ServerUnavailableError) as raised:
-        call_with_retry(_failing([ServerUnavailableError("down")] * 10, calls), FAST, what="t")
+        run_retrying(_failing([ServerUnavailableError("down")] * 10, calls), FAST)
     assert len(calls) == 4 and raised.value.attempts == 4
 
 
-def test_retryable_failures_are_retried_until_the_deadline_whatever_their_count() -> None:
+def test_retryable_failures_are_retried_until_the_deadline_whatever_their_count(
+    run_retrying: Callable,
+) -> None:
     calls: list[int] = []
     policy = RetryPolicy(deadline_s=0.5, base_delay_s=0.01, max_delay_s=0.01)
     started = time.monotonic()
     with pytest.raises(ModelRestartingError) as raised:
-        call_with_retry(
-            _failing([ModelRestartingError("Stub process 'm_0_0' is not healthy.")] * 10**6, calls),
-            policy,
-            what="t",
+        run_retrying(
+            _failing([ModelRestartingError("Stub process 'm_0_0' is not healthy.")] * 10**6, calls), policy
         )
     elapsed_s = time.monotonic() - started
     # Tries stop once the next one would start past the deadline; none is cut short by a count.
     assert 0.49 <= elapsed_s < 5.0 and len(calls) == raised.value.attempts > 4
 
 
-def test_a_failure_that_outlasts_no_deadline_is_tried_once() -> None:
+def test_a_failure_that_outlasts_no_deadline_is_tried_once(run_retrying: Callable) -> None:
     calls: list[int] = []
     with pytest.raises(ServerUnavailableError) as raised:
-        call_with_retry(
-            _failing([ServerUnavailableError("down")] * 3, calls), RetryPolicy(deadline_s=0), what="t"
-        )
+        run_retrying(_failing([ServerUnavailableError("down")] * 3, calls), RetryPolicy(deadline_s=0))
     assert len(calls) == 1 and raised.value.attempts == 1
 
 
@@ -216,20 +244,20 @@ def test_the_default_policy_rides_out_a_repair_of_seconds() -> None:
         ModelNotFoundError("nope"),
     ],
 )
-def test_final_failures_are_not_retried(error: ClientError) -> None:
+def test_final_failures_are_not_retried(error: ClientError, run_retrying: Callable) -> None:
     calls: list[int] = []
     with pytest.raises(type(error)):
-        call_with_retry(_failing([error] * 10, calls), FAST, what="t")
+        run_retrying(_failing([error] * 10, calls), FAST)
     assert len(calls) == 1
 
 
-def test_the_asyncio_retry_loop_behaves_the_same() -> None:
-    calls: list[int] = []
-    sync_call = _failing([ServerUnavailableError("down")] * 10, calls)
-
-    async def call() -> str:
-        return sync_call()
-
-    with pytest.raises(ServerUnavailableError) as raised:
-        asyncio.run(call_with_retry_async(call, FAST, what="t"))
-    assert len(calls) == 4 and raised.value.attempts == 4
+def test_a_retry_waits_a_pause_step_within_the_backoff_cap() -> None:
+    policy = RetryPolicy(max_attempts=3, base_delay_s=0.1, max_delay_s=0.1)
+    steps = retrying("attempt", policy, what="t")
+    assert next(steps) == "attempt"
+    pause = steps.throw(ServerUnavailableError("down"))
+    assert 0.0 <= pause.seconds <= 0.1
+    assert steps.send(None) == "attempt"
+    with pytest.raises(StopIteration) as stop:
+        steps.send("answer")
+    assert stop.value.value == "answer"
