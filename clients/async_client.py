@@ -6,9 +6,8 @@ import asyncio
 from types import TracebackType
 from typing import Any, TypeVar
 
-from clients import operations as ops
+from clients import steps
 from clients.base import ClientBase
-from clients.retry import call_with_retry_async
 from clients.transport import AsyncTransport, Call
 
 T = TypeVar("T")
@@ -41,23 +40,23 @@ class AsyncTritonClient(ClientBase):
     ) -> None:
         await self.close()
 
-    async def _run(self, task: ops.Task[T]) -> T:
-        step = ops.resume(task)
-        while not isinstance(step, ops.Done):
+    async def _run(self, task: steps.Task[T]) -> T:
+        step = steps.resume(task)
+        while not isinstance(step, steps.Done):
             try:
                 result = await self._carry_out(step)
             except BaseException as e:  # cancellation too: the task's finally blocks still run
-                step = ops.resume(task, error=e)
+                step = steps.resume(task, error=e)
             else:
-                step = ops.resume(task, result)
+                step = steps.resume(task, result)
         return step.value  # type: ignore[no-any-return]
 
-    async def _carry_out(self, step: ops.Step) -> Any:
+    async def _carry_out(self, step: steps.Step) -> Any:
         if isinstance(step, Call):
-            return await call_with_retry_async(lambda: self._transport.call(step), step.retry, what=step.what)
-        if isinstance(step, ops.Pause):
+            return await self._transport.call(step)
+        if isinstance(step, steps.Pause):
             return await asyncio.sleep(step.seconds)
-        if isinstance(step, ops.Concurrently):
+        if isinstance(step, steps.Concurrently):
             return list(await asyncio.gather(*(self._run(task) for task in step.tasks)))
         async with self._window:
             return await self._run(step.task)

@@ -16,6 +16,7 @@ from clients.endpoint import Endpoint, parse_url
 from clients.model_info import ModelSignature
 from clients.options import ClientOptions
 from clients.retry import RetryPolicy
+from clients.steps import Task
 from clients.transport import TransportBase
 
 P = ParamSpec("P")
@@ -26,19 +27,19 @@ R = TypeVar("R")
 class _Blocking(Protocol):
     """A client whose ``_run`` returns the operation's result (TritonClient)."""
 
-    def _run(self, task: ops.Task[R]) -> R: ...
+    def _run(self, task: Task[R]) -> R: ...
 
 
 class _Awaiting(Protocol):
     """A client whose ``_run`` is a coroutine (AsyncTritonClient)."""
 
-    def _run(self, task: ops.Task[R]) -> Coroutine[Any, Any, R]: ...
+    def _run(self, task: Task[R]) -> Coroutine[Any, Any, R]: ...
 
 
 class Method(Generic[P, T]):
     """An operation as a client method: ``client.name(...)`` is ``client._run(operation(client, ...))``."""
 
-    def __init__(self, operation: Callable[Concatenate[ClientBase, P], ops.Task[T]]) -> None:
+    def __init__(self, operation: Callable[Concatenate[ClientBase, P], Task[T]]) -> None:
         self._operation = operation
         self.__doc__ = operation.__doc__
 
@@ -107,5 +108,5 @@ class ClientBase:
     def _open(self) -> None:
         raise NotImplementedError
 
-    def _run(self, task: ops.Task[Any]) -> Any:
+    def _run(self, task: Task[Any]) -> Any:
         raise NotImplementedError

@@ -27,7 +27,7 @@ from clients.errors import ClientError, ServerUnavailableError
 from clients.options import DEFAULT_CLASSIFIER, DEFAULT_EMBEDDER
 from clients.retry import RetryPolicy
 from clients.sync_client import TritonClient
-from tritonlocal.config import ADMIN_HEADER
+from tritonrepo.access import ADMIN_HEADER
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 DEFAULT_URL = "http://127.0.0.1:8000"

@@ -1,21 +1,19 @@
 """The client's operations, written once for the blocking and the asyncio client.
 
-Each operation is a generator (a :data:`Task`): it yields the steps it needs done and receives each
-step's result, or has the step's exception raised at the ``yield``. The steps are a server call
-(:class:`~clients.transport.Call`), a pause, several tasks at once, and one inference holding one of
-the client's ``max_in_flight`` slots. :class:`~clients.TritonClient` carries the steps out with
-blocking calls and a thread pool, :class:`~clients.AsyncTritonClient` awaits them; requests,
-responses, caching and per-item errors live here only. Each public function is one method of both
-clients.
+Each operation is a generator (a :data:`~clients.steps.Task`): it yields the steps it needs done
+(clients/steps.py) and receives each step's result, or has the step's exception raised at the ``yield``.
+Every server call is tried under the client's retry policy, itself steps (:func:`clients.retry.retrying`).
+:class:`~clients.TritonClient` carries the steps out with blocking calls and a thread pool,
+:class:`~clients.AsyncTritonClient` awaits them; requests, responses, caching and per-item errors live
+here only. Each public function is one method of both clients.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Generator, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -42,9 +40,10 @@ from clients.model_info import (
     parse_signature,
 )
 from clients.options import DEFAULT_CLASSIFIER, DEFAULT_EMBEDDER, ClientOptions
-from clients.retry import NO_RETRY, RetryPolicy
+from clients.retry import NO_RETRY, RetryPolicy, retrying
 from clients.shm import SharedRequest
 from clients.stats import ModelStatistics, parse_statistics
+from clients.steps import Concurrently, InFlight, Pause, Task
 from clients.transport import (
     CONFIG,
     INDEX,
@@ -61,7 +60,6 @@ from clients.transport import (
 )
 
 logger = logging.getLogger(__name__)
-T = TypeVar("T")
 Decode = Callable[[dict[str, np.ndarray]], list[Any]]
 
 
@@ -82,43 +80,6 @@ FALLBACK_MAX_BATCH_SIZE = 8
 UNREGISTER_DELAYS_S = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.4, 0.7)
 
 
-@dataclass(frozen=True)
-class Pause:
-    seconds: float
-
-
-@dataclass(frozen=True)
-class Concurrently:
-    """Run ``tasks`` at the same time; the result is the list of their results, in order."""
-
-    tasks: list[Generator[Any, Any, Any]]
-
-
-@dataclass(frozen=True)
-class InFlight:
-    """Run ``task`` (one inference) within the client's ``max_in_flight`` bound."""
-
-    task: Generator[Any, Any, Any]
-
-
-@dataclass(frozen=True)
-class Done:
-    value: Any
-
-
-Step = Call | Pause | Concurrently | InFlight
-Task = Generator[Step, Any, T]
-
-
-def resume(task: Task[Any], result: Any = None, error: BaseException | None = None) -> Step | Done:
-    """The task's next step, given its last step's result or error (none: start it), or Done."""
-    try:
-        return task.throw(error) if error is not None else task.send(result)
-    except StopIteration as stop:
-        return Done(stop.value)
-
-
-# -- server -----------------------------------------------------------------------------------------
 def health(client: Client, *, timeout_s: float | None = None) -> Task[Health]:
     live = yield from _call(client, LIVE, timeout_s=timeout_s)
     ready = yield from _call(client, READY, timeout_s=timeout_s)
@@ -267,11 +228,10 @@ def _call(
         args=args,
         kwargs=kwargs,
         timeout_s=timeout_s or client.options.timeout_s,
-        retry=retry or client.options.retry,
         model=model,
         input_names=tuple(input_names),
     )
-    return (yield call)
+    return (yield from retrying(call, retry or client.options.retry, what=call.what))
 
 
 def _infer_arrays(

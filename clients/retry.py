@@ -9,23 +9,26 @@ out (a model process restarted after a crash, a server or replica restarting, a 
 takes seconds whatever the count, and a few fast attempts are spent long before it is over. Retrying is
 safe because inference here is idempotent: every served model is a pure function of its inputs, with no
 state and no side effect, so a request computed twice gives the same answer twice.
+
+The policy is written once, as the steps of :func:`retrying`; the blocking and the asyncio client carry
+them out as they carry out every other step of an operation (clients/steps.py).
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Generator
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from clients.errors import ClientError
+from clients.steps import Pause
 
 logger = logging.getLogger(__name__)
 
-T = TypeVar("T")
+S = TypeVar("S")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -70,26 +73,18 @@ class RetryPolicy:
 NO_RETRY = RetryPolicy(max_attempts=1)
 
 
-def call_with_retry(call: Callable[[], T], policy: RetryPolicy, *, what: str) -> T:
-    """Run ``call`` until it succeeds, raises a non-retryable error, or the policy's deadline passes."""
-    started, attempt = time.monotonic(), 1
+def retrying(attempt: S, policy: RetryPolicy, *, what: str) -> Generator[S | Pause, Any, Any]:
+    """``attempt`` (a step: one try of a server call) under ``policy``, as steps: yields the attempt until it
+    succeeds, with a :class:`~clients.steps.Pause` before each retry, and returns its result; raises the
+    last error when it must not be retried or the policy's deadline has passed. A client runs these steps
+    blocking or awaited, as every other step of an operation."""
+    started, number = time.monotonic(), 1
     while True:
         try:
-            return call()
+            return (yield attempt)
         except ClientError as e:
-            time.sleep(_delay_before_retry(e, attempt, started, policy, what))
-        attempt += 1
-
-
-async def call_with_retry_async(call: Callable[[], Awaitable[T]], policy: RetryPolicy, *, what: str) -> T:
-    """The asyncio twin of :func:`call_with_retry`; ``call`` makes a fresh awaitable per attempt."""
-    started, attempt = time.monotonic(), 1
-    while True:
-        try:
-            return await call()
-        except ClientError as e:
-            await asyncio.sleep(_delay_before_retry(e, attempt, started, policy, what))
-        attempt += 1
+            yield Pause(_delay_before_retry(e, number, started, policy, what))
+        number += 1
 
 
 def _delay_before_retry(

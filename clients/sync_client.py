@@ -9,9 +9,8 @@ from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
 from typing import Any, TypeVar
 
-from clients import operations as ops
+from clients import steps
 from clients.base import ClientBase
-from clients.retry import call_with_retry
 from clients.transport import Call, SyncTransport
 
 T = TypeVar("T")
@@ -47,23 +46,23 @@ class TritonClient(ClientBase):
     ) -> None:
         self.close()
 
-    def _run(self, task: ops.Task[T]) -> T:
-        step = ops.resume(task)
-        while not isinstance(step, ops.Done):
+    def _run(self, task: steps.Task[T]) -> T:
+        step = steps.resume(task)
+        while not isinstance(step, steps.Done):
             try:
                 result = self._carry_out(step)
             except BaseException as e:  # cancellation too: the task's finally blocks still run
-                step = ops.resume(task, error=e)
+                step = steps.resume(task, error=e)
             else:
-                step = ops.resume(task, result)
+                step = steps.resume(task, result)
         return step.value  # type: ignore[no-any-return]
 
-    def _carry_out(self, step: ops.Step) -> Any:
+    def _carry_out(self, step: steps.Step) -> Any:
         if isinstance(step, Call):
-            return call_with_retry(lambda: self._transport.call(step), step.retry, what=step.what)
-        if isinstance(step, ops.Pause):
+            return self._transport.call(step)
+        if isinstance(step, steps.Pause):
             return time.sleep(step.seconds)
-        if isinstance(step, ops.Concurrently):
+        if isinstance(step, steps.Concurrently):
             return self._map(self._run, step.tasks)
         return self._run(step.task)  # in flight: the pool's max_in_flight threads bound it already
 

@@ -30,7 +30,6 @@ import tritonclient.http.aio as httpaio
 
 from clients.endpoint import Endpoint
 from clients.errors import wrap_error
-from clients.retry import RetryPolicy
 
 _MODULES = {"http": (httpclient, httpaio), "grpc": (grpcclient, grpcaio)}
 GRPC_RESTRICTED_PREFIX = "triton-grpc-protocol-"
@@ -49,14 +48,13 @@ class Op:
 class Call:
     """One tritonclient call: ``op(*args, **kwargs)``; ``model`` and ``input_names`` explain its failures.
 
-    A transport makes one attempt; the clients retry it under ``retry``.
+    A transport makes one attempt; an operation retries it (:func:`clients.retry.retrying`).
     """
 
     op: Op
     args: tuple[Any, ...] = ()
     kwargs: dict[str, Any] = field(default_factory=dict)
     timeout_s: float
-    retry: RetryPolicy
     model: str | None = None
     input_names: tuple[str, ...] = ()
 

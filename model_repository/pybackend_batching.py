@@ -55,15 +55,15 @@ import numpy as np
 
 try:
     import triton_python_backend_utils as pb_utils
-except ImportError:  # imported outside Triton (tests load it with a stand-in)
-    pb_utils = None
+except ImportError:  # imported outside Triton for a model's pure functions (tests load a stand-in)
+    pb_utils = None  # type: ignore[assignment]  # nothing here runs without Triton's module
 
 
 class InvalidInput(ValueError):
     """Raised by ``prepare`` for a request that cannot be served; the message goes to that client."""
 
 
-def invalid_input(message: str):
+def invalid_input(message: str) -> pb_utils.TritonError:
     """An error for a bad request: HTTP 400 / gRPC INVALID_ARGUMENT, not 500 / INTERNAL.
 
     Python backends without error codes (before Triton 23.x) take the message alone (-> 500 / INTERNAL).
@@ -133,10 +133,8 @@ class RequestBatcher:
         their error in ``responses``."""
         accepted = []
         for index, request in enumerate(requests):
-            arrays = [
-                pb_utils.get_input_tensor_by_name(request, name).as_numpy() for name in self.input_names
-            ]
             try:
+                arrays = [_input_array(request, name) for name in self.input_names]
                 columns = _as_tuple(self.prepare(*arrays))
                 _check_rows_agree(columns)
             except InvalidInput as e:
@@ -158,6 +156,13 @@ class RequestBatcher:
             for (name, dtype), value in zip(self.outputs, values, strict=True)
         ]
         return pb_utils.InferenceResponse(output_tensors=tensors)
+
+
+def _input_array(request: pb_utils.InferenceRequest, name: str) -> np.ndarray:
+    tensor = pb_utils.get_input_tensor_by_name(request, name)
+    if tensor is None:  # Triton rejects a request without a required input before it gets here
+        raise InvalidInput(f"{name}: missing; every input of the model's config is required")
+    return tensor.as_numpy()
 
 
 def _check_rows_agree(columns: tuple) -> None:

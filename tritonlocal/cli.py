@@ -20,11 +20,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from tritonlocal import perf_analyzer
-from tritonlocal.config import ADMIN_HEADER, ServerConfig
+from tritonlocal.config import ServerConfig
 from tritonlocal.errors import TritonLocalError
 from tritonlocal.monitoring import SUMMARY_FLAG, LocalPrometheus, PrometheusConfig
 from tritonlocal.replicas import LocalReplicaSet, ReplicaSetConfig
 from tritonlocal.server import LocalTritonServer
+from tritonrepo.access import ADMIN_HEADER
+from tritonrepo.errors import RepositoryError
 from tritonrepo.local import derive_local
 from tritonrepo.paths import LOCAL_REPOSITORY
 
@@ -33,7 +35,12 @@ if TYPE_CHECKING:
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 # The exit code of each failure the commands report, the most specific first.
-EXIT_CODES: dict[type[Exception], int] = {TritonLocalError: EXIT_ERROR, ValueError: EXIT_USAGE}
+# A malformed repository found while deriving (tritonrepo's error) is the launcher's error too.
+EXIT_CODES: dict[type[Exception], int] = {
+    TritonLocalError: EXIT_ERROR,
+    RepositoryError: EXIT_ERROR,
+    ValueError: EXIT_USAGE,
+}
 C = TypeVar("C", bound="DataclassInstance")
 
 

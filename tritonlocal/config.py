@@ -6,13 +6,7 @@ import ipaddress
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# APIs that let a client change what the server runs or reads. They are refused unless the request
-# carries the restricted-API header (see ServerConfig.admin_key).
-RESTRICTED_HTTP_APIS = ("model-repository", "model-config", "shared-memory", "logging", "trace")
-RESTRICTED_GRPC_PROTOCOLS = ("model-repository", "model-config", "shared-memory", "logging", "trace")
-# The header that carries the key: the one definition in Python (the clients send it). Copies that must
-# stand alone, the deployments' probe, compose and the Kubernetes manifests, are checked against it.
-ADMIN_HEADER = "triton-admin-key"
+from tritonrepo.access import ADMIN_HEADER, RESTRICTED_GRPC_PROTOCOLS, RESTRICTED_HTTP_APIS
 
 
 @dataclass(kw_only=True)

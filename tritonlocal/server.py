@@ -19,7 +19,7 @@ from typing import IO
 
 from tritonlocal import health
 from tritonlocal import process as proc
-from tritonlocal.config import ADMIN_HEADER, ServerConfig
+from tritonlocal.config import ServerConfig
 from tritonlocal.errors import (
     ModelLoadError,
     PortInUseError,
@@ -29,6 +29,7 @@ from tritonlocal.errors import (
 )
 from tritonlocal.installation import find_installation, prepare_backend_directory, server_environment
 from tritonlocal.ports import pick_free_port, port_in_use
+from tritonrepo.access import ADMIN_HEADER
 from tritonrepo.paths import LOGS
 
 logger = logging.getLogger(__name__)

@@ -10,7 +10,8 @@
 - :mod:`tritonrepo.cpu_overlay`: CPU settings a tuning adopted, applied by the derivations.
 - :mod:`tritonrepo.variants`: the benchmark's clones, each changing one field.
 - :mod:`tritonrepo.warmup`, :mod:`tritonrepo.warmup_samples`: warm-up shapes and their data files.
+- :mod:`tritonrepo.access`: the APIs every server restricts and the header that carries their key.
 
-Export, the launcher (tritonlocal), loadtest and the demo read repositories through this package, which
+Export, the launcher (tritonlocal), the clients, loadtest and the demo build on this package, which
 imports none of them. ``python -m tritonrepo`` writes the derived repositories.
 """

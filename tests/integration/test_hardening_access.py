@@ -28,7 +28,7 @@ from tritonclient.utils import InferenceServerException
 
 from clients import RestrictedApiError, RetryPolicy, TritonClient
 from tritonlocal import LocalTritonServer, ServerConfig
-from tritonlocal.config import ADMIN_HEADER
+from tritonrepo.access import ADMIN_HEADER
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = "l2_normalize"

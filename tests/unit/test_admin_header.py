@@ -1,4 +1,4 @@
-"""The restricted-API header is defined once in Python (tritonlocal/config.py); the copies that must stand
+"""The restricted-API header is defined once in Python (tritonrepo/access.py); the copies that must stand
 alone (the probe inside NVIDIA's image, compose, the Kubernetes manifests) are checked against it here."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tritonlocal.config import ADMIN_HEADER, RESTRICTED_GRPC_PROTOCOLS, RESTRICTED_HTTP_APIS
+from tritonrepo.access import ADMIN_HEADER, RESTRICTED_GRPC_PROTOCOLS, RESTRICTED_HTTP_APIS
 
 ROOT = Path(__file__).resolve().parents[2]
-DEFINITION = ROOT / "tritonlocal" / "config.py"
-PACKAGES = ("clients", "demo", "export", "loadtest", "tritonlocal", "model_repository")
+DEFINITION = ROOT / "tritonrepo" / "access.py"
+PACKAGES = ("clients", "demo", "export", "loadtest", "tritonlocal", "tritonrepo", "model_repository")
 RESTRICTION_FLAGS = {
     "--http-restricted-api": RESTRICTED_HTTP_APIS,
     "--grpc-restricted-protocol": RESTRICTED_GRPC_PROTOCOLS,
@@ -80,4 +80,4 @@ def test_no_other_python_module_spells_the_header() -> None:
         for value in _string_constants(path)
         if ADMIN_HEADER in value
     ]
-    assert spelled == [], f"import ADMIN_HEADER from tritonlocal.config instead: {spelled}"
+    assert spelled == [], f"import ADMIN_HEADER from tritonrepo.access instead: {spelled}"

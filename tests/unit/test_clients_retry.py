@@ -1,29 +1,22 @@
-"""Which failures are retried, how long the client waits between tries, and how often it tries."""
+"""Which failures are retried, how long the client waits between tries, and how often it tries: the retry
+policy's steps carried out by each client, blocking and asyncio."""
 
 from __future__ import annotations
 
 import asyncio
 import random
 import time
+from collections.abc import Callable
+from typing import Any
 
 import aiohttp
 import pytest
 from geventhttpclient.response import HTTPConnectionClosed
 from tritonclient.utils import InferenceServerException
 
-from clients.errors import (
-    ClientError,
-    ClientTimeoutError,
-    InvalidInputError,
-    ModelNotFoundError,
-    ModelRestartingError,
-    RequestError,
-    RestrictedApiError,
-    ServerOverloadedError,
-    ServerUnavailableError,
-    wrap_error,
-)
-from clients.retry import RetryPolicy, call_with_retry, call_with_retry_async
+from clients import AsyncTritonClient, TritonClient, errors
+from clients.retry import RetryPolicy, retrying
+from clients.transport import Call, Op
 
 
 def _server(message: str, status: str) -> InferenceServerException:
@@ -38,76 +31,84 @@ GRPC_RESTRICTED = "This protocol is restricted, expecting header 'triton-grpc-pr
 IMAGE_TOO_LARGE = "IMAGE_BYTES: image too large: 20971523 bytes is over the limit"
 BATCH_TOO_LARGE = "[request id: <id_unknown>] inference request batch-size must be <= 64 for 'l2_normalize'"
 ANSWERS = [
-    (ConnectionRefusedError(111, "Connection refused"), ServerUnavailableError),
-    (aiohttp.ClientConnectionError("Cannot connect to host"), ServerUnavailableError),
-    (HTTPConnectionClosed("connection closed."), ServerUnavailableError),
-    (_server("failed to connect to all addresses", "StatusCode.UNAVAILABLE"), ServerUnavailableError),
-    (_server("Server is unavailable", "503"), ServerUnavailableError),
-    (_server("in ensemble 'text_embedder', Request timeout expired", "503"), ServerUnavailableError),
-    (_server("Request timeout expired", "StatusCode.UNAVAILABLE"), ServerUnavailableError),
-    (_server(QUEUE_FULL, "503"), ServerOverloadedError),
-    (_server(f"in ensemble 'text_embedder', {QUEUE_FULL}", "StatusCode.UNAVAILABLE"), ServerOverloadedError),
-    (_server(HTTP_RESTRICTED, "403"), RestrictedApiError),
-    (_server(GRPC_RESTRICTED, "StatusCode.UNAVAILABLE"), RestrictedApiError),
-    (_server("unexpected inference input 'X' for model 'm'", "400"), InvalidInputError),
-    (_server("unexpected shape for input 'X'", "StatusCode.INVALID_ARGUMENT"), InvalidInputError),
-    (_server(f"in ensemble 'image_classifier', {IMAGE_TOO_LARGE}", "400"), InvalidInputError),
-    (_server("TEXT: not valid UTF-8 at byte 0", "StatusCode.INVALID_ARGUMENT"), InvalidInputError),
-    (_server(BATCH_TOO_LARGE, "400"), InvalidInputError),
-    (_server("Request for unknown model: 'nope' is not found", "404"), ModelNotFoundError),
-    (_server("Request for unknown model: 'nope' is not found", "StatusCode.NOT_FOUND"), ModelNotFoundError),
+    (ConnectionRefusedError(111, "Connection refused"), errors.ServerUnavailableError),
+    (aiohttp.ClientConnectionError("Cannot connect to host"), errors.ServerUnavailableError),
+    (HTTPConnectionClosed("connection closed."), errors.ServerUnavailableError),
+    (_server("failed to connect to all addresses", "StatusCode.UNAVAILABLE"), errors.ServerUnavailableError),
+    (_server("Server is unavailable", "503"), errors.ServerUnavailableError),
+    (_server("in ensemble 'text_embedder', Request timeout expired", "503"), errors.ServerUnavailableError),
+    (_server("Request timeout expired", "StatusCode.UNAVAILABLE"), errors.ServerUnavailableError),
+    (_server(QUEUE_FULL, "503"), errors.ServerOverloadedError),
+    (
+        _server(f"in ensemble 'text_embedder', {QUEUE_FULL}", "StatusCode.UNAVAILABLE"),
+        errors.ServerOverloadedError,
+    ),
+    (_server(HTTP_RESTRICTED, "403"), errors.RestrictedApiError),
+    (_server(GRPC_RESTRICTED, "StatusCode.UNAVAILABLE"), errors.RestrictedApiError),
+    (_server("unexpected inference input 'X' for model 'm'", "400"), errors.InvalidInputError),
+    (_server("unexpected shape for input 'X'", "StatusCode.INVALID_ARGUMENT"), errors.InvalidInputError),
+    (_server(f"in ensemble 'image_classifier', {IMAGE_TOO_LARGE}", "400"), errors.InvalidInputError),
+    (_server("TEXT: not valid UTF-8 at byte 0", "StatusCode.INVALID_ARGUMENT"), errors.InvalidInputError),
+    (_server(BATCH_TOO_LARGE, "400"), errors.InvalidInputError),
+    (_server("Request for unknown model: 'nope' is not found", "404"), errors.ModelNotFoundError),
+    (
+        _server("Request for unknown model: 'nope' is not found", "StatusCode.NOT_FOUND"),
+        errors.ModelNotFoundError,
+    ),
     (
         _server("Request for unknown model: 'l2_normalize' version 7 is not found", "StatusCode.NOT_FOUND"),
-        ModelNotFoundError,
+        errors.ModelNotFoundError,
     ),
-    (_server("Stub process 'l2_normalize_0_0' is not healthy.", "500"), ModelRestartingError),
+    (_server("Stub process 'l2_normalize_0_0' is not healthy.", "500"), errors.ModelRestartingError),
     (
         _server(
             "in ensemble 'text_embedder', Failed to process the request(s) for model 'text_tokenizer_0_0', "
             "message: Stub process 'text_tokenizer_0_0' is not healthy.",
             "StatusCode.INTERNAL",
         ),
-        ModelRestartingError,
+        errors.ModelRestartingError,
     ),
     (
         _server(
             "Request for unknown model: 'l2_normalize' has no available versions", "StatusCode.NOT_FOUND"
         ),
-        ModelRestartingError,
+        errors.ModelRestartingError,
     ),
-    (_server("inference failed: [ONNXRuntimeError] : 2 : INVALID_ARGUMENT", "500"), RequestError),
-    (_server("Deadline Exceeded", "StatusCode.DEADLINE_EXCEEDED"), ClientTimeoutError),
-    (TimeoutError("timed out"), ClientTimeoutError),
-    (asyncio.TimeoutError(), ClientTimeoutError),
+    (_server("inference failed: [ONNXRuntimeError] : 2 : INVALID_ARGUMENT", "500"), errors.RequestError),
+    (_server("Deadline Exceeded", "StatusCode.DEADLINE_EXCEEDED"), errors.ClientTimeoutError),
+    (TimeoutError("timed out"), errors.ClientTimeoutError),
+    (asyncio.TimeoutError(), errors.ClientTimeoutError),
 ]
 
 
 @pytest.mark.parametrize(("error", "expected"), ANSWERS)
 def test_each_answer_is_classified_as_its_client_error(
-    error: BaseException, expected: type[ClientError]
+    error: BaseException, expected: type[errors.ClientError]
 ) -> None:
-    wrapped = wrap_error(error, model="m", input_names=["TEXT"])
+    wrapped = errors.wrap_error(error, model="m", input_names=["TEXT"])
     assert type(wrapped) is expected
     assert wrapped.model == "m"
 
 
 @pytest.mark.parametrize("expected", sorted({e for _, e in ANSWERS}, key=lambda e: e.__name__))
-def test_only_an_unavailable_or_overloaded_server_is_worth_a_retry(expected: type[ClientError]) -> None:
-    assert expected("x").retryable is issubclass(expected, ServerUnavailableError)
+def test_only_an_unavailable_or_overloaded_server_is_worth_a_retry(
+    expected: type[errors.ClientError],
+) -> None:
+    assert expected("x").retryable is issubclass(expected, errors.ServerUnavailableError)
 
 
 def test_a_models_own_error_naming_an_input_is_bad_input_not_a_server_fault() -> None:
     error = _server("in ensemble 'image_classifier', IMAGE_BYTES: cannot decode image", "StatusCode.INTERNAL")
-    assert type(wrap_error(error, input_names=["IMAGE_BYTES"])) is InvalidInputError
-    assert type(wrap_error(error, input_names=["TEXT"])) is RequestError
+    assert type(errors.wrap_error(error, input_names=["IMAGE_BYTES"])) is errors.InvalidInputError
+    assert type(errors.wrap_error(error, input_names=["TEXT"])) is errors.RequestError
 
 
 def test_programming_errors_are_not_wrapped() -> None:
-    assert wrap_error(ValueError("bug")) is None
+    assert errors.wrap_error(ValueError("bug")) is None
 
 
 def test_an_error_names_the_failing_item_of_a_batch_and_keeps_the_servers_message() -> None:
-    error = InvalidInputError("IMAGE_BYTES: cannot decode image", model="image_classifier").at(
+    error = errors.InvalidInputError("IMAGE_BYTES: cannot decode image", model="image_classifier").at(
         3, "cat.jpg", "image"
     )
     assert str(error) == "image 3 (cat.jpg): IMAGE_BYTES: cannot decode image [model image_classifier]"
@@ -151,54 +152,81 @@ def test_retry_policy_is_keyword_only_and_frozen() -> None:
         RetryPolicy().max_attempts = 9  # type: ignore[misc]
 
 
-def _failing(errors: list[ClientError], calls: list[int]):
+def _failing(failures: list[errors.ClientError], calls: list[int]) -> Callable[[], str]:
     def call() -> str:
         calls.append(1)
-        if len(calls) <= len(errors):
-            raise errors[len(calls) - 1]
+        if len(calls) <= len(failures):
+            raise failures[len(calls) - 1]
         return "ok"
 
     return call
 
 
+@pytest.fixture(params=["blocking", "asyncio"])
+def run_retrying(request: pytest.FixtureRequest) -> Callable[[Callable[[], str], RetryPolicy], str]:
+    """run_retrying(call, policy): a server call answered by ``call``, retried under ``policy`` by a fresh
+    client of each kind, as an operation retries each of its calls."""
+    attempt = Call(op=Op("is_server_live"), timeout_s=1.0)
+
+    def blocking(call: Callable[[], str], policy: RetryPolicy) -> str:
+        with TritonClient("http://127.0.0.1:9") as client:
+            client._transport.call = lambda step: call()  # type: ignore[method-assign]
+            return client._run(retrying(attempt, policy, what="t"))
+
+    def awaited(call: Callable[[], str], policy: RetryPolicy) -> str:
+        async def answer(step: Any) -> str:
+            return call()
+
+        async def run() -> str:
+            async with AsyncTritonClient("http://127.0.0.1:9") as client:
+                client._transport.call = answer  # type: ignore[method-assign]
+                return await client._run(retrying(attempt, policy, what="t"))
+
+        return asyncio.run(run())
+
+    return blocking if request.param == "blocking" else awaited
+
+
 FAST = RetryPolicy(max_attempts=4, base_delay_s=0.0, max_delay_s=0.0)
 
 
-def test_retryable_failures_are_retried_until_success() -> None:
+def test_retryable_failures_are_retried_until_success(run_retrying: Callable) -> None:
     calls: list[int] = []
-    errors: list[ClientError] = [ServerUnavailableError("down"), ServerOverloadedError("queue full")]
-    assert call_with_retry(_failing(errors, calls), FAST, what="t") == "ok"
+    failures: list[errors.ClientError] = [
+        errors.ServerUnavailableError("down"),
+        errors.ServerOverloadedError("queue full"),
+    ]
+    assert run_retrying(_failing(failures, calls), FAST) == "ok"
     assert len(calls) == 3
 
 
-def test_retryable_failures_stop_after_max_attempts_and_report_the_count() -> None:
+def test_retryable_failures_stop_after_max_attempts_and_report_the_count(run_retrying: Callable) -> None:
     calls: list[int] = []
-    with pytest.raises(ServerUnavailableError) as raised:
-        call_with_retry(_failing([ServerUnavailableError("down")] * 10, calls), FAST, what="t")
+    with pytest.raises(errors.ServerUnavailableError) as raised:
+        run_retrying(_failing([errors.ServerUnavailableError("down")] * 10, calls), FAST)
     assert len(calls) == 4 and raised.value.attempts == 4
 
 
-def test_retryable_failures_are_retried_until_the_deadline_whatever_their_count() -> None:
+def test_retryable_failures_are_retried_until_the_deadline_whatever_their_count(
+    run_retrying: Callable,
+) -> None:
     calls: list[int] = []
     policy = RetryPolicy(deadline_s=0.5, base_delay_s=0.01, max_delay_s=0.01)
     started = time.monotonic()
-    with pytest.raises(ModelRestartingError) as raised:
-        call_with_retry(
-            _failing([ModelRestartingError("Stub process 'm_0_0' is not healthy.")] * 10**6, calls),
+    with pytest.raises(errors.ModelRestartingError) as raised:
+        run_retrying(
+            _failing([errors.ModelRestartingError("Stub process 'm_0_0' is not healthy.")] * 10**6, calls),
             policy,
-            what="t",
         )
     elapsed_s = time.monotonic() - started
     # Tries stop once the next one would start past the deadline; none is cut short by a count.
     assert 0.49 <= elapsed_s < 5.0 and len(calls) == raised.value.attempts > 4
 
 
-def test_a_failure_that_outlasts_no_deadline_is_tried_once() -> None:
+def test_a_failure_that_outlasts_no_deadline_is_tried_once(run_retrying: Callable) -> None:
     calls: list[int] = []
-    with pytest.raises(ServerUnavailableError) as raised:
-        call_with_retry(
-            _failing([ServerUnavailableError("down")] * 3, calls), RetryPolicy(deadline_s=0), what="t"
-        )
+    with pytest.raises(errors.ServerUnavailableError) as raised:
+        run_retrying(_failing([errors.ServerUnavailableError("down")] * 3, calls), RetryPolicy(deadline_s=0))
     assert len(calls) == 1 and raised.value.attempts == 1
 
 
@@ -210,26 +238,26 @@ def test_the_default_policy_rides_out_a_repair_of_seconds() -> None:
 @pytest.mark.parametrize(
     "error",
     [
-        InvalidInputError("bad"),
-        RestrictedApiError("restricted"),
-        ClientTimeoutError("slow"),
-        ModelNotFoundError("nope"),
+        errors.InvalidInputError("bad"),
+        errors.RestrictedApiError("restricted"),
+        errors.ClientTimeoutError("slow"),
+        errors.ModelNotFoundError("nope"),
     ],
 )
-def test_final_failures_are_not_retried(error: ClientError) -> None:
+def test_final_failures_are_not_retried(error: errors.ClientError, run_retrying: Callable) -> None:
     calls: list[int] = []
     with pytest.raises(type(error)):
-        call_with_retry(_failing([error] * 10, calls), FAST, what="t")
+        run_retrying(_failing([error] * 10, calls), FAST)
     assert len(calls) == 1
 
 
-def test_the_asyncio_retry_loop_behaves_the_same() -> None:
-    calls: list[int] = []
-    sync_call = _failing([ServerUnavailableError("down")] * 10, calls)
-
-    async def call() -> str:
-        return sync_call()
-
-    with pytest.raises(ServerUnavailableError) as raised:
-        asyncio.run(call_with_retry_async(call, FAST, what="t"))
-    assert len(calls) == 4 and raised.value.attempts == 4
+def test_a_retry_waits_a_pause_step_within_the_backoff_cap() -> None:
+    policy = RetryPolicy(max_attempts=3, base_delay_s=0.1, max_delay_s=0.1)
+    steps = retrying("attempt", policy, what="t")
+    assert next(steps) == "attempt"
+    pause = steps.throw(errors.ServerUnavailableError("down"))
+    assert 0.0 <= pause.seconds <= 0.1
+    assert steps.send(None) == "attempt"
+    with pytest.raises(StopIteration) as stop:
+        steps.send("answer")
+    assert stop.value.value == "answer"

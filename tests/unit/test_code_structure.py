@@ -1,26 +1,56 @@
-"""Structure checked on the source: no import cycles between the project's modules (imports made only for
-type checking count, since they couple two modules as much for a reader as any other) and no function
-longer than MAX_FUNCTION_LINES, docstring included, without a reason a reader would accept."""
+"""Structure checked on the source, the code Triton runs included: no import cycles between the project's
+modules (imports made only for type checking count, since they couple two modules as much for a reader as
+any other), imports only downwards through the layers docs/architecture.md draws, no function longer than
+MAX_FUNCTION_LINES, docstring included, without a reason a reader would accept, and every Python model
+type-checked against Triton's API."""
 
 from __future__ import annotations
 
 import ast
+import re
+import subprocess
+import sys
 from pathlib import Path
 
+import pytest
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: mypy brings tomli
+    import tomli as tomllib
+
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("clients", "demo", "export", "loadtest", "tritonrepo", "samples", "tritonlocal")
+REPOSITORY = ROOT / "model_repository"
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
 MAX_FUNCTION_LINES = 60
 # "path:function" -> why it may stay longer. Keep this short: splitting is almost always clearer.
 LONG_FUNCTIONS_ALLOWED: dict[str, str] = {}
 
 
+def packages() -> list[str]:
+    """The project's top-level Python packages."""
+    return sorted(init.parent.name for init in ROOT.glob("*/__init__.py"))
+
+
+def served_models() -> list[Path]:
+    """Each Python model's model.py once, as its real file (a version folder may link another model's)."""
+    return sorted({path.resolve() for path in REPOSITORY.glob("*/[0-9]*/model.py")})
+
+
 def modules() -> dict[str, Path]:
+    """Every module by the name it is imported by. The code Triton runs imports the helpers at the
+    repository's top level by bare name; nothing imports a model.py, so it goes by its path."""
     found = {}
-    for package in PACKAGES:
+    for package in packages():
         for path in sorted((ROOT / package).rglob("*.py")):
             parts = path.relative_to(ROOT).with_suffix("").parts
             name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
             found[name] = path
+    for path in sorted(REPOSITORY.glob("*.py")):
+        found[path.stem] = path
+    for path in sorted(REPOSITORY.glob("*/*/*.py")):
+        if not path.is_symlink():  # a link to a helper or to another model's file: checked there
+            found[path.relative_to(ROOT).as_posix()] = path
     return found
 
 
@@ -103,35 +133,64 @@ def test_no_import_cycles_between_the_projectsmodules() -> None:
     assert not found, "import cycles (type-only imports count):\n" + "\n".join(" <-> ".join(c) for c in found)
 
 
-# loadtest's folders: three layers, each importing only from those below it, and the commands above them,
-# which import no other command.
-LOADTEST_LAYERS = {"load": 0, "experiments": 1, "report": 2, "bench": 3, "soak": 3, "tune": 3}
+def layers() -> dict[str, list[list[str]]]:
+    """The ```layers``` blocks of docs/architecture.md: folder ("" for the root) -> its layers, top first."""
+    text = ARCHITECTURE.read_text(encoding="utf-8")
+    blocks = re.findall(r"^```layers ?(\S*)\n(.*?)^```", text, re.MULTILINE | re.DOTALL)
+    assert blocks, f"{ARCHITECTURE} draws no ```layers block"
+    return {folder: [line.split() for line in body.splitlines() if line.strip()] for folder, body in blocks}
 
 
-def test_loadtest_folders_are_layers_that_import_only_downwards() -> None:
-    def folder(module: str) -> str | None:
-        parts = module.split(".")
-        return parts[1] if parts[0] == "loadtest" and len(parts) > 2 else None
+def _unit(path: Path, folder: str) -> str | None:
+    """The folder directly under ``folder`` (a top-level folder for "") that holds ``path``, if any."""
+    parts = path.relative_to(ROOT / folder).parts if path.is_relative_to(ROOT / folder) else ()
+    return parts[0] if len(parts) > 1 else None
 
-    graph = import_graph()
-    folders = {f for f in map(folder, graph) if f}
-    assert folders == set(LOADTEST_LAYERS), f"every loadtest folder is a layer or a command: {folders}"
-    upwards = sorted(
-        f"{module} -> {target}"
-        for module, targets in graph.items()
-        for target in targets
-        if (here := folder(module))
-        and (there := folder(target))
-        and here != there
-        and LOADTEST_LAYERS[there] >= LOADTEST_LAYERS[here]
-    )
-    assert not upwards, "loadtest imports that go up or across:\n" + "\n".join(upwards)
+
+def upward_imports(graph: dict[str, set[str]], paths: dict[str, Path], rows: list[list[str]], folder: str):
+    """The imports between the units of ``folder`` that do not go down to a lower layer."""
+    rank = {unit: depth for depth, row in enumerate(rows) for unit in row}
+    found = []
+    for module, targets in graph.items():
+        for target in targets:
+            here, there = _unit(paths[module], folder), _unit(paths[target], folder)
+            if here in rank and there in rank and here != there and rank[there] <= rank[here]:
+                found.append(f"{module} -> {target} ({here} may not import {there})")
+    return sorted(found)
+
+
+def test_the_layers_name_every_folder_once() -> None:
+    paths = modules()
+    for folder, rows in layers().items():
+        named = [unit for row in rows for unit in row]
+        present = {unit for path in paths.values() if (unit := _unit(path, folder))}
+        assert len(named) == len(set(named)), f"{folder or 'the root'}: a folder is named twice: {rows}"
+        assert set(named) == present, (
+            f"docs/architecture.md's layers of {folder or 'the root'} must name exactly its folders of code: "
+            f"named {sorted(named)}, found {sorted(present)}"
+        )
+
+
+def test_every_import_goes_down_the_layers_of_the_architecture() -> None:
+    graph, paths = import_graph(), modules()
+    assert graph["model_repository/l2_normalize/1/model.py"] == {"pybackend_batching"}, "served imports"
+    found = [line for folder, rows in layers().items() for line in upward_imports(graph, paths, rows, folder)]
+    assert not found, "imports that go up or across (docs/architecture.md):\n" + "\n".join(found)
+
+
+def test_an_import_from_a_higher_or_the_same_layer_is_found() -> None:
+    paths = {"a.x": ROOT / "a" / "x.py", "b.y": ROOT / "b" / "y.py", "c.z": ROOT / "c" / "z.py"}
+    graph = {"a.x": {"b.y"}, "b.y": {"c.z"}, "c.z": set()}
+    assert upward_imports(graph, paths, [["a"], ["b", "c"]], "") == ["b.y -> c.z (b may not import c)"]
+    assert upward_imports(graph, paths, [["c"], ["b"], ["a"]], "") == [
+        "a.x -> b.y (a may not import b)",
+        "b.y -> c.z (b may not import c)",
+    ]
 
 
 def long_functions() -> dict[str, int]:
     found = {}
-    served = [p for p in sorted((ROOT / "model_repository").rglob("*.py")) if not p.is_symlink()]
-    for path in [*modules().values(), *served]:
+    for path in modules().values():
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 lines = node.end_lineno - node.lineno + 1  # type: ignore[operator]
@@ -149,3 +208,24 @@ def test_no_function_is_longer_than_the_limit_without_a_reason() -> None:
 def test_every_allowed_long_function_is_still_long() -> None:
     stale = set(LONG_FUNCTIONS_ALLOWED) - set(long_functions())
     assert not stale, f"remove from LONG_FUNCTIONS_ALLOWED, no longer over the limit: {sorted(stale)}"
+
+
+def test_mypy_checks_every_package_and_every_served_helper() -> None:
+    settings = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["mypy"]
+    assert sorted(settings["packages"]) == packages()
+    helpers = {path.stem for path in REPOSITORY.glob("*.py")}
+    assert helpers | {"triton_python_backend_utils"} <= set(settings["modules"])
+
+
+@pytest.mark.parametrize("model_py", served_models(), ids=lambda path: path.parent.parent.name)
+def test_every_python_model_type_checks_against_tritons_api(model_py: Path) -> None:
+    """mypy with the project's settings (pyproject.toml), which check the packages and the served helpers
+    in one run; a model.py needs a run of its own, since every one of them is a module named `model`."""
+    checked = subprocess.run(
+        [sys.executable, "-m", "mypy", model_py.relative_to(ROOT).as_posix()],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr

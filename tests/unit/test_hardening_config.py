@@ -13,8 +13,9 @@ import yaml
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2
 
-from tritonlocal.config import ADMIN_HEADER, RESTRICTED_GRPC_PROTOCOLS, RESTRICTED_HTTP_APIS, ServerConfig
+from tritonlocal.config import ServerConfig
 from tritonlocal.health import ModelHealth, expected_stub_instances
+from tritonrepo.access import ADMIN_HEADER, RESTRICTED_GRPC_PROTOCOLS, RESTRICTED_HTTP_APIS
 from tritonrepo.configs import load_model_config
 from tritonrepo.served_code import load_served_module
 

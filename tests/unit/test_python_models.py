@@ -144,22 +144,21 @@ PYTHON_MODELS = [
 ] + [NATIVE_RUNNER]
 
 
-@pytest.mark.parametrize(
+each_python_model = pytest.mark.parametrize(
     "model_py",
     PYTHON_MODELS,
     ids=lambda path: path.parent.parent.name if path.name == "model.py" else path.stem,
 )
+
+
+@each_python_model
 def test_every_python_model_batches_through_the_one_helper(model_py: Path) -> None:
     source = model_py.read_text()
     assert "RequestBatcher(" in source and "return self.batcher.execute(requests)" in source
     assert "InferenceResponse" not in source and "np.split" not in source, "answer through RequestBatcher"
 
 
-@pytest.mark.parametrize(
-    "model_py",
-    PYTHON_MODELS,
-    ids=lambda path: path.parent.parent.name if path.name == "model.py" else path.stem,
-)
+@each_python_model
 def test_every_python_model_reads_its_parameters_with_the_one_reader(model_py: Path) -> None:
     source = model_py.read_text()
     assert '"parameters"' not in source and '"string_value"' not in source, "read them with ModelParameters"

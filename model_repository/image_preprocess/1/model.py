@@ -31,8 +31,8 @@ class PreprocessSettings:
     height_px: int
     width_px: int
     resize_shorter_px: int
-    mean_rgb: tuple[float, float, float]
-    std_rgb: tuple[float, float, float]
+    mean_rgb: tuple[float, ...]  # 3 values, checked below
+    std_rgb: tuple[float, ...]
     max_image_pixels: int
     max_image_bytes: int = 16 * 1024 * 1024
 
@@ -96,10 +96,10 @@ def decode_and_crop(data: bytes, settings: PreprocessSettings) -> np.ndarray:
     # JPEG only: let the decoder downscale by 1/2, 1/4 or 1/8 while keeping at least the target size.
     image.draft("RGB", (max(1, round(width * scale)), max(1, round(height * scale))))
     try:
-        image = _to_rgb(ImageOps.exif_transpose(image))
+        rgb = _to_rgb(ImageOps.exif_transpose(image))
     except Exception as e:  # truncated or corrupt pixel data surfaces only when decoding
         raise ImageInputError(f"cannot decode image: {e}") from e
-    return _resize_and_crop(image, settings)
+    return _resize_and_crop(rgb, settings)
 
 
 def _to_rgb(image: Image.Image) -> Image.Image:
