@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 from tokenizers import Tokenizer
 
-from loadtest.load.pipelines import EncoderRunner
+from loadtest.load.pipelines import ExportedEncoder
 
 logger = logging.getLogger(__name__)
 
@@ -37,9 +37,12 @@ Encoder = Callable[[np.ndarray, np.ndarray], np.ndarray]  # (ids [T] int64, leng
 
 def load_encoder(path: Path, *, threads: int) -> Encoder:
     """The exported ragged sentence encoder at ``path`` (.onnx with onnxruntime, .pt with torch.jit),
-    run as the served configuration runs it (the same runner as the in-process experiments)."""
+    run as the served configuration runs it: in the local server's runtime code, as the in-process
+    experiments run it."""
     runtime = "onnxruntime" if path.suffix == ".onnx" else "torchscript"
-    return EncoderRunner(path, runtime=runtime, threads=threads, optimized_execution=runtime == "onnxruntime")
+    return ExportedEncoder(
+        path, runtime=runtime, threads=threads, optimized_execution=runtime == "onnxruntime"
+    )
 
 
 def make_server(

@@ -20,12 +20,12 @@ import numpy as np
 from google.protobuf import json_format
 
 from tritonrepo.configs import load_model_config
-from tritonrepo.files import EXPORTED_FILENAMES
+from tritonrepo.exported_runtime import RUNTIMES, OnnxRunner, TorchScriptRunner
+from tritonrepo.files import exported_file
 from tritonrepo.served_code import load_served_module
 
 TOKENIZER_MODEL = "text_tokenizer"
 PREPROCESS_MODEL = "image_preprocess"
-RUNTIMES = ("onnxruntime", "torchscript")
 PIPELINES = ("text", "image")
 
 
@@ -38,10 +38,10 @@ def parameters(repository: Path, model: str) -> dict[str, str]:
     return {key: value.string_value for key, value in config.parameters.items()}
 
 
-def exported_file(repository: Path, model: str, runtime: str) -> Path:
-    if runtime not in RUNTIMES:
-        raise ValueError(f"runtime must be one of {RUNTIMES}, got {runtime!r}")
-    path = Path(repository) / model / "1" / EXPORTED_FILENAMES[runtime]
+def served_file(repository: Path, model: str) -> Path:
+    """The exported file ``model`` of ``repository`` serves (:func:`tritonrepo.files.exported_file` of its
+    config); an error naming the export that writes it where it is missing."""
+    path = exported_file(Path(repository) / model, load_model_config(Path(repository) / model))
     if not path.is_file():
         raise PipelineError(f"{path} is missing; run `python -m export` first")
     return path
@@ -69,12 +69,17 @@ class ExportedModel:
 
     @property
     def file(self) -> Path:
-        return exported_file(self.repository, self.model, self.runtime)
+        return served_file(self.repository, self.model)
 
 
-class EncoderRunner:
-    """One exported file run by onnxruntime or torch.jit with a fixed number of intra-op threads, on the
-    machine's GPU where there is one (as the local server's runner does), else on the CPU."""
+class ExportedEncoder:
+    """An exported encoder (text or image) called with its inputs in the file's order; returns its first
+    output. The file runs in :mod:`tritonrepo.exported_runtime`, the runtime code of the local server's
+    runner, with ``threads`` intra-op threads, on the machine's GPU where there is one, else on the CPU.
+
+    ``optimized_execution`` off is the libtorch backend's ``DISABLE_OPTIMIZED_EXECUTION``: TorchScript runs
+    without optimized execution and without the profiling executor; on, the process's setting stays.
+    """
 
     def __init__(
         self,
@@ -82,49 +87,23 @@ class EncoderRunner:
         *,
         runtime: str,
         threads: int,
-        profile_prefix: str | None = None,
         optimized_execution: bool = True,
     ) -> None:
-        self.runtime = runtime
-        self.threads = threads
-        self.optimized_execution = optimized_execution
+        self.runner: OnnxRunner | TorchScriptRunner
         if runtime == "onnxruntime":
-            import onnxruntime as ort
-
-            options = ort.SessionOptions()
-            options.intra_op_num_threads = threads
-            options.inter_op_num_threads = 1
-            if profile_prefix:
-                options.enable_profiling = True
-                options.profile_file_prefix = profile_prefix
-            cuda = "CUDAExecutionProvider" in ort.get_available_providers()
-            providers = (
-                ["CUDAExecutionProvider", "CPUExecutionProvider"] if cuda else ["CPUExecutionProvider"]
+            self.runner = OnnxRunner(path, threads=threads)
+        elif runtime == "torchscript":
+            self.runner = TorchScriptRunner(
+                path,
+                threads=threads,
+                optimized=optimized_execution,
+                profiling=None if optimized_execution else False,
             )
-            self.device = "cuda" if cuda else "cpu"
-            self.session = ort.InferenceSession(str(path), options, providers=providers)
-            self.input_names = [i.name for i in self.session.get_inputs()]
         else:
-            import torch
-
-            if not optimized_execution:  # as the libtorch backend does for DISABLE_OPTIMIZED_EXECUTION
-                torch._C._jit_set_profiling_mode(False)
-            self.torch = torch
-            self.device = "cuda" if torch.cuda.is_available() else "cpu"
-            self.module = torch.jit.load(str(path), map_location=self.device).eval()
+            raise ValueError(f"runtime must be one of {RUNTIMES}, got {runtime!r}")
 
     def __call__(self, *arrays: np.ndarray) -> np.ndarray:
-        if self.runtime == "onnxruntime":
-            return self.session.run(None, dict(zip(self.input_names, arrays, strict=True)))[0]
-        # torch's thread count is process-wide (and OpenMP's is per calling thread): set it at each call, so
-        # runners of different counts, or in different threads, each run with their own.
-        if self.torch.get_num_threads() != self.threads:
-            self.torch.set_num_threads(self.threads)
-        with self.torch.inference_mode(), self.torch.jit.optimized_execution(self.optimized_execution):
-            tensors = (self.torch.from_numpy(np.ascontiguousarray(a)).to(self.device) for a in arrays)
-            result = self.module(*tensors)
-        result = result[0] if isinstance(result, (tuple, list)) else result
-        return result.cpu().numpy()
+        return self.runner.run(dict(zip(self.runner.input_names, arrays, strict=True)))[0]
 
 
 @dataclass(kw_only=True)
@@ -169,8 +148,8 @@ class TextPipeline:
     def __init__(self, repository: Path, *, encoder_model: str, runtime: str, threads: int) -> None:
         self.tokenize = TextTokenizer(repository)
         settings = parameters(repository, encoder_model)
-        self.encoder = EncoderRunner(
-            exported_file(repository, encoder_model, runtime),
+        self.encoder = ExportedEncoder(
+            served_file(repository, encoder_model),
             runtime=runtime,
             threads=threads,
             optimized_execution=settings.get("DISABLE_OPTIMIZED_EXECUTION", "false").lower() != "true",
@@ -201,8 +180,8 @@ class ImagePipeline:
         self, repository: Path, *, classifier_model: str, runtime: str, threads: int, top_k: int = 5
     ) -> None:
         self.preprocess = ImagePreprocessor(repository)
-        path = exported_file(repository, classifier_model, runtime)
-        self.classifier = EncoderRunner(path, runtime=runtime, threads=threads)
+        path = served_file(repository, classifier_model)
+        self.classifier = ExportedEncoder(path, runtime=runtime, threads=threads)
         self.top_k = top_k
 
     def __call__(self, images: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray]:

