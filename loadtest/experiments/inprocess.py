@@ -31,15 +31,9 @@ from typing import Any
 import numpy as np
 
 import samples
+from loadtest.baselines.pipelines import ExportedEncoder, ExportedModel, ImagePipeline, TextPipeline
 from loadtest.load import payloads
-from loadtest.load.pipelines import (
-    ExportedEncoder,
-    ExportedModel,
-    ImagePipeline,
-    ImagePreprocessor,
-    TextPipeline,
-    TextTokenizer,
-)
+from loadtest.load.preprocessing import ImagePreprocessor, TextTokenizer
 
 logger = logging.getLogger(__name__)
 

@@ -15,13 +15,15 @@ from typing import Any
 import samples
 from export import image as export_image
 from export import precision
+from loadtest.baselines import workers
+from loadtest.baselines.pipelines import ExportedModel, served_file
 from loadtest.experiments import clients as client_experiments
 from loadtest.experiments import inprocess, minimal, profiling, registry
 from loadtest.experiments.served import PerfSession, arms_experiment, sweeps
-from loadtest.load import environment, payloads, workers
+from loadtest.load import environment, payloads
 from loadtest.load.locust_run import LocustRun, run_locust
 from loadtest.load.perf import PerfSettings
-from loadtest.load.pipelines import ExportedModel
+from loadtest.load.preprocessing import tokenizer_file
 from tritonlocal import LocalTritonServer, ServerConfig
 from tritonrepo.configs import exported_step, load_repository, pipeline_steps
 from tritonrepo.errors import RepositoryError
@@ -366,8 +368,8 @@ def _served_experiments(
         "minimal": lambda: minimal.compare(
             triton_http_url=server.http_url,
             model=TEXT_MODEL,
-            encoder_file=minimal.served_file(source, text_encoder_of(source)),
-            tokenizer_file=minimal.tokenizer_file(source),
+            encoder_file=served_file(source, text_encoder_of(source)),
+            tokenizer_file=tokenizer_file(source),
             threads=cores,
             concurrencies=list(plan.minimal_concurrency),
             requests=plan.minimal_requests,

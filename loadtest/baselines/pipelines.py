@@ -1,41 +1,29 @@
 """The served pipelines run in-process, with no server: the same files, the same code, the same settings.
 
-- :class:`TextPipeline`: tokenise with text_tokenizer's tokenizer.json and ``max_length``, hand the
-  exported encoder (onnxruntime or torch.jit) the ragged batch Triton would (every text's ids back to
-  back and each text's length); the encoder pools and normalises.
-- :class:`ImagePipeline`: decode/resize/crop/normalise with image_preprocess's own ``model.py`` code and
-  settings, run the exported classifier, softmax and top-k.
+- :class:`TextPipeline`: tokenise as text_tokenizer does, hand the exported encoder the ragged batch
+  Triton would; the encoder pools and normalises.
+- :class:`ImagePipeline`: image_preprocess's own code and settings, the exported classifier, softmax
+  and top-k.
 
-Everything is read from the model repository (configs and model code), so nothing is restated here.
+The first steps come from :mod:`loadtest.load.preprocessing`; the exported files run in
+:mod:`tritonrepo.exported_runtime`, the runtime code of the local server's runner. Everything is read
+from the model repository (configs and model code), so nothing is restated here.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from google.protobuf import json_format
 
+from loadtest.load.preprocessing import ImagePreprocessor, PipelineError, TextTokenizer, parameters
 from tritonrepo.configs import load_model_config
 from tritonrepo.exported_runtime import RUNTIMES, OnnxRunner, TorchScriptRunner
 from tritonrepo.files import exported_file
-from tritonrepo.served_code import load_served_module
 
-TOKENIZER_MODEL = "text_tokenizer"
-PREPROCESS_MODEL = "image_preprocess"
 PIPELINES = ("text", "image")
-
-
-class PipelineError(Exception):
-    """An exported file or a piece of served code is missing."""
-
-
-def parameters(repository: Path, model: str) -> dict[str, str]:
-    config = load_model_config(Path(repository) / model)
-    return {key: value.string_value for key, value in config.parameters.items()}
 
 
 def served_file(repository: Path, model: str) -> Path:
@@ -106,42 +94,6 @@ class ExportedEncoder:
         return self.runner.run(dict(zip(self.runner.input_names, arrays, strict=True)))[0]
 
 
-@dataclass(kw_only=True)
-class Tokens:
-    """A ragged batch as Triton hands it to the encoder: ids [T] int64 back to back, lengths [B] int32."""
-
-    input_ids: np.ndarray
-    item_lengths: np.ndarray
-
-    @property
-    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        return self.input_ids, self.item_lengths
-
-
-class TextTokenizer:
-    """text_tokenizer's tokenisation, from its tokenizer file and ``max_length`` parameter."""
-
-    def __init__(self, repository: Path) -> None:
-        from tokenizers import Tokenizer
-
-        params = parameters(repository, TOKENIZER_MODEL)
-        path = Path(repository) / TOKENIZER_MODEL / "1" / params["tokenizer_file"]
-        if not path.is_file():
-            raise PipelineError(f"{path} is missing; run `python -m export` first")
-        self.max_length = int(params["max_length"])
-        self.tokenizer = Tokenizer.from_file(str(path))
-        self.tokenizer.no_padding()
-        self.tokenizer.enable_truncation(max_length=self.max_length)
-
-    def lengths(self, texts: Sequence[str]) -> list[int]:
-        return [len(e.ids) for e in self.tokenizer.encode_batch(list(texts))]
-
-    def __call__(self, texts: Sequence[str]) -> Tokens:
-        encodings = self.tokenizer.encode_batch(list(texts))
-        ids = np.fromiter((t for e in encodings for t in e.ids), dtype=np.int64)
-        return Tokens(input_ids=ids, item_lengths=np.array([len(e.ids) for e in encodings], dtype=np.int32))
-
-
 class TextPipeline:
     """Texts -> unit-length sentence embeddings, one ragged batch per call."""
 
@@ -157,20 +109,6 @@ class TextPipeline:
 
     def __call__(self, texts: Sequence[str]) -> np.ndarray:
         return self.encoder(*self.tokenize(texts).arrays)
-
-
-class ImagePreprocessor:
-    """image_preprocess's decode/resize/crop/normalise, with its config's settings."""
-
-    def __init__(self, repository: Path) -> None:
-        path = Path(repository) / PREPROCESS_MODEL / "1" / "model.py"
-        self.module = load_served_module(path, name="_served_image_preprocess_code")
-        config = load_model_config(Path(repository) / PREPROCESS_MODEL)
-        as_json = json.loads(json_format.MessageToJson(config, preserving_proto_field_name=True))
-        self.settings = self.module.PreprocessSettings.from_model_config(as_json)
-
-    def __call__(self, images: Sequence[bytes]) -> np.ndarray:
-        return self.module.preprocess(list(images), self.settings)
 
 
 class ImagePipeline:

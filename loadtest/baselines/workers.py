@@ -30,7 +30,7 @@ class WorkerResult:
 def classify_shard(repository: str, model: str, runtime: str, threads: int, images: list[bytes]) -> dict:
     """Runs in a worker process: load everything, then classify ``images`` one by one."""
     started_cpu, started = time.process_time(), time.perf_counter()
-    from loadtest.load.pipelines import ImagePipeline  # imports count as loading: a job pays for them
+    from loadtest.baselines.pipelines import ImagePipeline  # imports count as loading: a job pays for them
 
     pipeline = ImagePipeline(Path(repository), classifier_model=model, runtime=runtime, threads=threads)
     loaded = time.perf_counter()
