@@ -19,7 +19,7 @@ import samples
 from export.gates import TEXT_MIN_BATCHED_VS_ALONE_COSINE
 from loadtest.baselines.pipelines import served_file
 from loadtest.experiments import minimal
-from loadtest.experiments.plan import TEXT_MODEL, text_encoder_of
+from loadtest.experiments.plans import TEXT_MODEL, text_encoder_of
 from loadtest.load.json_load import request_body, run_json_load
 from loadtest.load.preprocessing import tokenizer_file
 from tritonlocal import LocalTritonServer

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from loadtest.bench.run import BenchOptions, main
-from loadtest.experiments import plan as experiments_plan
+from loadtest.experiments import plans as experiments_plan
 from loadtest.report.records import ServedRun
 from tritonrepo.configs import load_repository, pipeline_steps
 from tritonrepo.errors import RepositoryError

@@ -588,18 +588,18 @@ def test_a_stage_runs_only_while_one_of_its_experiments_is_left_in() -> None:
 
 
 def test_an_experiment_that_writes_several_results_writes_each_and_a_failure_is_recorded() -> None:
-    from loadtest.experiments import plan, registry
+    from loadtest.experiments import registry, stages
 
     keys = registry.experiment("ragged").result_keys
     assert keys == ("ragged", "ragged_inprocess")
     result: dict = {}
-    plan._attempt(result, keys, lambda: {"ragged": [1], "ragged_inprocess": [2], "other": [3]})
+    stages._attempt(result, keys, lambda: {"ragged": [1], "ragged_inprocess": [2], "other": [3]})
     assert result == {"ragged": [1], "ragged_inprocess": [2]}
 
     def broken() -> dict:
         raise RuntimeError("server gone")
 
-    plan._attempt(result, ("minimal",), broken)
+    stages._attempt(result, ("minimal",), broken)
     assert result["experiment_errors"] == ["minimal: RuntimeError: server gone"]
 
 

@@ -2,7 +2,7 @@
 instances, measure, stop the server, then let Model Analyzer search queue delay and instances.
 
 Every experiment is a function of the running server; one that fails is recorded with its message and
-the next still runs, as in the CPU benchmark (:mod:`loadtest.experiments.plan`).
+the next still runs, as in the CPU benchmark (:mod:`loadtest.experiments.stages`).
 """
 
 from __future__ import annotations
