@@ -9,7 +9,6 @@ reports its own load time, run time and CPU time, so nothing is lost when it exi
 from __future__ import annotations
 
 import multiprocessing
-import resource
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -23,7 +22,6 @@ class WorkerResult:
     load_s: float
     run_s: float
     cpu_s: float
-    max_rss_mb: float
     top1: list[int] = field(default_factory=list)
 
 
@@ -41,7 +39,6 @@ def classify_shard(repository: str, model: str, runtime: str, threads: int, imag
         load_s=loaded - started,
         run_s=finished - loaded,
         cpu_s=time.process_time() - started_cpu,
-        max_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
         top1=top1,
     )
     return asdict(result)
