@@ -188,3 +188,25 @@ def test_a_torchscript_file_takes_its_feeds_in_the_order_given_or_in_forward_ord
     named = {"B__1": feeds["first"], "A__0": feeds["second"]}
     by_config = exported_runtime.TorchScriptRunner(path, threads=1, feed_order=["A__0", "B__1"])
     assert by_config.run(named)[0].tolist() == [-3.0]
+
+
+def test_the_torchscript_route_feeds_forward_in_libtorch_order_and_matches_the_reference(
+    runner_module, derived: Path
+) -> None:
+    config = load_model_config(derived / "minilm_torchscript")
+    model = runner_module.TritonPythonModel()
+    model.initialize(
+        {
+            "model_config": json.dumps(json_format.MessageToDict(config, preserving_proto_field_name=True)),
+            "model_repository": str(derived / "minilm_torchscript"),
+            "model_version": "1",
+        }
+    )
+    assert model.runner.input_names == ["INPUT_IDS__0", "ITEM_LENGTHS__1"]  # forward(input_ids, item_lengths)
+    model_dir = Path(get_model_path())
+    tokenizer = load_tokenizer(model_dir, max_length=256)
+    reference = reference_embeddings(load_encoder(model_dir), tokenizer, TEXTS)
+    responses = model.execute([_ids(tokenizer, [text]) for text in TEXTS])
+    got = np.concatenate([r.outputs["EMBEDDING__0"] for r in responses])
+    min_cosine = 0.99999 if precision.served_variant("minilm_torchscript") == "fp32" else TEXT_MIN_COSINE
+    assert (got * reference).sum(axis=1).min() >= min_cosine
