@@ -1,9 +1,11 @@
-"""Load tests and the benchmark: three layers that import only downwards, and three commands above them.
+"""Load tests and the benchmark: four layers that import only downwards, and three commands above them.
 
 Layers:
 
 - :mod:`loadtest.load`: load generators, payloads, and observers of the server and the machine;
-- :mod:`loadtest.experiments`: the experiments, their registry and each mode's plan;
+- :mod:`loadtest.baselines`: what the server is compared against (the pipelines in-process, worker
+  processes, the simplest alternative server), on the same exported files;
+- :mod:`loadtest.experiments`: the experiments, their registry, each mode's plan and the stages that run it;
 - :mod:`loadtest.report`: findings, tables and plots from a run's results.json.
 
 Commands, each a folder run with ``python -m``; none imports another:

@@ -6,6 +6,8 @@
 - :mod:`tritonrepo.served_code`: the helpers Python models link, and loading served code outside Triton.
 - :mod:`tritonrepo.derive`, :mod:`tritonrepo.local`: the local repository for the pip wheel's tritonserver,
   whose native models run in :mod:`tritonrepo.native_runner`.
+- :mod:`tritonrepo.exported_runtime`: onnxruntime and torch.jit sessions of the exported files, the one
+  runtime code of the native runner and of the benchmark's in-process baselines.
 - :mod:`tritonrepo.container_cpu`: the copy for NVIDIA's container on a CPU host.
 - :mod:`tritonrepo.cpu_overlay`: CPU settings a tuning adopted, applied by the derivations.
 - :mod:`tritonrepo.variants`: the benchmark's clones, each changing one field.

@@ -32,10 +32,12 @@ from tritonrepo.paths import REPOSITORY
 from tritonrepo.served_code import BATCHING_HELPER, PARAMETERS_HELPER
 from tritonrepo.warmup_samples import WARMUP_FOLDER
 
-# The model.py that serves an exported file in the Python backend: linked, with both helpers beside it,
-# into each native model's version folder of a derived repository. It lives here, not in the deployable
-# repository, because NVIDIA's container runs those models in their native backends.
+# The model.py that serves an exported file in the Python backend: linked, with the runtime it runs the
+# file in and both helpers beside it, into each native model's version folder of a derived repository. They
+# live here, not in the deployable repository, because NVIDIA's container runs those models in their
+# native backends.
 NATIVE_RUNNER = Path(__file__).with_name("native_runner.py")
+EXPORTED_RUNTIME = Path(__file__).with_name("exported_runtime.py")
 
 logger = logging.getLogger(__name__)
 
@@ -142,6 +144,7 @@ def write_local_model(entry: ModelEntry, folder: Path, config: ModelConfig, *, h
             _link(item, local_version / item.name)
         if entry.is_native:  # the runner is a Python model like the others, with the helpers beside it
             _link(NATIVE_RUNNER, local_version / "model.py")
+            _link(EXPORTED_RUNTIME, local_version / EXPORTED_RUNTIME.name)
             for helper in (BATCHING_HELPER, PARAMETERS_HELPER):
                 _link(triton_side_file(entry, helper), local_version / helper)
 

@@ -13,7 +13,9 @@ when one is present), feeding it what the native backend would:
 - each ``batch_input`` is computed from the requests' shapes as Triton's backends compute it
   (element counts, accumulated counts, item shapes).
 
-It batches through ``RequestBatcher`` (pybackend_batching.py) like every Python model: each request is
+The file runs in ``exported_runtime.py`` (tritonrepo/exported_runtime.py, linked beside this runner),
+the runtime code the benchmark's in-process baselines run the same files with. It batches through
+``RequestBatcher`` (pybackend_batching.py) like every Python model: each request is
 checked before it joins the batch (its inputs' datatypes, a non-empty ragged input, the value bounds the
 export recorded for an input: token ids inside the vocabulary), and a request that fails gets its own
 INVALID_ARGUMENT response naming the input while the rest of the batch runs. Inputs that are not
@@ -31,13 +33,15 @@ from __future__ import annotations
 
 import json
 import os
-from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
-from pybackend_batching import InvalidInput, RequestBatcher  # linked beside this runner by the derivation
+
+# Linked beside this runner by the derivation, with the two helpers below.
+from exported_runtime import OnnxRunner, TorchScriptRunner
+from pybackend_batching import InvalidInput, RequestBatcher
 from pybackend_parameters import ModelParameters
 
 
@@ -89,16 +93,16 @@ class TritonPythonModel:
         threads = _threads(parameters, config)
         feed_order = [i.name for i in self.inputs] + [b.target for b in self.batch_inputs]
         runtime = parameters.text("runtime")
-        self.runner: _OnnxRunner | _TorchScriptRunner
+        self.runner: OnnxRunner | TorchScriptRunner
         if runtime == "onnxruntime":
-            self.runner = _OnnxRunner(
+            self.runner = OnnxRunner(
                 path,
                 threads=threads,
                 outputs=self.outputs,
                 memory_pattern=parameters.flag("enable_mem_pattern", default=True),
             )
         elif runtime == "torchscript":
-            self.runner = _TorchScriptRunner(
+            self.runner = TorchScriptRunner(
                 path,
                 threads=threads,
                 instance_kind=args.get("model_instance_kind"),
@@ -217,59 +221,3 @@ def _libtorch_position(names: list[str]):
         return int(suffix) if suffix.isdigit() else names.index(name)
 
     return position
-
-
-class _OnnxRunner:
-    def __init__(self, path: Path, *, threads: int, outputs: list[str], memory_pattern: bool) -> None:
-        import onnxruntime as ort
-
-        options = ort.SessionOptions()
-        # The onnxruntime backend's enable_mem_pattern parameter: off, a new batch shape does not keep
-        # another planned allocation (bounded growth measured with many shapes, docs/deploy.md).
-        options.enable_mem_pattern = memory_pattern
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        available = ort.get_available_providers()
-        providers = [p for p in ("CUDAExecutionProvider", "CPUExecutionProvider") if p in available]
-        self.session = ort.InferenceSession(str(path), sess_options=options, providers=providers)
-        self.outputs = outputs
-
-    def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-        return list(self.session.run(self.outputs, feeds))
-
-
-class _TorchScriptRunner:
-    def __init__(
-        self,
-        path: Path,
-        *,
-        threads: int,
-        instance_kind: str | None,
-        feed_order: list[str],
-        optimized: bool,
-        profiling: bool,
-    ) -> None:
-        import torch
-
-        self.torch = torch
-        torch.set_num_threads(threads)
-        torch._C._jit_set_profiling_mode(profiling)  # the libtorch backend's ENABLE_JIT_PROFILING
-        use_gpu = torch.cuda.is_available() and instance_kind != "CPU"
-        self.device = torch.device("cuda" if use_gpu else "cpu")
-        self.module = torch.jit.load(str(path), map_location=self.device).eval()
-        self.feed_order = feed_order
-        self.optimized = optimized
-
-    def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-        torch = self.torch
-        execution: AbstractContextManager = (
-            nullcontext() if self.optimized else torch.jit.optimized_execution(False)
-        )
-        with torch.inference_mode(), execution:
-            tensors = (
-                torch.from_numpy(np.ascontiguousarray(feeds[name])).to(self.device)
-                for name in self.feed_order
-            )
-            result = self.module(*tensors)
-        results = result if isinstance(result, (tuple, list)) else (result,)
-        return [r.detach().cpu().numpy() for r in results]

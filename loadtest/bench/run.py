@@ -28,8 +28,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from loadtest.bench.results import write_results
-from loadtest.experiments import plan as experiments_plan
+from loadtest.experiments import plans as experiments_plan
 from loadtest.experiments import registry
+from loadtest.experiments import stages as experiment_stages
 from loadtest.load import environment
 from loadtest.report.markdown import write_report
 from tritonrepo.paths import BUILD, REPORTS, REPOSITORY, ROOT
@@ -164,10 +165,10 @@ def run(options: BenchOptions) -> Path:
     cores = os.cpu_count() or 1
     work = BUILD / "bench" / options.run_id
     stages = {
-        "served": lambda: experiments_plan.served_stage(plan, REPOSITORY, work, raw, cores, options.skip),
-        "central": lambda: experiments_plan.central_stage(plan, REPOSITORY, work, raw, cores),
-        "inprocess": lambda: experiments_plan.inprocess_stage(plan, REPOSITORY, cores),
-        "profile": lambda: experiments_plan.profile_stage(plan, REPOSITORY, raw, cores),
+        "served": lambda: experiment_stages.served_stage(plan, REPOSITORY, work, raw, cores, options.skip),
+        "central": lambda: experiment_stages.central_stage(plan, REPOSITORY, work, raw, cores),
+        "inprocess": lambda: experiment_stages.inprocess_stage(plan, REPOSITORY, cores),
+        "profile": lambda: experiment_stages.profile_stage(plan, REPOSITORY, raw, cores),
     }
     for name in registry.STAGES:  # a stage runs when any of its experiments is left in
         if registry.in_stage(name, options.skip):

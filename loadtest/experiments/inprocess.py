@@ -31,15 +31,9 @@ from typing import Any
 import numpy as np
 
 import samples
+from loadtest.baselines.pipelines import ExportedEncoder, ExportedModel, ImagePipeline, TextPipeline
 from loadtest.load import payloads
-from loadtest.load.pipelines import (
-    EncoderRunner,
-    ExportedModel,
-    ImagePipeline,
-    ImagePreprocessor,
-    TextPipeline,
-    TextTokenizer,
-)
+from loadtest.load.preprocessing import ImagePreprocessor, TextTokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -246,7 +240,7 @@ def same_length_texts(repository: Path, count: int = max(BATCH_COST_SIZES)) -> l
 def batch_cost(encoder: ExportedModel, *, repeats: int) -> BatchCost:
     """Forward pass only: a batch of 1 and of 32 of one shape (text: sentences of the corpus's most common
     length; images: one photograph repeated), median ms per call."""
-    runner = EncoderRunner(encoder.file, runtime=encoder.runtime, threads=encoder.threads)
+    runner = ExportedEncoder(encoder.file, runtime=encoder.runtime, threads=encoder.threads)
     batches: dict[int, tuple[np.ndarray, ...]]
     if encoder.pipeline == "text":
         tokenize = TextTokenizer(encoder.repository)

@@ -1,6 +1,6 @@
 """The `minimal` experiment: Triton against the simplest alternative, measured side by side in one run.
 
-The alternative (:mod:`loadtest.load.minimal_server`) answers one request at a time per process with the
+The alternative (:mod:`loadtest.baselines.minimal_server`) answers one request at a time per process with the
 same exported encoder file and runtime the text ensemble serves, and the same tokenizer; it is deployed
 as one process and as one worker process per core sharing a port (as a user would deploy it behind a
 pre-fork server). One closed-loop JSON load generator (:mod:`loadtest.load.json_load`) drives every arm
@@ -24,23 +24,8 @@ from pathlib import Path
 
 import samples
 from loadtest.load.json_load import run_json_load
-from tritonrepo.configs import load_repository
-from tritonrepo.files import exported_file
 
 READY_TIMEOUT_S = 120.0
-
-
-def served_file(repository: Path, encoder: str) -> Path:
-    entry = load_repository(repository)[encoder]
-    path = exported_file(entry.path, entry.config)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} is missing; run `python -m export` first")
-    return path
-
-
-def tokenizer_file(repository: Path) -> Path:
-    config = load_repository(repository)["text_tokenizer"].config
-    return Path(repository) / "text_tokenizer" / "1" / config.parameters["tokenizer_file"].string_value
 
 
 @contextlib.contextmanager
@@ -53,7 +38,7 @@ def running(
     command = [
         sys.executable,
         "-m",
-        "loadtest.load.minimal_server",
+        "loadtest.baselines.minimal_server",
         f"--model={encoder_file}",
         f"--tokenizer={tokenizer_file}",
         f"--name={model}",

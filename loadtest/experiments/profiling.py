@@ -22,8 +22,10 @@ from pathlib import Path
 import numpy as np
 
 import samples
+from loadtest.baselines.pipelines import ExportedEncoder, ExportedModel
 from loadtest.load import payloads
-from loadtest.load.pipelines import EncoderRunner, ExportedModel, ImagePreprocessor, TextTokenizer
+from loadtest.load.preprocessing import ImagePreprocessor, TextTokenizer
+from tritonrepo.exported_runtime import OnnxRunner
 
 
 @dataclass(kw_only=True)
@@ -71,16 +73,15 @@ def _profile_onnx(
     encoder: ExportedModel, inputs: list[np.ndarray], batch_size: int, *, runs: int, out_dir: Path, top_n: int
 ) -> ModelProfile:
     out_dir.mkdir(parents=True, exist_ok=True)
-    warm = EncoderRunner(encoder.file, runtime="onnxruntime", threads=encoder.threads)
+    warm = ExportedEncoder(encoder.file, runtime="onnxruntime", threads=encoder.threads)
     warm(*inputs)
     with tempfile.TemporaryDirectory() as tmp:
         prefix = str(Path(tmp) / encoder.model)
-        runner = EncoderRunner(
-            encoder.file, runtime="onnxruntime", threads=encoder.threads, profile_prefix=prefix
-        )
-        runner(*inputs)  # the profiled session's own first run (allocations) is dropped below
+        runner = OnnxRunner(encoder.file, threads=encoder.threads, profile_prefix=prefix)
+        feeds = dict(zip(runner.input_names, inputs, strict=True))
+        runner.run(feeds)  # the profiled session's own first run (allocations) is dropped below
         for _ in range(runs):
-            runner(*inputs)
+            runner.run(feeds)
         trace = Path(runner.session.end_profiling()).read_bytes()
     # One event per node and run: megabytes for a quantized graph, a tenth of that compressed (Perfetto and
     # chrome://tracing open the .json.gz as it is).
@@ -138,7 +139,7 @@ def _profile_torch(
 ) -> ModelProfile:
     from torch.profiler import ProfilerActivity, profile
 
-    runner = EncoderRunner(encoder.file, runtime="torchscript", threads=encoder.threads)
+    runner = ExportedEncoder(encoder.file, runtime="torchscript", threads=encoder.threads)
     for _ in range(3):  # torch.jit specialises and optimises the graph over its first runs
         runner(*inputs)
     with profile(activities=[ProfilerActivity.CPU]) as profiler:

@@ -1,6 +1,6 @@
 """A closed-loop HTTP load generator speaking the KServe v2 JSON protocol, for any server that does.
 
-Used where perf_analyzer cannot go: the simplest alternative (:mod:`loadtest.load.minimal_server`)
+Used where perf_analyzer cannot go: the simplest alternative (:mod:`loadtest.baselines.minimal_server`)
 answers the same JSON request as Triton, so one generator drives both and their figures compare.
 ``concurrency`` workers each send one request, wait for the answer, and send the next, cycling through
 ``texts``, until ``requests`` answers have come back. Connections are kept alive, as real clients do.

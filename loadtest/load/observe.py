@@ -3,8 +3,8 @@
 - :func:`statistics_snapshot` / :func:`statistics_delta`: every model's counters before and after a run
   (the statistics API through :class:`clients.TritonClient`); the difference gives each model's
   executions, average batch size and queue versus compute time for that run alone.
-- :class:`ProcessSampler`: a background thread sampling CPU time and resident memory of a set of
-  processes (a server with its Python-backend stubs, or a pool of workers) every ``interval_s``, each
+- :class:`ProcessSampler`: a background thread sampling CPU time and resident memory (:func:`rss_mb`) of
+  a set of processes (a server with its Python-backend stubs, or a pool of workers) every ``interval_s``, each
   process's CPU under a label (:func:`triton_process_label`: the model a stub serves), and the CPU the
   whole machine used meanwhile, so a run says where every core went: each model's stubs, the server
   process, everything outside it (the load generator among them) and idle time.
@@ -49,7 +49,8 @@ def statistics_delta(
 
 @dataclass(kw_only=True)
 class ProcessUsage:
-    """CPU seconds used and peak/mean resident memory of a group of processes during a run."""
+    """CPU seconds used and peak/mean resident memory (MB, :func:`rss_mb`) of a group of processes during
+    a run."""
 
     cpu_s: float = 0.0
     wall_s: float = 0.0
@@ -130,11 +131,17 @@ class ProcessSampler:
                         self._labels[process.pid] = self.label(process)
                     times = process.cpu_times()
                     self._cpu[process.pid] = times.user + times.system
-                    total_rss += process.memory_info().rss / 2**20
+                    total_rss += rss_mb(process)
                 self._seen.add(process.pid)
             except (psutil.NoSuchProcess, psutil.AccessDenied):
                 continue
         self._rss.append(total_rss)
+
+
+def rss_mb(process: psutil.Process) -> float:
+    """The resident memory of ``process`` in MB, 10**6 bytes: what every ``*_mb`` field and "MB" label of
+    the benchmark's and the soak's reports holds."""
+    return process.memory_info().rss / 1e6
 
 
 def process_tree(pid: int) -> Callable[[], list[psutil.Process]]:

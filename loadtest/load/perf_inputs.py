@@ -29,7 +29,7 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 import samples
 from loadtest.load import payloads
-from loadtest.load.pipelines import ImagePreprocessor, TextTokenizer
+from loadtest.load.preprocessing import ImagePreprocessor, TextTokenizer
 from tritonrepo.configs import load_model_config
 
 # Which real data a STRING input takes, by the name its config gives it.

@@ -7,8 +7,8 @@ import statistics
 from collections.abc import Callable
 from pathlib import Path
 
-from loadtest.experiments.registry import experiment
-from loadtest.report import findings, plots, ragged_section, rounds
+from loadtest.experiments.registry import TARGET_CONCURRENCY, experiment
+from loadtest.report import causes, figures, findings, plots, ragged_section, rounds
 from loadtest.report.records import INPROCESS_BEFORE_ARMS, ServedRun, inprocess_arm, model_stats, served_runs
 from loadtest.report.tables import PERF_HEADER, batches, image, perf_row, row_of, table
 
@@ -66,9 +66,9 @@ def _summary(r: dict) -> str:
     text = "## Targets: the text ensemble at concurrency 32\n\n" + table(
         ("target", "required", "measured", ""), rows
     )
-    causes = findings.causes(r)
-    if causes:
-        text += "\n\nWhat the measurements say about the cause:\n\n" + "\n".join(f"- {c}" for c in causes)
+    lines = causes.causes(r)
+    if lines:
+        text += "\n\nWhat the measurements say about the cause:\n\n" + "\n".join(f"- {c}" for c in lines)
     return text
 
 
@@ -89,8 +89,8 @@ INSTANCE_ARMS = (
 
 
 def _batching(r: dict, folder: Path) -> str:
-    models = sorted({p.model or findings.TEXT_MODEL for p in served_runs(r, "batching")})
-    measured = "text ensemble" if models in ([], [findings.TEXT_MODEL]) else ", ".join(models)
+    models = sorted({p.model or figures.TEXT_MODEL for p in served_runs(r, "batching")})
+    measured = "text ensemble" if models in ([], [figures.TEXT_MODEL]) else ", ".join(models)
     title = f"Dynamic batching on vs off ({measured})"
     return _arms_section(
         r, folder, "batching", title, BATCHING_ARMS, after_table=lambda points: _on_off_ratios(r, points)
@@ -101,7 +101,7 @@ def _on_off_ratios(r: dict, points: list[ServedRun]) -> str:
     """On / off at each concurrency, each arm's mean over its rounds."""
     ratios = []
     for c in sorted({p.perf.concurrency for p in points}):
-        on, off = findings.batching_arms(r, c)
+        on, off = figures.batching_arms(r, c)
         runs = min(on.runs, off.runs) if on and off else 0
         rate = (on.throughput_per_s if on else None), (off.throughput_per_s if off else None)
         ratios.append((c, runs, rounds.ratio_text(*rate)))
@@ -124,7 +124,7 @@ def _arms_section(
     points = served_runs(r, key)
     if not points:
         return ""
-    plot = plots.arms_against_concurrency(points, folder, f"{key}.png", plot_title, findings.TEXT_ENCODER)
+    plot = plots.arms_against_concurrency(points, folder, f"{key}.png", plot_title, figures.TEXT_ENCODER)
     return (
         experiment(key).heading
         + "\n\n"
@@ -210,7 +210,7 @@ def _inprocess(r: dict, folder: Path) -> str:
     if not points:
         return ""
     served = {}
-    target = findings.target_point(r)
+    target = figures.target_point(r)
     if target:
         served[f"served {target.served_model} c=32"] = target.perf.throughput_per_s
     plot = plots.inprocess_vs_served(points, served, folder)
@@ -218,8 +218,8 @@ def _inprocess(r: dict, folder: Path) -> str:
     rows = [row_of(INPROCESS_BEFORE_ARMS | p, *columns, "ms_per_batch") for p in points]
     # The same comparison as the target: the served file's runtime, the `ragged` experiment's shipped arm if
     # measured.
-    best = findings.best_inprocess(r, runtime=r.get("text_runtime", "onnxruntime"))
-    shipped = findings.shipped_arm(r, findings.TARGET_CONCURRENCY)
+    best = figures.best_inprocess(r, runtime=r.get("text_runtime", "onnxruntime"))
+    shipped = figures.shipped_arm(r, TARGET_CONCURRENCY)
     served_rate = shipped.throughput_per_s if shipped else (target.perf.throughput_per_s if target else None)
     share = (
         f"\n\nServed text ensemble at c=32: {served_rate:.1f}/s = "
@@ -229,7 +229,7 @@ def _inprocess(r: dict, folder: Path) -> str:
         + (
             " The target holds it to the in-process rounds of experiment `ragged`, measured between the "
             "served ones."
-            if findings.beside_inprocess(r)
+            if figures.beside_inprocess(r)
             else ""
         )
         if served_rate and best

@@ -10,6 +10,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402 - the backend must be chosen first
 from matplotlib.axes import Axes  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
 
 from loadtest.report.records import ArmSummary, ServedRun, inprocess_arm  # noqa: E402
 
@@ -97,17 +98,13 @@ def arms_against_concurrency(
         by_arm[f"{p.model}: {p.arm}" if several else p.arm].append(p)
     if not by_arm:
         return None
-    figure, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6.5), sharex=True)
+    figure, top, bottom = _throughput_over_batch(title, batch_model)
     for arm, rows in by_arm.items():
         rows.sort(key=lambda p: p.perf.concurrency)
         xs = [p.perf.concurrency for p in rows]
         top.plot(xs, [p.perf.throughput_per_s for p in rows], marker="o", label=arm)
         if batch_model:
             bottom.plot(xs, [_average_batch(p, batch_model) for p in rows], marker="s", label=arm)
-    top.set_ylabel("inferences / s")
-    top.set_title(title)
-    bottom.set_ylabel(f"average batch size\n({batch_model})")
-    bottom.set_xlabel("concurrency")
     for axis in (top, bottom):
         axis.set_xscale("log", base=2)
         axis.grid(alpha=0.3)
@@ -163,18 +160,25 @@ def arm_bars(rows: list[ArmSummary], folder: Path, name: str, title: str, batch_
         return None
     value = {(r.concurrency, r.arm): r for r in rows}
     width = 0.8 / len(arms)
-    figure, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6.5), sharex=True)
+    figure, top, bottom = _throughput_over_batch(title, batch_model)
     for index, arm in enumerate(arms):
         xs = [c + (index - (len(arms) - 1) / 2) * width for c in range(len(concurrencies))]
         found = [value.get((c, arm)) for c in concurrencies]
         top.bar(xs, [(f.throughput_per_s or 0) if f else 0 for f in found], width, label=arm)
         bottom.bar(xs, [(f.encoder_batch or 0) if f else 0 for f in found], width, label=arm)
-    top.set_ylabel("inferences / s")
-    top.set_title(title)
-    bottom.set_ylabel(f"average batch size\n({batch_model})")
-    bottom.set_xlabel("concurrency")
     bottom.set_xticks(range(len(concurrencies)), [str(c) for c in concurrencies])
     for axis in (top, bottom):
         axis.grid(alpha=0.3, axis="y")
         axis.legend(fontsize=8)
     return _save(figure, folder, name)
+
+
+def _throughput_over_batch(title: str, batch_model: str | None) -> tuple[Figure, Axes, Axes]:
+    """A figure of two panels sharing the concurrency axis: throughput above, ``batch_model``'s average
+    batch size below."""
+    figure, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6.5), sharex=True)
+    top.set_ylabel("inferences / s")
+    top.set_title(title)
+    bottom.set_ylabel(f"average batch size\n({batch_model})")
+    bottom.set_xlabel("concurrency")
+    return figure, top, bottom

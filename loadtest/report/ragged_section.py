@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from loadtest.experiments.registry import experiment
-from loadtest.report import findings, plots, rounds
+from loadtest.experiments.registry import TARGET_CONCURRENCY, experiment
+from loadtest.report import causes, figures, plots, rounds
 from loadtest.report.records import ArmSummary, served_runs
 from loadtest.report.tables import PERF_HEADER, image, perf_row, row_of, table
 
@@ -18,15 +18,15 @@ def section(r: dict, folder: Path) -> str:
     points = served_runs(r, "ragged")
     if not points:
         return ""
-    summary = findings.arm_summary(r, "ragged")
+    summary = figures.arm_summary(r, "ragged")
     plot = plots.arm_bars(
-        [s for s in summary if s.served_model.startswith(findings.TEXT_MODEL)],
+        [s for s in summary if s.served_model.startswith(figures.TEXT_MODEL)],
         folder,
         "ragged.png",
         "Ragged batching and precision, arm by arm (text ensemble)",
         "the encoder",
     )
-    line = " ".join(filter(None, (findings.ragged_line(r), findings.image_line(r))))
+    line = " ".join(filter(None, (causes.ragged_line(r), causes.image_line(r))))
     precision = r.get("precision_section") or ""
     return (
         experiment("ragged").heading + "\n\nThe text ensemble as shipped (the encoder takes a ragged "
@@ -87,7 +87,7 @@ def _arms_table(summary: list[ArmSummary]) -> str:
 
 def _beside_inprocess(r: dict) -> str:
     """The served text file in this process, run after each round of the text arms at c=32."""
-    cells = findings.beside_inprocess_cells(r)
+    cells = figures.beside_inprocess_cells(r)
     if not cells:
         return ""
     rows = [
@@ -101,10 +101,10 @@ def _beside_inprocess(r: dict) -> str:
         )
         for p in cells
     ]
-    shipped = findings.shipped_arm(r, findings.TARGET_CONCURRENCY)
-    best, _ = findings.inprocess_reference(r)
+    shipped = figures.shipped_arm(r, TARGET_CONCURRENCY)
+    best, _ = figures.inprocess_reference(r)
     share = (
-        f" Served as shipped at c={findings.TARGET_CONCURRENCY}: {shipped.throughput_per_s:.1f}/s, "
+        f" Served as shipped at c={TARGET_CONCURRENCY}: {shipped.throughput_per_s:.1f}/s, "
         f"{rounds.share_text(shipped.throughput_per_s / best['items_per_s'])} of the fastest of these "
         f"({best['items_per_s']:.1f}/s)."
         if shipped and best
@@ -112,7 +112,7 @@ def _beside_inprocess(r: dict) -> str:
     )
     return (
         "\n\nIn process between the served rounds: after each round of the text arms at "
-        f"c={findings.TARGET_CONCURRENCY}, the served text file (tokenise, forward, pool) in this process, "
+        f"c={TARGET_CONCURRENCY}, the served text file (tokenise, forward, pool) in this process, "
         "one single-thread pipeline per core as the server runs it, while the server idles; the figure "
         "served throughput is held to (experiment `inprocess` measures the same file in a later stage, "
         "after the server has stopped)."
@@ -151,10 +151,10 @@ def minimal_section(r: dict) -> str:
         "Triton / alternative",
         "by round",
     )
-    deployed = rounds.deployed_alternative(comparisons, findings.TARGET_CONCURRENCY)
+    deployed = rounds.deployed_alternative(comparisons, TARGET_CONCURRENCY)
     return (
         experiment("minimal").heading + "\n\nWhat a team writes first: an HTTP server (`python -m "
-        "loadtest.load.minimal_server`) that tokenises and runs the same exported encoder file with the "
+        "loadtest.baselines.minimal_server`) that tokenises and runs the same exported encoder file with the "
         "same runtime, one request at a time per process, no batching. It is measured as one process "
         "and as one worker process per core sharing one port (SO_REUSEPORT: the kernel spreads the "
         "connections, as a pre-fork web server deploys it), the cores' threads divided between the "

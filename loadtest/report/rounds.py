@@ -152,3 +152,8 @@ def up(value: float | None, digits: int = 0) -> float:
 def share_text(share: float | None) -> str:
     """A fraction held against a lower bound, as a percentage with one decimal, cut down."""
     return f"{down(share, 3):.1%}"
+
+
+def number_text(value: float | None, spec: str = ".2f") -> str:
+    """``value`` formatted with ``spec``, or "-" where it was not measured."""
+    return format(value, spec) if value is not None else "-"

@@ -10,6 +10,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402 - after choosing the non-interactive backend
 
+from loadtest.report.tables import table
 from loadtest.soak.config import SoakConfig
 from loadtest.soak.faults import phase_counts
 
@@ -24,9 +25,15 @@ def windows(rows: list[dict], sample_s: float) -> tuple[list[dict], list[dict]]:
     return soak[:size], soak[-size:]
 
 
-def growth(first: list[dict], last: list[dict], column: str) -> float:
+def means(first: list[dict], last: list[dict], column: str) -> tuple[float, float]:
+    """``column``'s mean over the first window and over the last."""
     before = statistics.mean(row.get(column, 0.0) for row in first)
     after = statistics.mean(row.get(column, 0.0) for row in last)
+    return before, after
+
+
+def growth(first: list[dict], last: list[dict], column: str) -> float:
+    before, after = means(first, last, column)
     return (after - before) / before if before else 0.0
 
 
@@ -56,14 +63,17 @@ def write_report(result: dict, config: SoakConfig, *, command: str) -> str:
         + ", ".join(f"{k} {v:.1f}/s" for k, v in result["rates"].items()),
         f"- machine: {result.get('machine', 'not recorded')}",
         "",
-        "| | first 2 min of the soak | last 2 min | change |",
-        "|---|---|---|---|",
-        _row("resident memory, all processes (MB)", first, last, "rss_total_mb"),
-        *(_row(f"resident memory, {c.split(':', 1)[1]} (MB)", first, last, c) for c in processes),
-        _row("image_classifier, images/s", first, last, "image_per_s"),
-        _row("text_embedder, texts/s", first, last, "text_per_s"),
-        _row("image_classifier p95 (ms)", first, last, "image_p95_ms"),
-        _row("text_embedder p95 (ms)", first, last, "text_p95_ms"),
+        table(
+            ("", "first 2 min of the soak", "last 2 min", "change"),
+            [
+                _row("resident memory, all processes (MB)", first, last, "rss_total_mb"),
+                *(_row(f"resident memory, {c.split(':', 1)[1]} (MB)", first, last, c) for c in processes),
+                _row("image_classifier, images/s", first, last, "image_per_s"),
+                _row("text_embedder, texts/s", first, last, "text_per_s"),
+                _row("image_classifier p95 (ms)", first, last, "image_p95_ms"),
+                _row("text_embedder p95 (ms)", first, last, "text_p95_ms"),
+            ],
+        ),
         "",
         f"Errors after warm-up: {errors}" + (f" ({_error_list(result)})" if errors else ""),
         "",
@@ -119,11 +129,10 @@ def plot(rows: list[dict], path: Path) -> None:
     plt.close(figure)
 
 
-def _row(label: str, first: list[dict], last: list[dict], column: str) -> str:
-    before = statistics.mean(row.get(column, 0.0) for row in first)
-    after = statistics.mean(row.get(column, 0.0) for row in last)
-    change = f"{(after - before) / before:+.1%}" if before else "-"
-    return f"| {label} | {before:.1f} | {after:.1f} | {change} |"
+def _row(label: str, first: list[dict], last: list[dict], column: str) -> tuple[str, str, str, str]:
+    before, after = means(first, last, column)
+    change = f"{growth(first, last, column):+.1%}" if before else "-"
+    return label, f"{before:.1f}", f"{after:.1f}", change
 
 
 def _error_list(result: dict) -> str:

@@ -38,6 +38,7 @@ import psutil
 from PIL import Image
 
 from clients.sync_client import TritonClient
+from loadtest.load.observe import rss_mb
 from loadtest.soak.config import SoakConfig
 from loadtest.soak.faults import FaultEvent, run_faults
 from samples import photograph_paths, sentences
@@ -173,17 +174,17 @@ class Pacer:
 
 
 def process_rss_mb(server_pid: int | None) -> dict[str, float]:
-    """Resident memory of the server and of each Python-backend stub (by instance name), in MB; nothing
-    while the server restarts (the fault phase)."""
+    """Resident memory of the server and of each Python-backend stub (by instance name), in MB
+    (:func:`~loadtest.load.observe.rss_mb`); nothing while the server restarts (the fault phase)."""
     try:
         if server_pid is None:
             return {}
-        rss = {"tritonserver": psutil.Process(server_pid).memory_info().rss / 1e6}
+        rss = {"tritonserver": rss_mb(psutil.Process(server_pid))}
     except psutil.NoSuchProcess:
         return {}
     for instance, pid in live_stubs(server_pid).items():
         with contextlib.suppress(psutil.Error):
-            rss[instance] = psutil.Process(pid).memory_info().rss / 1e6
+            rss[instance] = rss_mb(psutil.Process(pid))
     return rss
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from loadtest.experiments import plan as experiments_plan
+from loadtest.experiments import plans as experiments_plan
 from loadtest.experiments.served import PerfSession, sweeps
+from loadtest.experiments.stages import batching_experiment
 from loadtest.load.perf import PerfSettings
 from loadtest.report.records import ServedRun
 from tritonlocal import LocalTritonServer, ServerConfig
@@ -33,7 +34,7 @@ def test_batching_on_and_off_and_the_sweep_measure_the_named_model(tmp_path: Pat
     config = ServerConfig(model_repository=tmp_path / "served", exit_timeout_s=2, stop_timeout_s=10)
     with LocalTritonServer(config) as server:
         session = PerfSession.for_server(server, repository=SOURCE, raw=tmp_path, settings=SHORT)
-        batching = experiments_plan.batching_experiment(plan, session)
+        batching = batching_experiment(plan, session)
         swept = sweeps(
             session,
             models=list(plan.sweep_models),

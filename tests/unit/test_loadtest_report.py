@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from loadtest.load.perf import PerfPoint
-from loadtest.report import findings, ragged_section, rounds
+from loadtest.report import causes, figures, findings, ragged_section, rounds
 from loadtest.report.cpu import cpu_per_item
 from loadtest.report.markdown import write_report
 from loadtest.report.records import ServedRun, model_stats
@@ -352,7 +352,7 @@ def test_served_throughput_is_held_to_the_in_process_rounds_measured_between_the
         )
         for v in rates
     ]
-    best, where = findings.inprocess_reference(results)
+    best, where = figures.inprocess_reference(results)
     assert (best["order"], best["batch_size"], best["items_per_s"]) == ("arrival", 8, 190.0)
     assert where == "experiment `ragged`, median of 3 rounds between the served ones"
     share = next(v for v in findings.verdicts(results) if v.name.startswith("served vs in-process"))
@@ -365,7 +365,7 @@ def test_served_throughput_is_held_to_the_in_process_rounds_measured_between_the
     assert "| minilm_onnx | 2 x 1 thread | arrival | 8 | 150.0 / 230.0 / 190.0 | 190.0 |" in text
     # without those rounds (a record from before them), the `inprocess` experiment's best is the figure
     del results["ragged_inprocess"]
-    assert findings.inprocess_reference(results) == (
+    assert figures.inprocess_reference(results) == (
         next(p for p in results["inprocess"] if p["items_per_s"] == 200.0),
         "experiment `inprocess`",
     )
@@ -529,7 +529,7 @@ def test_sections_of_experiments_not_run_are_left_out(tmp_path: Path) -> None:
 
 def test_the_arm_summary_averages_the_rounds_of_each_arm(tmp_path: Path) -> None:
     results = recorded_results(served_c32=190.0)
-    rows = [r for r in findings.arm_summary(results, "ragged") if r.concurrency == 32]
+    rows = [r for r in figures.arm_summary(results, "ragged") if r.concurrency == 32]
     assert [(r.arm, r.runs, r.throughput_per_s, r.encoder_batch) for r in rows] == [
         ("previous: buckets, equal shapes, fp32", 2, 90.0, 1.5),
         ("ragged, bf16 (shipped)", 2, 190.0, 12.0),
@@ -537,10 +537,10 @@ def test_the_arm_summary_averages_the_rounds_of_each_arm(tmp_path: Path) -> None
         ("image, fp32", 2, 60.0, 6.0),
         ("image, int8 (shipped)", 2, 70.0, 6.0),
     ]
-    assert findings.image_line(results) == (
+    assert causes.image_line(results) == (
         "The image classifier served 70.0 img/s at c=32, its previous configuration 50.0: 1.40x."
     )
-    line = findings.ragged_line(results)
+    line = causes.ragged_line(results)
     assert line is not None and "190.0 req/s with encoder batches of 12.00" in line and "2.11x" in line
     text = _write(tmp_path, results)
     assert (
@@ -588,18 +588,18 @@ def test_a_stage_runs_only_while_one_of_its_experiments_is_left_in() -> None:
 
 
 def test_an_experiment_that_writes_several_results_writes_each_and_a_failure_is_recorded() -> None:
-    from loadtest.experiments import plan, registry
+    from loadtest.experiments import registry, stages
 
     keys = registry.experiment("ragged").result_keys
     assert keys == ("ragged", "ragged_inprocess")
     result: dict = {}
-    plan._attempt(result, keys, lambda: {"ragged": [1], "ragged_inprocess": [2], "other": [3]})
+    stages._attempt(result, keys, lambda: {"ragged": [1], "ragged_inprocess": [2], "other": [3]})
     assert result == {"ragged": [1], "ragged_inprocess": [2]}
 
     def broken() -> dict:
         raise RuntimeError("server gone")
 
-    plan._attempt(result, ("minimal",), broken)
+    stages._attempt(result, ("minimal",), broken)
     assert result["experiment_errors"] == ["minimal: RuntimeError: server gone"]
 
 
@@ -615,7 +615,7 @@ def test_the_causes_split_each_requests_cpu_by_process_and_set_the_models_rate_a
                 "efficientnet_lite0_onnx": 0.02,
             }
             point["machine_cpu_s"] = 11.0  # 0.5 s outside the server
-    lines = findings.causes(results)
+    lines = causes.causes(results)
     assert (
         "CPU per request in ms (text c=32, batching on): minilm_onnx 3.00, text_tokenizer 0.20, the server "
         "process 0.30, outside the server (the load generator, other processes) 0.17; 3.67 in all. At the "
@@ -656,7 +656,7 @@ def test_the_image_line_also_sets_the_shipped_classifier_against_the_previous_fi
     results["ragged"] += [
         _point("ragged", PAD_NODES_FILE_ARM, "image_classifier__padnodes", 32, 56.0, 6.0) for _ in range(2)
     ]
-    assert findings.image_line(results) == (
+    assert causes.image_line(results) == (
         "The image classifier served 70.0 img/s at c=32, its previous configuration 50.0: 1.40x; against the "
         "previous file alone behind today's batchers (56.0 img/s): 1.25x."
     )

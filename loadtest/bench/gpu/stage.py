@@ -2,7 +2,7 @@
 instances, measure, stop the server, then let Model Analyzer search queue delay and instances.
 
 Every experiment is a function of the running server; one that fails is recorded with its message and
-the next still runs, as in the CPU benchmark (:mod:`loadtest.experiments.plan`).
+the next still runs, as in the CPU benchmark (:mod:`loadtest.experiments.stages`).
 """
 
 from __future__ import annotations
@@ -16,11 +16,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from loadtest.baselines.pipelines import ExportedModel, served_file
 from loadtest.bench.gpu.plan import TEXT_MODEL, GpuPlan, encoder_of, variants
 from loadtest.experiments import inprocess, minimal
 from loadtest.experiments.served import PerfSession, ServedPoint, arms_experiment
 from loadtest.load import environment
-from loadtest.load.pipelines import ExportedModel
+from loadtest.load.preprocessing import tokenizer_file
 from tritonlocal import LocalTritonServer, ServerConfig
 from tritonrepo.configs import load_repository
 from tritonrepo.paths import PRECISION_RECORDS
@@ -132,8 +133,8 @@ def _experiments(
         "minimal": lambda: minimal.compare(
             triton_http_url=http_url,
             model=TEXT_MODEL,
-            encoder_file=minimal.served_file(repository, encoder_of(repository, "onnx")),
-            tokenizer_file=minimal.tokenizer_file(repository),
+            encoder_file=served_file(repository, encoder_of(repository, "onnx")),
+            tokenizer_file=tokenizer_file(repository),
             threads=os.cpu_count() or 1,
             concurrencies=list(plan.minimal_concurrency),
             requests=plan.minimal_requests,

@@ -9,7 +9,6 @@ reports its own load time, run time and CPU time, so nothing is lost when it exi
 from __future__ import annotations
 
 import multiprocessing
-import resource
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -23,14 +22,13 @@ class WorkerResult:
     load_s: float
     run_s: float
     cpu_s: float
-    max_rss_mb: float
     top1: list[int] = field(default_factory=list)
 
 
 def classify_shard(repository: str, model: str, runtime: str, threads: int, images: list[bytes]) -> dict:
     """Runs in a worker process: load everything, then classify ``images`` one by one."""
     started_cpu, started = time.process_time(), time.perf_counter()
-    from loadtest.load.pipelines import ImagePipeline  # imports count as loading: a job pays for them
+    from loadtest.baselines.pipelines import ImagePipeline  # imports count as loading: a job pays for them
 
     pipeline = ImagePipeline(Path(repository), classifier_model=model, runtime=runtime, threads=threads)
     loaded = time.perf_counter()
@@ -41,7 +39,6 @@ def classify_shard(repository: str, model: str, runtime: str, threads: int, imag
         load_s=loaded - started,
         run_s=finished - loaded,
         cpu_s=time.process_time() - started_cpu,
-        max_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
         top1=top1,
     )
     return asdict(result)

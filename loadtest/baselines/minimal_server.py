@@ -5,7 +5,7 @@ with its runtime, no batching and no queue. It answers the same KServe v2 JSON r
 takes (``POST /v2/models/<name>/infer`` with a BYTES ``TEXT`` input) with the same ``EMBEDDING``
 output, so one load generator drives both and the benchmark can say what Triton buys over it.
 
-``python -m loadtest.load.minimal_server --model model_repository/minilm_onnx/1/model.onnx
+``python -m loadtest.baselines.minimal_server --model model_repository/minilm_onnx/1/model.onnx
 --tokenizer model_repository/text_tokenizer/1/tokenizer.json --port 0`` prints the port it bound.
 Connections are handled by threads; inference runs under one lock, one request at a time. The runtime
 keeps its default thread pool (an intra-op thread per core, spinning between operators), its fastest
@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 from tokenizers import Tokenizer
 
-from loadtest.load.pipelines import EncoderRunner
+from loadtest.baselines.pipelines import ExportedEncoder
 
 logger = logging.getLogger(__name__)
 
@@ -37,9 +37,12 @@ Encoder = Callable[[np.ndarray, np.ndarray], np.ndarray]  # (ids [T] int64, leng
 
 def load_encoder(path: Path, *, threads: int) -> Encoder:
     """The exported ragged sentence encoder at ``path`` (.onnx with onnxruntime, .pt with torch.jit),
-    run as the served configuration runs it (the same runner as the in-process experiments)."""
+    run as the served configuration runs it: in the local server's runtime code, as the in-process
+    experiments run it."""
     runtime = "onnxruntime" if path.suffix == ".onnx" else "torchscript"
-    return EncoderRunner(path, runtime=runtime, threads=threads, optimized_execution=runtime == "onnxruntime")
+    return ExportedEncoder(
+        path, runtime=runtime, threads=threads, optimized_execution=runtime == "onnxruntime"
+    )
 
 
 def make_server(
@@ -144,7 +147,7 @@ class _Server(ThreadingHTTPServer):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m loadtest.load.minimal_server", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m loadtest.baselines.minimal_server", description=__doc__)
     parser.add_argument("--model", type=Path, required=True, help="exported encoder (.onnx or .pt)")
     parser.add_argument("--tokenizer", type=Path, required=True, help="tokenizer.json")
     parser.add_argument("--name", default="text_embedder", help="model name in the URL")

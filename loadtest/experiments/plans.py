@@ -1,0 +1,229 @@
+"""What each benchmark mode measures: its settings (:class:`Plan`, one per mode in :data:`PLANS`) and the
+served clones and arms each experiment compares.
+
+:mod:`loadtest.experiments.stages` runs them; which experiment runs in which stage is
+:mod:`loadtest.experiments.registry`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from export import precision
+from loadtest.baselines.pipelines import ExportedModel
+from loadtest.experiments import registry
+from loadtest.load.perf import PerfSettings
+from tritonrepo.configs import exported_step, load_repository, pipeline_steps
+from tritonrepo.errors import RepositoryError
+from tritonrepo.variants import Variant
+
+TEXT_MODEL, IMAGE_MODEL = "text_embedder", "image_classifier"
+TEXT_ENCODER, IMAGE_ENCODER = "minilm_onnx", "efficientnet_lite0_onnx"
+PUBLIC_MODELS = (
+    "l2_normalize",
+    "efficientnet_lite0_onnx",
+    "efficientnet_lite0_torchscript",
+    "minilm_onnx",
+    "minilm_torchscript",
+    "image_classifier",
+    "image_classifier_torchscript",
+    "text_embedder",
+    "text_embedder_torchscript",
+)
+EXPORTED = {  # exported model -> (runtime, pipeline) for the in-process and profiling experiments
+    "minilm_onnx": ("onnxruntime", "text"),
+    "minilm_torchscript": ("torchscript", "text"),
+    "efficientnet_lite0_onnx": ("onnxruntime", "image"),
+    "efficientnet_lite0_torchscript": ("torchscript", "image"),
+}
+NOBATCH, INSTANCE_SUFFIX = "__nobatch", "__x{}"
+TEXT_TOKENIZER, TEXT_TORCHSCRIPT_MODEL = "text_tokenizer", "text_embedder_torchscript"
+# The equal-shape baseline arm of the `ragged` experiment (the configuration without ragged batching):
+# the tokenizer pads each request to one of these lengths and the encoder's batcher merges equal shapes.
+EQUAL_SHAPE_BUCKETS = "8,16,24,32,48,64,96,128,256"
+# The `ragged` experiment runs the served text file in this process between its rounds at the targets'
+# concurrency, in batches of these sizes.
+RAGGED_INPROCESS_BATCHES = (8, 32)
+# The image baseline arm of the `ragged` experiment: the ONNX file with the exporter's Pad nodes (not
+# folded into its convolutions), behind batchers that wait for more requests on a CPU.
+PAD_NODES_AND_DELAYS_ARM = "previous (image): fp32 file with the exporter's Pad nodes, 1-2 ms queue delays"
+QUEUE_DELAY_IMAGE_BATCHERS = (
+    (IMAGE_ENCODER, "preferred_batch_size: [16, 32, 64] max_queue_delay_microseconds: 2000"),
+    ("image_preprocess", "max_queue_delay_microseconds: 1000"),
+    ("image_postprocess", "max_queue_delay_microseconds: 1000"),
+)
+
+
+@dataclass(kw_only=True, frozen=True)
+class Plan:
+    perf: PerfSettings
+    sweep_models: tuple[str, ...]
+    sweep_concurrency: tuple[int, ...]
+    # The ensembles the `batching` experiment measures with dynamic batching on and off.
+    batching_models: tuple[str, ...] = (TEXT_MODEL,)
+    batching_concurrency: tuple[int, ...] = (1, 8, 32, 64)
+    batching_rounds: int = 2
+    instance_counts: tuple[int, ...] = (1, 2, 4)
+    instance_concurrency: tuple[int, ...] = (32,)
+    instance_rounds: int = 2
+    ragged_concurrency: tuple[int, ...] = (1, 32)
+    ragged_rounds: int = 2
+    # Sentences the served text file runs in this process after each round of the `ragged` experiment's
+    # text arms at c=32: the figure served throughput is held to.
+    ragged_inprocess_texts: int = 512
+    minimal_concurrency: tuple[int, ...] = (1, 32)
+    minimal_requests: int = 600
+    # The alternative's rounds spread by a third at c=32 (onnxruntime's spinning thread pool, its fastest
+    # setting, against the Python server's threads): the median of five steadies the ratio; longer
+    # rounds did not (docs/benchmarks.md).
+    minimal_rounds: int = 5
+    protocols: tuple[str, ...] = ("http", "grpc")
+    client_texts: int = 200
+    client_in_flight: int = 32
+    client_rounds: int = 3
+    batch_cost_repeats: int = 9
+    locust_users: int = 8
+    locust_run_time_s: int = 15
+    locust_shapes: tuple[str, ...] = ("steady",)
+    central_images: int = 150
+    central_in_flight: int = 16
+    central_workers: int = 2
+    central_rounds: int = 3
+    inprocess_runtimes: tuple[str, ...] = ("onnxruntime",)
+    inprocess_batches: tuple[int, ...] = (1, 8, 32, 64)
+    inprocess_texts: int = 128
+    inprocess_images: int = 64
+    inprocess_rounds: int = 2
+    profile_runs: int = 3
+    profile_batch: int = 8
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+
+PLANS = {
+    "quick": Plan(
+        perf=PerfSettings(measurement_interval_ms=1500, max_trials=4, stability_percent=25, timeout_s=60),
+        sweep_models=(TEXT_MODEL, IMAGE_MODEL),
+        sweep_concurrency=(1, 8, 32),
+        notes=("quick mode: the ONNX ensembles only, 150 images for `central`, short windows",),
+    ),
+    "full": Plan(
+        perf=PerfSettings(measurement_interval_ms=3000, max_trials=6, stability_percent=15, timeout_s=150),
+        sweep_models=PUBLIC_MODELS,
+        sweep_concurrency=(1, 8, 32, 64),
+        instance_concurrency=(8, 32),
+        ragged_concurrency=(1, 8, 32),
+        minimal_requests=2000,
+        client_texts=1000,
+        batch_cost_repeats=15,
+        locust_users=16,
+        locust_run_time_s=40,
+        locust_shapes=("steady", "step", "spike"),
+        central_images=1000,
+        inprocess_runtimes=("onnxruntime", "torchscript"),
+        inprocess_texts=512,
+        inprocess_images=128,
+        inprocess_rounds=3,
+        profile_runs=10,
+    ),
+}
+
+
+def with_models(plan: Plan, models: tuple[str, ...], source: Path) -> Plan:
+    """``plan`` with its sweep and its `batching` experiment on ``models`` (any models of the repository
+    at ``source``; the `batching` experiment takes the ensembles among them) instead of its defaults."""
+    if not models:
+        return plan
+    repository = load_repository(source)
+    unknown = [m for m in models if m not in repository]
+    if unknown:
+        raise ValueError(
+            f"--models names models not in {source}: {', '.join(unknown)}; "
+            f"available: {', '.join(sorted(repository))}"
+        )
+    for model in models:
+        try:
+            pipeline_steps(repository, model)
+        except RepositoryError as e:
+            raise ValueError(f"--models {model}: {e}") from e
+    ensembles = tuple(m for m in models if repository[m].kind == "ensemble")
+    return replace(plan, sweep_models=models, batching_models=ensembles)
+
+
+def served_variants(plan: Plan, source: Path, previous_image: Path) -> list[Variant]:
+    variants = [Variant(model=m) for m in dict.fromkeys((*plan.sweep_models, TEXT_MODEL, IMAGE_MODEL))]
+    variants += [Variant(model=m, suffix=NOBATCH, batching=False) for m in plan.batching_models]
+    arms = ragged_arms(source) | image_arms(previous_image)
+    variants += [variant for variant, _ in arms.values()]
+    variants += [
+        Variant(model=TEXT_MODEL, suffix=INSTANCE_SUFFIX.format(n), instances=n) for n in plan.instance_counts
+    ]
+    return variants
+
+
+def ragged_arms(source: Path) -> dict[str, tuple[Variant, str]]:
+    """The `ragged` experiment: arm label -> (variant, served model). On the default route's encoder: the
+    previous configuration (its fp32 file behind length buckets, equal-shape batches: what text_embedder
+    served before), ragged batching alone (the fp32 file, ragged), the served precision alone (equal shapes),
+    and as shipped; then the TorchScript route as shipped. The fp32 file is the one the export keeps
+    beside its precision record (:mod:`export.precision`); where the served file is fp32 already, the
+    shipped file stands in for it and the arms that would repeat another are left out."""
+    encoder = text_encoder_of(source)
+    served = precision.served_variant(encoder)
+    fp32 = precision.kept_file(encoder, "fp32") if served != "fp32" else None
+    fp32_file = ((encoder, "model_filename", str(fp32.resolve())),) if fp32 is not None else ()
+    equal_shapes = ((TEXT_TOKENIZER, "length_buckets", EQUAL_SHAPE_BUCKETS),)
+    arms = {
+        "previous: fp32, buckets, equal shapes": Variant(
+            model=TEXT_MODEL, suffix="__previous", ragged=False, parameters=equal_shapes + fp32_file
+        ),
+    }
+    if fp32_file:
+        arms["fp32, ragged"] = Variant(model=TEXT_MODEL, suffix="__fp32", parameters=fp32_file)
+        arms[f"{served}, buckets, equal shapes"] = Variant(
+            model=TEXT_MODEL, suffix="__equalshapes", ragged=False, parameters=equal_shapes
+        )
+    arms[f"{served}, ragged (shipped)"] = Variant(model=TEXT_MODEL)
+    other = precision.served_variant(text_encoder_of(source, TEXT_TORCHSCRIPT_MODEL))
+    arms[f"TorchScript route, {other}, ragged"] = Variant(model=TEXT_TORCHSCRIPT_MODEL)
+    return {label: (variant, variant.served_name) for label, variant in arms.items()}
+
+
+def image_arms(previous_file: Path) -> dict[str, tuple[Variant, str]]:
+    """The `ragged` experiment, images: the previous configuration (``previous_file``, the fp32 file as
+    exported before its ``Pad`` nodes were folded into the convolutions, behind the batchers it was served
+    with), that file alone behind today's batchers, the clone serving the fp32 file where the export serves a
+    reduced precision, and as shipped."""
+    served = precision.served_variant(IMAGE_ENCODER)
+    previous = ((IMAGE_ENCODER, "model_filename", str(previous_file.resolve())),)
+    arms = {
+        PAD_NODES_AND_DELAYS_ARM: Variant(
+            model=IMAGE_MODEL, suffix="__previous", parameters=previous, batcher=QUEUE_DELAY_IMAGE_BATCHERS
+        ),
+        registry.PAD_NODES_FILE_ARM: Variant(model=IMAGE_MODEL, suffix="__padnodes", parameters=previous),
+    }
+    fp32 = precision.kept_file(IMAGE_ENCODER, "fp32") if served != "fp32" else None
+    if fp32 is not None:
+        arms["image, fp32"] = Variant(
+            model=IMAGE_MODEL,
+            suffix="__fp32",
+            parameters=((IMAGE_ENCODER, "model_filename", str(fp32.resolve())),),
+        )
+    arms[f"image, {served} (shipped)"] = Variant(model=IMAGE_MODEL)
+    return {label: (variant, variant.served_name) for label, variant in arms.items()}
+
+
+def text_encoder_of(source: Path, ensemble: str = TEXT_MODEL) -> str:
+    """The exported encoder a text ensemble calls (its step that is a native model)."""
+    return exported_step(load_repository(source), ensemble)
+
+
+def exported_models(source: Path, threads: int, runtime: str | None = None) -> list[ExportedModel]:
+    """The exported encoders (of ``runtime``, else all), text before image, as run in this process."""
+    return [
+        ExportedModel(
+            repository=source, model=model, runtime=model_runtime, pipeline=pipeline, threads=threads
+        )
+        for model, (model_runtime, pipeline) in EXPORTED.items()
+        if runtime in (None, model_runtime)
+    ]
