@@ -21,7 +21,7 @@ from pathlib import Path
 from google.protobuf import text_format
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from tritonlocal.errors import RepositoryError
+from tritonrepo.errors import RepositoryError
 
 FILENAME = "local_cpu.pbtxt"
 HEADER = (

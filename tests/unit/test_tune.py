@@ -8,10 +8,10 @@ import pytest
 from loadtest.tune.adopt import adopt
 from loadtest.tune.plan import SWEEPS, make_plan, model_config_parameters
 from loadtest.tune.results import Measurement, outcomes
-from tritonlocal.errors import RepositoryError
 from tritonrepo import cpu_overlay
 from tritonrepo.configs import load_repository
 from tritonrepo.derive import derive_local_config, derive_repository
+from tritonrepo.errors import RepositoryError
 
 REPOSITORY = Path(__file__).resolve().parents[2] / "model_repository"
 
