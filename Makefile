@@ -67,6 +67,7 @@ bench-full: $(EXPORTED) ## benchmark, full mode (about 45 min on 2 cores)
 	$(PY) -m loadtest.bench --mode full
 
 bench-gpu: $(STAMP) ## on a CUDA machine: export on the GPU, serve KIND_GPU, measure batching: reports/<run id>/
+	$(PY) -m loadtest.bench.gpu.preflight
 	$(PY) -m loadtest.bench --mode gpu
 
 tune: $(EXPORTED) ## Model Analyzer searches the local CPU configs under a p99 budget (~10 min): reports/tune-<time>/

@@ -148,10 +148,13 @@ def test_other_images_come_from_the_versions_file(raw_compose: dict, versions: d
         variable = raw_compose["services"][name]["image"]
         assert re.fullmatch(r"\$\{\w+_IMAGE:\?[^}]+\}", variable), f"{name}: {variable}"
         assert variable[2:].split(":")[0] in versions
-    assert raw_compose["services"]["export"]["build"]["args"]["PYTHON_IMAGE"].startswith("${PYTHON_IMAGE:?")
-    for name in ("locust-master", "locust-headless", "locust-worker"):  # built on the pinned Locust image
-        assert raw_compose["services"][name]["build"]["args"]["LOCUST_IMAGE"].startswith("${LOCUST_IMAGE:?")
-    assert "LOCUST_IMAGE" in versions
+    # The export, bench and Locust images are built on the one pinned Python image.
+    for name in ("export", "bench-gpu", "locust-master", "locust-headless", "locust-worker"):
+        assert raw_compose["services"][name]["build"]["args"]["PYTHON_IMAGE"].startswith("${PYTHON_IMAGE:?")
+    server_args = raw_compose["services"]["tritonserver"]["build"]["args"]
+    for name in ("TRITON_PYTHON", "TRITON_GLIBC"):  # what the Triton container is built on
+        assert server_args[name] == f"${{{name}:?run docker compose with --env-file deploy/versions.env}}"
+        assert name in versions
 
 
 def test_the_server_waits_for_the_export_and_is_health_checked_per_model(compose: dict) -> None:
@@ -182,13 +185,18 @@ def test_the_export_runs_on_a_reserved_gpu_with_the_cuda_builds_of_the_servers_r
         versions["EXPORT_ONNXRUNTIME_VERSION"],
     )
     assert "ONNXRUNTIME_PACKAGE" not in args and "TORCH_INDEX_URL" not in args, "the GPU build is the default"
+    assert export["build"]["target"] == "export", "the bench target adds the benchmark's environment"
     dockerfile = (ROOT / "deploy" / "export" / "Dockerfile").read_text()
-    assert "ARG ONNXRUNTIME_PACKAGE=onnxruntime-gpu" in dockerfile
-    # the lock is installed with torch pinned in the same resolver run: nothing in it may replace torch
-    lock_install = re.search(r"pip install --no-cache-dir -r /tmp/requirements.txt([^&]*)", dockerfile)
-    assert lock_install and '"torch==$TORCH_VERSION"' in lock_install[1]
-    assert '"$ONNXRUNTIME_PACKAGE==$ONNXRUNTIME_VERSION"' in lock_install[1]
-    assert 'CMD ["python", "-m", "export", "--served-on", "gpu"]' in dockerfile
+    assert dockerfile.count("ARG ONNXRUNTIME_PACKAGE=onnxruntime-gpu") == 2  # the export and bench stages
+    # each requirements install names torch and onnxruntime in the same resolver run: nothing may replace them
+    for requirements in ("/tmp/export-requirements.txt", "/tmp/bench-requirements.txt"):
+        install = re.search(
+            rf"pip install --no-cache-dir --only-binary=:all: -r {requirements}([^&]*)", dockerfile
+        )
+        assert install and '"torch==$TORCH_VERSION"' in install[1], requirements
+        assert '"$ONNXRUNTIME_PACKAGE==$ONNXRUNTIME_VERSION"' in install[1], requirements
+    export_stage = dockerfile[: dockerfile.index("FROM export AS bench")]
+    assert 'CMD ["python", "-m", "export", "--served-on", "gpu"]' in export_stage
     # torch's CUDA libraries come as wheels under the image's Python; onnxruntime-gpu finds them there.
     python = re.search(r"python:(\d+\.\d+)\.", versions["PYTHON_IMAGE"])
     assert python and f"/usr/local/lib/python{python[1]}/site-packages/nvidia" in dockerfile
@@ -287,9 +295,9 @@ def test_every_path_a_dockerfile_copies_exists_in_its_build_context(compose: dic
 
 
 def test_the_locust_image_has_everything_the_locustfile_imports(compose: dict, import_closure) -> None:
-    """The stock Locust image has Locust and its own dependencies only: every project package the
-    locustfile reaches is mounted, and every other distribution it imports is installed by
-    deploy/locust/Dockerfile at the version requirements.lock pins."""
+    """Every project package the locustfile reaches is mounted, and every distribution it imports is
+    installed by deploy/locust/Dockerfile at the version requirements.lock pins (the versions of its
+    dependencies: tests/unit/test_deploy_images_resolve.py)."""
     from importlib import metadata
 
     packages, third_party = import_closure("loadtest.load.locustfile")
@@ -301,20 +309,24 @@ def test_the_locust_image_has_everything_the_locustfile_imports(compose: dict, i
     locked = _pins(ROOT / "requirements.lock")
     distributions = metadata.packages_distributions()
     for module in sorted(third_party - set(sys.stdlib_module_names)):
-        (distribution,) = {d.lower() for d in distributions[module]}
-        assert distribution == "locust" or distribution in required, (
-            f"{module} ({distribution}) not installed"
-        )
+        (distribution,) = {_normalise(d) for d in distributions[module]}
+        assert distribution in required, f"{module} ({distribution}) not installed"
+    assert "locust" in required
     assert {name: locked[name] for name in required} == required, "pin the versions of requirements.lock"
     dockerfile = (ROOT / "deploy" / "locust" / "Dockerfile").read_text()
-    assert re.search(r"^FROM \$\{LOCUST_IMAGE\}$", dockerfile, re.M)
+    assert re.search(r"^FROM \$\{PYTHON_IMAGE\}$", dockerfile, re.M)
+    assert re.search(r'^ENTRYPOINT \["locust"\]$', dockerfile, re.M), "compose passes Locust's arguments only"
 
 
 def _pins(path: Path) -> dict[str, str]:
+    """A requirements file's pins as normalised name (extras dropped) -> version."""
     lines = [line.split("#")[0].strip() for line in path.read_text().splitlines()]
-    return {
-        name.lower(): version for name, _, version in (line.partition("==") for line in lines if "==" in line)
-    }
+    pairs = (line.partition("==") for line in lines if "==" in line)
+    return {_normalise(name.split("[")[0]): version for name, _, version in pairs}
+
+
+def _normalise(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def test_locust_points_at_the_projects_locustfile_in_both_profiles(compose: dict) -> None:
@@ -348,11 +360,7 @@ def test_the_cpu_override_drops_the_gpu_and_serves_the_cpu_variant(versions: dic
 
 def test_the_server_image_installs_every_package_the_python_models_import() -> None:
     requirements = ROOT / "deploy" / "tritonserver" / "requirements.txt"
-    pins = dict(
-        line.split("==")
-        for line in requirements.read_text().splitlines()
-        if line and not line.startswith("#")
-    )
+    pins = _pins(requirements)
     assert all(re.fullmatch(r"[\d.]+", v) for v in pins.values()), f"every package pinned with ==: {pins}"
     import_to_package = {"numpy": "numpy", "PIL": "pillow", "tokenizers": "tokenizers"}
     provided = {"triton_python_backend_utils", "__future__"}

@@ -12,10 +12,16 @@ ROOT = Path(__file__).resolve().parents[2]
 GUIDE = (ROOT / "docs" / "deploy.md").read_text()
 STEPS = (
     "Check that containers see the GPU",
+    "Write the secrets",
     "Build the images",
     "Export on this GPU",
     "Start the stack",
+    "Check that it serves",
+    "Put load on it",
+    "Measure batching on this GPU",
+    "Stop",
 )
+ENV_FILES = "--env-file deploy/versions.env --env-file deploy/secrets.env"
 
 
 def _paragraph_of(text: str, needle: str) -> str:
@@ -24,13 +30,49 @@ def _paragraph_of(text: str, needle: str) -> str:
     return text[text.rfind("\n\n", 0, start) : end]
 
 
+def _step(number: int) -> str:
+    """The text of a numbered step of section 2, its commands included."""
+    section = GUIDE[GUIDE.index("## 2. docker compose on a GPU host") :]
+    start = section.index(f"\n{number}. **")
+    end = section.find(f"\n{number + 1}. **", start)
+    return section[start : end if end != -1 else section.index("\n\n", start)]
+
+
+def _commands(text: str) -> list[str]:
+    """The lines of the sh blocks in ``text``."""
+    blocks = re.findall(r"```sh\n(.*?)```", text, re.S)
+    return [line.strip() for block in blocks for line in block.splitlines() if line.strip()]
+
+
 def test_the_guide_brings_a_gpu_host_up_in_the_order_a_person_runs_it() -> None:
-    positions = [GUIDE.index(f"**{step}**") for step in STEPS]
-    assert positions == sorted(positions)
-    export_step = _paragraph_of(GUIDE, "**Export on this GPU**")
-    assert "docker compose --env-file deploy/versions.env run --rm export" in export_step
+    for number, step in enumerate(STEPS, start=1):
+        assert _step(number).startswith(f"\n{number}. **{step}**"), f"step {number} is not {step!r}"
+    assert _commands(_step(4)) == [f"docker compose {ENV_FILES} run --rm export"]
+    assert _commands(_step(8)) == [f"docker compose {ENV_FILES} run --rm bench-gpu"]
     compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
     assert compose["services"]["export"]["deploy"]["resources"]["reservations"]["devices"], "it needs the GPU"
+
+
+def test_every_compose_command_of_the_guide_reads_the_versions_and_the_secrets() -> None:
+    """Compose reads every required variable of the file on every command, build and export included:
+    a command without the secrets fails with 'required variable TRITON_ADMIN_KEY is missing a value'."""
+    commands = [c for c in _commands(GUIDE) if c.startswith("docker compose")]
+    inline = re.findall(r"`(docker compose [^`]*)`", GUIDE)
+    assert len(commands) >= 8
+    for command in commands + [c for c in inline if "..." not in c and c != "docker compose version"]:
+        assert command.startswith(f"docker compose {ENV_FILES} "), command
+
+
+def test_the_secrets_step_writes_every_variable_compose_requires_beyond_the_versions() -> None:
+    compose = (ROOT / "docker-compose.yml").read_text()
+    required = set(re.findall(r"\$\{(\w+):\?", compose))
+    versions = (ROOT / "deploy" / "versions.env").read_text()
+    pinned = set(re.findall(r"^(\w+)=", versions, re.M))
+    (write,) = _commands(_step(2))
+    written = set(re.findall(r"([A-Z][A-Z_]+)=%s", write))
+    assert written == required - pinned, "compose would stop on the variables the step does not write"
+    assert write.startswith("test -f deploy/secrets.env ||"), "a second run keeps the secrets in use"
+    assert "umask 077" in write
 
 
 def test_the_guide_never_exports_for_the_cpu_into_a_gpu_deployment_nor_bakes_files_into_an_image() -> None:

