@@ -49,7 +49,7 @@ $(SERVING_STAMP):
 
 venv: $(STAMP) $(SERVING_STAMP) ## create .venv with the pinned dependencies and perf_analyzer, and build/serving-runtime (QUIET=1: pip quiet)
 
-system-tools: ## Debian's prometheus (with promtool) and nginx, for the monitoring and replica tests
+system-tools: ## Debian's prometheus (with promtool) and nginx, for the integration tests (needs root)
 	@{ command -v prometheus && command -v promtool && { command -v nginx || test -x /usr/sbin/nginx; }; } >/dev/null 2>&1 || \
 	  { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus nginx; }
 
@@ -68,10 +68,10 @@ demo: $(EXPORTED) ## main job: start a local tritonserver, send real requests, s
 test: $(EXPORTED) system-tools ## run the test suite against a real local tritonserver
 	$(PY) -m pytest
 
-test-unit: $(STAMP) $(SERVING_STAMP) system-tools ## tests that need no server
+test-unit: $(STAMP) $(SERVING_STAMP) ## tests that need no server and no system tool (no root)
 	$(PY) -m pytest tests/unit
 
-test-integration: $(EXPORTED) system-tools ## tests against the real server
+test-integration: $(EXPORTED) system-tools ## tests against the real server and the system tools
 	$(PY) -m pytest tests/integration
 
 bench: $(EXPORTED) ## benchmark, quick mode (~8 min on 2 cores): reports/<run id>/report.md

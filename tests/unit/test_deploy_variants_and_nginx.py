@@ -1,18 +1,15 @@
 """The CPU variant of the deployable repository, and the nginx configuration rendered for replicas.
 
-The rendered nginx configuration is checked by the real ``nginx -t`` (Debian's nginx package, installed
-by the Makefile's bootstrap); a missing nginx fails with that instruction instead of skipping.
+The real ``nginx -t`` checks the rendered configuration in tests/integration/test_deploy_system_tools.py.
 """
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from tritonlocal.replicas import LIMITS, TEMPLATE, render_nginx_config
+from tritonlocal.replicas import TEMPLATE, render_nginx_config
 from tritonrepo.configs import load_repository, parse_config
 from tritonrepo.container_cpu import THREAD_PARAMETERS, write_variant
 from tritonrepo.files import NATIVE_RUNTIMES
@@ -163,31 +160,3 @@ def test_an_unfilled_placeholder_is_reported() -> None:
             max_fails=1,
             fail_timeout_s=1,
         )
-
-
-def test_nginx_accepts_the_rendered_configuration(tmp_path: Path) -> None:
-    nginx = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
-    assert nginx, "nginx is missing: run the bootstrap (`apt-get install -y nginx`, see the Makefile)"
-    for sub in ("logs", "tmp"):
-        (tmp_path / sub).mkdir()
-    conf = tmp_path / "nginx.conf"
-    shutil.copyfile(TEMPLATE.parent / LIMITS, tmp_path / LIMITS)
-    conf.write_text(
-        render_nginx_config(
-            TEMPLATE.read_text(),
-            host="127.0.0.1",
-            http_port=18000,
-            grpc_port=18001,
-            http_backends=["127.0.0.1:1001"],
-            grpc_backends=["127.0.0.1:2001"],
-            max_fails=1,
-            fail_timeout_s=5,
-        )
-    )
-    result = subprocess.run(
-        [nginx, "-t", "-p", f"{tmp_path}/", "-e", str(tmp_path / "logs" / "error.log"), "-c", str(conf)],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    assert result.returncode == 0, result.stderr
