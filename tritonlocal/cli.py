@@ -57,31 +57,56 @@ def main(argv: list[str] | None = None) -> int:
         return next(code for kind, code in EXIT_CODES.items() if isinstance(e, kind))
 
 
+EXIT_CODES_HELP = (
+    "exit codes: 0 done (a server stopped by Ctrl-C included), 1 the server or a tool failed (its log's "
+    "tail is printed), 2 a usage error"
+)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="tritonlocal", description="Run a real tritonserver locally (no Docker)."
+        prog="tritonlocal",
+        description="Run a real tritonserver locally (no Docker).",
+        epilog=EXIT_CODES_HELP,
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    parser.add_argument("-v", "--verbose", action="store_true")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages too")
     sub = parser.add_subparsers(required=True)
     for add_command in (_add_serve, _add_install, _add_monitor, _add_replicas):
         add_command(sub)
     return parser
 
 
+def _command(sub: Any, name: str, help_text: str) -> argparse.ArgumentParser:
+    command: argparse.ArgumentParser = sub.add_parser(
+        name,
+        help=help_text,
+        description=help_text,
+        epilog=EXIT_CODES_HELP,
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    return command
+
+
+def _add_ports(command: argparse.ArgumentParser, *, metrics: bool = True, front: str = "") -> None:
+    command.add_argument("--http-port", type=int, default=8000, help=f"the {front}HTTP/REST port")
+    command.add_argument("--grpc-port", type=int, default=8001, help=f"the {front}gRPC port")
+    if metrics:
+        command.add_argument("--metrics-port", type=int, default=8002, help="the Prometheus metrics port")
+
+
 def _add_serve(sub: Any) -> None:
-    serve = sub.add_parser("serve", help="serve a model repository until interrupted")
-    serve.add_argument("--repository", type=Path, default=LOCAL_REPOSITORY)
+    serve = _command(sub, "serve", "serve a model repository until interrupted")
+    serve.add_argument("--repository", type=Path, default=LOCAL_REPOSITORY, help="the repository to serve")
     serve.add_argument(
         "--no-derive", action="store_true", help="do not re-derive build/local_repository first"
     )
-    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
-    serve.add_argument("--http-port", type=int, default=8000)
-    serve.add_argument("--grpc-port", type=int, default=8001)
-    serve.add_argument("--metrics-port", type=int, default=8002)
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (the default: loopback only)")
+    _add_ports(serve)
     serve.add_argument(
         "--admin-key",
         default=None,
-        help="key for the restricted repository/config/shm/logging/trace APIs (default: random per start)",
+        help="key for the restricted repository/config/shm/logging/trace APIs; None: random per start",
     )
     serve.add_argument(
         "--no-admin-key", action="store_true", help="leave those APIs open to anyone who reaches the port"
@@ -89,39 +114,46 @@ def _add_serve(sub: Any) -> None:
     serve.add_argument(
         "--allow-failed-models",
         action="store_true",
-        help="serve the models that load and name the ones that fail (default: fail fast on the first)",
+        help="serve the models that load and name the ones that fail (else: fail fast on the first)",
     )
-    serve.add_argument("--startup-timeout-s", type=float, default=180.0)
-    serve.add_argument("--log-path", type=Path, default=None)
+    serve.add_argument(
+        "--startup-timeout-s", type=float, default=180.0, help="how long the models may take to load"
+    )
+    serve.add_argument(
+        "--log-path",
+        type=Path,
+        default=None,
+        help="the server's log file; None: build/logs/tritonserver-<http port>.log",
+    )
     serve.set_defaults(handler=_serve)
 
 
 def _add_install(sub: Any) -> None:
-    install = sub.add_parser("install-perf-analyzer", help="unpack perf_analyzer into this environment")
-    install.add_argument("--force", action="store_true")
+    install = _command(sub, "install-perf-analyzer", "unpack perf_analyzer into this environment")
+    install.add_argument("--force", action="store_true", help="unpack it again even when it is there")
     install.set_defaults(handler=_install)
 
 
 def _add_monitor(sub: Any) -> None:
-    monitor = sub.add_parser(
-        "monitor", help="serve a repository with a local Prometheus beside it (loopback)"
-    )
+    monitor = _command(sub, "monitor", "serve a repository with a local Prometheus beside it (loopback)")
     monitor.add_argument(
-        "--repository", type=Path, default=None, help="default: derive build/local_repository"
+        "--repository",
+        type=Path,
+        default=None,
+        help="the repository to serve; None: derive build/local_repository",
     )
-    monitor.add_argument("--http-port", type=int, default=8000)
-    monitor.add_argument("--grpc-port", type=int, default=8001)
-    monitor.add_argument("--metrics-port", type=int, default=8002)
-    monitor.add_argument("--prometheus-port", type=int, default=9090)
+    _add_ports(monitor)
+    monitor.add_argument("--prometheus-port", type=int, default=9090, help="Prometheus's web port")
     monitor.set_defaults(handler=_monitor)
 
 
 def _add_replicas(sub: Any) -> None:
-    replicas = sub.add_parser("replicas", help="serve N local replicas behind nginx (loopback) until Ctrl-C")
-    replicas.add_argument("--repository", type=Path, default=LOCAL_REPOSITORY)
-    replicas.add_argument("--count", type=int, default=2)
-    replicas.add_argument("--http-port", type=int, default=8000)
-    replicas.add_argument("--grpc-port", type=int, default=8001)
+    replicas = _command(sub, "replicas", "serve N local replicas behind nginx (loopback) until Ctrl-C")
+    replicas.add_argument(
+        "--repository", type=Path, default=LOCAL_REPOSITORY, help="the repository each replica serves"
+    )
+    replicas.add_argument("--count", type=int, default=2, help="how many replicas")
+    _add_ports(replicas, metrics=False, front="nginx's ")
     replicas.set_defaults(handler=_replicas)
 
 

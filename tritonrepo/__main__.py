@@ -18,6 +18,7 @@ from tritonrepo.errors import RepositoryError
 from tritonrepo.paths import CPU_REPOSITORY, LOCAL_REPOSITORY, REPOSITORY
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
+EXIT_CODES = "Exit codes: 0 done, 1 the repository is malformed or a file is missing, 2 a usage error."
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,22 +37,30 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m tritonrepo",
         description="Write the repositories derived from the deployable one.",
-        epilog="Exit codes: 0 done, 1 the repository is malformed or a file is missing, 2 a usage error.",
+        epilog=EXIT_CODES,
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     sub = parser.add_subparsers(required=True)
     derive = sub.add_parser(
         "derive",
         help="write the local repository (Python-backend runners) for the pip wheel's tritonserver",
+        epilog=EXIT_CODES,
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     derive.add_argument("--source", type=Path, default=REPOSITORY, help="the deployable repository")
     derive.add_argument("--target", type=Path, default=LOCAL_REPOSITORY, help="where to write it")
-    derive.add_argument("--threads", type=int, default=None, help="intra-op threads per model instance")
+    derive.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="intra-op threads per model instance; None: an adopted tuning's, else the cores divided "
+        "between the instances",
+    )
     derive.set_defaults(handler=_derive)
     variant = sub.add_parser(
         "variant",
         help="copy the deployable repository for NVIDIA's container on another device (native backends)",
+        epilog=EXIT_CODES,
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     variant.add_argument("--kind", choices=KINDS, default="cpu", help="the device it will serve on")

@@ -56,23 +56,42 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m clients.batch",
         description=__doc__.split("\n\n")[0],
-        epilog="exit codes: 0 all done, 1 failures or inputs left, 2 usage, 3 server unreachable",
+        epilog="exit codes: 0 all done, 1 failures or inputs left, 2 usage, 3 server unreachable, "
+        "130 interrupted (run the same command again to resume)",
     )
     source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--images", metavar="FOLDER_OR_GLOB", help="a folder of images or a glob pattern")
-    source.add_argument("--texts", type=Path, metavar="FILE", help="a UTF-8 file, one text per line")
-    parser.add_argument("--output", type=Path, required=True, help="JSON-lines results (appended; resumable)")
+    source.add_argument(
+        "--images",
+        metavar="FOLDER_OR_GLOB",
+        help="a folder of images or a glob pattern (this or --texts is required)",
+    )
+    source.add_argument(
+        "--texts",
+        type=Path,
+        metavar="FILE",
+        help="a UTF-8 file, one text per line (this or --images is required)",
+    )
+    parser.add_argument(
+        "--output", type=Path, required=True, help="JSON-lines results, appended; resumable (required)"
+    )
     parser.add_argument(
         "--url",
         default=os.environ.get("TRITON_URL", DEFAULT_URL),
         help="http://host:port or grpc://host:port (default: $TRITON_URL or %(default)s)",
     )
-    parser.add_argument("--protocol", choices=["http", "grpc"], default=None)
-    parser.add_argument("--model", default=None, help="default: image_classifier or text_embedder")
+    parser.add_argument(
+        "--protocol",
+        choices=["http", "grpc"],
+        default=None,
+        help="for a --url without scheme (default: http)",
+    )
+    parser.add_argument(
+        "--model", default=None, help="the model to call (default: image_classifier or text_embedder)"
+    )
     parser.add_argument(
         "--in-flight", type=int, default=16, help="requests outstanding at once (default: 16)"
     )
-    parser.add_argument("--timeout-s", type=float, default=30.0)
+    parser.add_argument("--timeout-s", type=float, default=30.0, help="per request (default: %(default)s)")
     parser.add_argument(
         "--retry-deadline-s",
         type=float,
@@ -83,13 +102,28 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--attempts", type=int, default=None, help="also cap the tries per request (default: none)"
     )
-    parser.add_argument("--top-k", type=int, default=None)
-    parser.add_argument("--limit", type=int, default=None, help="process at most N pending inputs, then stop")
-    parser.add_argument("--header", action="append", default=[], metavar="KEY=VALUE")
+    _add_output_options(parser)
+    return parser
+
+
+def _add_output_options(parser: argparse.ArgumentParser) -> None:
+    """What the job keeps of each answer and what it prints."""
+    parser.add_argument(
+        "--top-k", type=int, default=None, help="classes per image (default: every class the model returns)"
+    )
+    parser.add_argument(
+        "--limit", type=int, default=None, help="process at most N pending inputs, then stop (default: all)"
+    )
+    parser.add_argument(
+        "--header",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra header on every request, repeatable (default: none)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar or progress lines")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
-    parser.add_argument("-v", "--verbose", action="store_true")
-    return parser
+    parser.add_argument("-v", "--verbose", action="store_true", help="log retries and fallbacks too")
 
 
 def render(summary: JobSummary, output: Path) -> str:

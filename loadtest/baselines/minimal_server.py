@@ -147,9 +147,26 @@ class _Server(ThreadingHTTPServer):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m loadtest.baselines.minimal_server", description=__doc__)
-    parser.add_argument("--model", type=Path, required=True, help="exported encoder (.onnx or .pt)")
-    parser.add_argument("--tokenizer", type=Path, required=True, help="tokenizer.json")
+    parser = argparse.ArgumentParser(
+        prog="python -m loadtest.baselines.minimal_server",
+        description=__doc__,
+        epilog="exit codes: 0 stopped by Ctrl-C, 1 the model or the port could not be used, 2 a usage error",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument(
+        "--model",
+        type=Path,
+        required=True,
+        default=argparse.SUPPRESS,
+        help="exported encoder, .onnx or .pt (required)",
+    )
+    parser.add_argument(
+        "--tokenizer",
+        type=Path,
+        required=True,
+        default=argparse.SUPPRESS,
+        help="its tokenizer.json (required)",
+    )
     parser.add_argument("--name", default="text_embedder", help="model name in the URL")
     parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (0: any free port)")
     parser.add_argument("--threads", type=int, default=2, help="intra-op threads of the runtime")

@@ -19,19 +19,23 @@ with it for the cores. Which experiment runs in which stage: :mod:`loadtest.expe
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from loadtest.bench.progress import BenchProgress, expected_stage_s
 from loadtest.bench.results import write_results
-from loadtest.experiments import plans as experiments_plan
-from loadtest.experiments import registry
+from loadtest.experiments import plans, registry
 from loadtest.experiments import stages as experiment_stages
+from loadtest.experiments.plans import Plan
 from loadtest.load import environment
+from loadtest.progress import Progress
 from loadtest.report.markdown import write_report
 from tritonrepo.paths import BUILD, REPORTS, REPOSITORY, ROOT
 
@@ -49,9 +53,9 @@ class BenchOptions:
     models: tuple[str, ...] = ()  # the sweep's and `batching`'s models instead of the plan's
 
     def __post_init__(self) -> None:
-        if self.mode not in experiments_plan.PLANS:
-            raise ValueError(f"mode must be one of {', '.join(experiments_plan.PLANS)}, got {self.mode!r}")
-        experiments_plan.with_models(experiments_plan.PLANS[self.mode], self.models, REPOSITORY)
+        if self.mode not in plans.PLANS:
+            raise ValueError(f"mode must be one of {', '.join(plans.PLANS)}, got {self.mode!r}")
+        plans.with_models(plans.PLANS[self.mode], self.models, REPOSITORY)
         unknown = set(self.skip) - set(registry.KEYS)
         if unknown:
             raise ValueError(
@@ -59,38 +63,65 @@ class BenchOptions:
             )
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m loadtest.bench", description=__doc__.splitlines()[0])
-    parser.add_argument("--mode", choices=sorted((*experiments_plan.PLANS, GPU_MODE)), default="quick")
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_CODES = (
+    "exit codes: 0 every stage and experiment ran, 1 one failed (the report names it; the others' "
+    "results are still written) or the run could not start, 2 a usage error"
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m loadtest.bench",
+        description=__doc__.splitlines()[0],
+        epilog=EXIT_CODES,
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument(
+        "--mode",
+        choices=sorted((*plans.PLANS, GPU_MODE)),
+        default="quick",
+        help="quick (about 8 min on 2 cores), full (about 45 min), gpu (on a CUDA machine)",
+    )
     parser.add_argument(
         "--dry-run",
         action="store_true",
         help="--mode gpu only: the same plan on the CPU with tiny counts (KIND_CPU, no export)",
     )
-    parser.add_argument("--output", type=Path, default=REPORTS)
-    parser.add_argument("--run-id", default=None, help="folder name under --output (default: time and mode)")
+    parser.add_argument("--output", type=Path, default=REPORTS, help="the folder the run's folder goes in")
+    parser.add_argument(
+        "--run-id", default=None, help="folder name under --output; None: the start time and the mode"
+    )
     parser.add_argument(
         "--skip",
-        default="",
-        help=f"comma-separated experiments to leave out: {','.join(registry.KEYS)}",
+        default=None,
+        help=f"comma-separated experiments to leave out, of {','.join(registry.KEYS)}",
     )
     parser.add_argument(
         "--only",
-        default="",
-        help="comma-separated experiments to run, leaving out every other (instead of --skip)",
+        default=None,
+        help="comma-separated experiments to run, leaving out every other (instead of --skip); None: all",
     )
     parser.add_argument(
         "--models",
-        default="",
+        default=None,
         help="comma-separated models of the repository for the concurrency sweep and the batching on vs off "
-        "experiment (its ensembles), instead of the mode's",
+        "experiment (its ensembles); None: the mode's",
     )
-    parser.add_argument("-v", "--verbose", action="store_true")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages too")
+    parser.add_argument(
+        "-q", "--quiet", action="store_true", help="no progress and no log below warnings: the report's path"
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    if args.verbose and args.quiet:
+        parser.error("give --verbose or --quiet, not both")
+    level = logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     run_id = args.run_id or datetime.now(timezone.utc).strftime(f"%Y%m%dT%H%M%SZ-{args.mode}")
     if args.mode == GPU_MODE or args.dry_run:
         return _gpu(args, run_id)
@@ -99,15 +130,13 @@ def main(argv: list[str] | None = None) -> int:
             mode=args.mode,
             output=args.output,
             run_id=run_id,
-            skip=skipped(args.skip, args.only),
-            models=tuple(m for m in args.models.split(",") if m),
+            skip=skipped(args.skip or "", args.only or ""),
+            models=tuple(m for m in (args.models or "").split(",") if m),
         )
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
-        return 2
-    report = run(options)
-    print(f"report: {report}")
-    return 0
+        return EXIT_USAGE
+    return finished(run(options, progress=Progress(quiet=args.quiet)))
 
 
 def _gpu(args: argparse.Namespace, run_id: str) -> int:
@@ -119,14 +148,24 @@ def _gpu(args: argparse.Namespace, run_id: str) -> int:
             "error: --dry-run goes with --mode gpu, which takes no --skip, --only or --models",
             file=sys.stderr,
         )
-        return 2
+        return EXIT_USAGE
     try:
         report = gpu_run.run(dry_run=args.dry_run, output=args.output, run_id=run_id)
     except GpuBenchError as e:
         print(f"error: {e}", file=sys.stderr)
-        return 2
+        return EXIT_FAILED
+    return finished(report)
+
+
+def finished(report: Path) -> int:
+    """Print the report's path and what failed in the run (its results.json's errors); the exit code."""
     print(f"report: {report}")
-    return 0
+    errors = json.loads((report.parent / "results.json").read_text())["errors"]
+    for error in errors:
+        print(f"failed: {error}", file=sys.stderr)
+    if errors:
+        print(f"error: {len(errors)} part(s) of the run failed; the report says which", file=sys.stderr)
+    return EXIT_FAILED if errors else EXIT_OK
 
 
 def skipped(skip: str, only: str) -> tuple[str, ...]:
@@ -143,8 +182,10 @@ def skipped(skip: str, only: str) -> tuple[str, ...]:
     return tuple(e for e in registry.KEYS if e not in only_names)
 
 
-def run(options: BenchOptions) -> Path:
-    plan = experiments_plan.with_models(experiments_plan.PLANS[options.mode], options.models, REPOSITORY)
+def run(options: BenchOptions, *, progress: Progress | None = None) -> Path:
+    """Run the stages of ``options``; a stage that fails is recorded and the others still run. The
+    report's path."""
+    plan = plans.with_models(plans.PLANS[options.mode], options.models, REPOSITORY)
     folder = options.output / options.run_id
     raw = folder / "raw"
     raw.mkdir(parents=True, exist_ok=True)
@@ -162,16 +203,10 @@ def run(options: BenchOptions) -> Path:
         "source_config_sha256": environment.source_config_hashes(REPOSITORY),
         "errors": [],
     }
-    cores = os.cpu_count() or 1
-    work = BUILD / "bench" / options.run_id
-    stages = {
-        "served": lambda: experiment_stages.served_stage(plan, REPOSITORY, work, raw, cores, options.skip),
-        "central": lambda: experiment_stages.central_stage(plan, REPOSITORY, work, raw, cores),
-        "inprocess": lambda: experiment_stages.inprocess_stage(plan, REPOSITORY, cores),
-        "profile": lambda: experiment_stages.profile_stage(plan, REPOSITORY, raw, cores),
-    }
-    for name in registry.STAGES:  # a stage runs when any of its experiments is left in
-        if registry.in_stage(name, options.skip):
+    stages = stage_runners(plan, options, work=BUILD / "bench" / options.run_id, raw=raw)
+    bench = BenchProgress(progress or Progress(), expected_stage_s(options.mode, options.skip))
+    for name in bench.stages:  # a stage runs when any of its experiments is left in
+        with bench.stage(name):
             _stage(results, name, stages[name])
     results["load_average_end"] = environment.load_average()
     results["duration_s"] = round(time.monotonic() - started, 1)
@@ -179,7 +214,20 @@ def run(options: BenchOptions) -> Path:
     return write_report(folder)
 
 
-def _stage(results: dict, name: str, stage) -> None:  # noqa: ANN001 - a callable returning a dict
+def stage_runners(
+    plan: Plan, options: BenchOptions, *, work: Path, raw: Path
+) -> dict[str, Callable[[], dict]]:
+    """Each stage (registry.STAGES) as a call returning its results.json keys."""
+    cores = os.cpu_count() or 1
+    return {
+        "served": lambda: experiment_stages.served_stage(plan, REPOSITORY, work, raw, cores, options.skip),
+        "central": lambda: experiment_stages.central_stage(plan, REPOSITORY, work, raw, cores),
+        "inprocess": lambda: experiment_stages.inprocess_stage(plan, REPOSITORY, cores),
+        "profile": lambda: experiment_stages.profile_stage(plan, REPOSITORY, raw, cores),
+    }
+
+
+def _stage(results: dict, name: str, stage: Callable[[], dict]) -> None:
     """Run one stage; a failure is recorded in the report (with its message) and the others still run."""
     started = time.monotonic()
     try:

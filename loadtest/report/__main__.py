@@ -2,12 +2,38 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
 from loadtest.report.markdown import write_report
 
+EXIT_OK, EXIT_USAGE = 0, 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m loadtest.report",
+        description=__doc__,
+        epilog="exit codes: 0 written, 1 the report could not be rendered, 2 a usage error "
+        "(no run's results.json in the folder)",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument("run", type=Path, help="a run's folder, holding its results.json (reports/<run id>)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not (args.run / "results.json").is_file():
+        parser.error(
+            f"{args.run} holds no results.json; give the folder of a run of `python -m loadtest.bench` "
+            "(reports/<run id>)"
+        )
+    print(write_report(args.run))
+    return EXIT_OK
+
+
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit("usage: python -m loadtest.report reports/<run id>")
-    print(write_report(Path(sys.argv[1])))
+    sys.exit(main())

@@ -1,3 +1,3 @@
-from loadtest.soak.run import main
+from loadtest.soak.cli import main
 
 raise SystemExit(main())

@@ -19,17 +19,14 @@ minutes after warm-up: resident memory growth (target < 5%), throughput and erro
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import csv
-import dataclasses
 import io
 import logging
 import os
 import random
 import threading
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,11 +38,10 @@ from clients.sync_client import TritonClient
 from loadtest.load.observe import rss_mb
 from loadtest.soak.config import SoakConfig
 from loadtest.soak.faults import FaultEvent, run_faults
+from loadtest.soak.progress import SoakProgress
 from samples import photograph_paths, sentences
-from tritonlocal import LocalTritonServer, ServerConfig
+from tritonlocal import LocalTritonServer
 from tritonlocal.health import live_stubs
-from tritonrepo.local import derive_local
-from tritonrepo.paths import LOCAL_REPOSITORY
 
 logger = logging.getLogger(__name__)
 
@@ -203,11 +199,15 @@ def sample_row(elapsed_s: float, phase: str, interval_s: float, done: Tally, rss
     return row
 
 
-def run_soak(config: SoakConfig, server: LocalTritonServer, *, log: Callable[[str], None]) -> dict:
+def run_soak(config: SoakConfig, server: LocalTritonServer, *, progress: SoakProgress) -> dict:
     assert server.pid is not None
     load_before = os.getloadavg()[0]
     workload = Workload(f"http://{server.http_url}", seed=config.seed)
-    log(f"calibrating for {config.calibrate_s:.0f} s ({config.in_flight} in flight per pipeline)")
+    log = progress.line
+    log(
+        f"calibrating for {config.calibrate_s:.0f} s ({config.in_flight} in flight per pipeline); "
+        f"then {progress.plan()}"
+    )
     capacity = calibrate(workload, config)
     rates = {kind: max(0.2, config.fraction * capacity[kind]) for kind in KINDS}
     log("capacity " + ", ".join(f"{k} {v:.1f}/s" for k, v in capacity.items()))
@@ -224,7 +224,7 @@ def run_soak(config: SoakConfig, server: LocalTritonServer, *, log: Callable[[st
         for pacer in pacers:
             pacer.start()
         try:
-            rows, faults = _sample_until_done(config, server, tally, log)
+            rows, faults = _sample_until_done(config, server, tally, progress)
         finally:
             stop.set()
             for pacer in pacers:
@@ -243,7 +243,7 @@ def run_soak(config: SoakConfig, server: LocalTritonServer, *, log: Callable[[st
 
 
 def _sample_until_done(
-    config: SoakConfig, server: LocalTritonServer, tally: Tally, log: Callable[[str], None]
+    config: SoakConfig, server: LocalTritonServer, tally: Tally, progress: SoakProgress
 ) -> tuple[list[dict], list[FaultEvent]]:
     """Sample every ``sample_s`` through warm-up, soak and fault phase; runs the faults in a thread."""
     warmup_s, fault_start_s = 60 * config.warmup_minutes, 60 * (config.warmup_minutes + config.minutes)
@@ -257,7 +257,7 @@ def _sample_until_done(
             duration_s = 60 * config.fault_minutes
 
             def inject(duration_s: float = duration_s) -> None:
-                faults.extend(run_faults(server, duration_s=duration_s, log=log))
+                faults.extend(run_faults(server, duration_s=duration_s, log=progress.line))
 
             injector = threading.Thread(target=inject, name="soak-faults", daemon=True)
             injector.start()
@@ -269,12 +269,7 @@ def _sample_until_done(
         row = sample_row(now - start, phase, now - last, tally.drain(), process_rss_mb(server.pid))
         rows.append(row)
         last = now
-        log(
-            f"{row['time_s']:>7.0f} s {phase:<6} images {row['image_per_s']:6.1f}/s "
-            f"texts {row['text_per_s']:6.1f}/s errors {row['image_errors'] + row['text_errors']} "
-            f"shed {row['image_shed'] + row['text_shed']} "
-            f"rss {row['rss_total_mb']:8.1f} MB"
-        )
+        progress.sample(row)
     if injector is not None:
         injector.join()
     return rows, faults
@@ -309,64 +304,3 @@ def write_csv(rows: list[dict], path: Path) -> None:
         writer = csv.DictWriter(handle, fieldnames=columns)
         writer.writeheader()
         writer.writerows(rows)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """Destinations are SoakConfig's fields; an option left out is absent: SoakConfig's default applies."""
-    parser = argparse.ArgumentParser(
-        prog="python -m loadtest.soak",
-        description=__doc__.splitlines()[0],
-        argument_default=argparse.SUPPRESS,
-    )
-    parser.add_argument("--minutes", type=float, required=True, help="soak duration after warm-up")
-    parser.add_argument("--warmup-minutes", type=float)
-    parser.add_argument("--fraction", type=float, help="share of the calibrated capacity")
-    parser.add_argument("--sample-s", type=float)
-    parser.add_argument("--calibrate-s", type=float)
-    parser.add_argument("--in-flight", type=int, help="per pipeline, during calibration")
-    parser.add_argument("--output", type=Path)
-    parser.add_argument(
-        "--fault-minutes",
-        type=float,
-        help="a fault phase after the soak: a stub killed, the server restarted",
-    )
-    return parser
-
-
-def soak_config(args: argparse.Namespace) -> SoakConfig:
-    return SoakConfig(
-        **{f.name: getattr(args, f.name) for f in dataclasses.fields(SoakConfig) if hasattr(args, f.name)}
-    )
-
-
-def main(argv: list[str] | None = None) -> int:
-    from loadtest.soak.report import write_report  # plotting pulls in matplotlib: only when running
-
-    parser = build_parser()
-    config = soak_config(parser.parse_args(argv))
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    config.output.mkdir(parents=True, exist_ok=True)
-    derived = derive_local()
-    missing = [name for name in PIPELINES.values() if name not in derived.written]
-    if missing:
-        parser.error(f"{', '.join(missing)} not served ({derived.skipped}); run `python -m export` first")
-    # A short exit timeout: the fault phase restarts the server, which waits that long for idle clients.
-    server_config = ServerConfig(
-        model_repository=LOCAL_REPOSITORY, log_path=config.output / "server.log", exit_timeout_s=5
-    )
-    with LocalTritonServer(server_config) as server:
-        result = run_soak(config, server, log=lambda line: print(line, flush=True))
-    write_csv(result["rows"], config.output / "samples.csv")
-    summary = write_report(result, config, command="python -m loadtest.soak " + " ".join(argv or _argv()))
-    print(summary)
-    return 0
-
-
-def _argv() -> list[str]:
-    import sys
-
-    return sys.argv[1:]
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -15,17 +15,23 @@ afresh:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
 from loadtest.load.perf_inputs import write_input_data
+from loadtest.tune import progress
 from loadtest.tune.plan import TunePlan, model_config_parameters
 from tritonlocal import perf_analyzer
 from tritonlocal.installation import find_installation, prepare_backend_directory, server_environment
@@ -124,8 +130,11 @@ def prepare(plan: TunePlan, work_root: Path) -> Workspace:
     return workspace
 
 
-def run(workspace: Workspace, *, timeout_s: float) -> None:
-    """Run ``model-analyzer profile`` on the workspace's config; its output goes to the log file."""
+def run(
+    workspace: Workspace, *, timeout_s: float, on_line: Callable[[str], None] = lambda line: None
+) -> None:
+    """Run ``model-analyzer profile`` on the workspace's config; its output goes to the log file, and
+    each line it writes there to ``on_line`` as it comes."""
     executable = Path(sys.executable).parent / "model-analyzer"
     if not executable.is_file():
         raise TuneError(
@@ -135,20 +144,39 @@ def run(workspace: Workspace, *, timeout_s: float) -> None:
     shutil.rmtree(workspace.export, ignore_errors=True)  # reports are regenerated from the checkpoint
     command = [str(executable), "profile", "--config-file", str(workspace.config_file)]
     logger.info("running %s (log: %s)", " ".join(command), workspace.log_file)
-    with workspace.log_file.open("a") as log:
+    with workspace.log_file.open("ab") as log:
+        offset = log.tell()
+        # Its own process group: the servers and perf_analyzer it starts stop with it.
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)  # noqa: S603
         try:
-            completed = subprocess.run(  # noqa: S603
-                command, stdout=log, stderr=subprocess.STDOUT, timeout=timeout_s, check=False
+            status = progress.follow(
+                process, workspace.log_file, offset, deadline=time.monotonic() + timeout_s, on_line=on_line
             )
         except subprocess.TimeoutExpired as e:
+            _stop(process)
             raise TuneError(
                 f"Model Analyzer ran past {timeout_s:.0f} s; run the same command again to resume from its "
                 f"checkpoint, or choose a smaller sweep (log: {workspace.log_file})"
             ) from e
-    if completed.returncode != 0:
-        raise TuneError(
-            f"Model Analyzer failed with exit status {completed.returncode}:\n{_tail(workspace.log_file)}"
-        )
+        except BaseException:  # Ctrl-C included: it saves its checkpoint on SIGINT
+            _stop(process)
+            raise
+    if status != 0:
+        raise TuneError(f"Model Analyzer failed with exit status {status}:\n{_tail(workspace.log_file)}")
+
+
+def _stop(process: subprocess.Popen, grace_s: float = 30.0) -> None:
+    """SIGINT to Model Analyzer's process group (it writes its checkpoint and stops its server), then
+    SIGKILL to what is left after ``grace_s``."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGINT)
+    try:
+        process.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        pass
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
 
 
 def _auto_threads(config_path: Path) -> None:

@@ -14,24 +14,36 @@ import sys
 import time
 from pathlib import Path
 
+from loadtest.progress import Progress
 from loadtest.tune import analyzer, report, results
 from loadtest.tune.adopt import adopt
-from loadtest.tune.plan import KINDS, SWEEPS, make_plan
+from loadtest.tune.plan import KINDS, SWEEPS, TunePlan, make_plan
+from loadtest.tune.progress import AnalyzerProgress
+from tritonlocal.errors import TritonLocalError
+from tritonrepo.errors import RepositoryError
 from tritonrepo.paths import BUILD, REPORTS, REPOSITORY
 
 DEFAULT_MODELS = ("image_classifier", "text_embedder")
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_CODES = (
+    "exit codes: 0 tuned (the summary names the winners), 1 Model Analyzer failed, ran past --timeout-s "
+    "or measured nothing (its log says why), 2 a usage error (an unknown or untunable model, a bad "
+    "value), 130 interrupted (the same command resumes from the checkpoint)"
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m loadtest.tune",
         description="Search the local CPU configuration with Model Analyzer under a p99 latency budget.",
+        epilog=EXIT_CODES,
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     parser.add_argument(
         "--models",
         nargs="+",
         default=list(DEFAULT_MODELS),
-        help="ensembles (their exported step is tuned) or exported models (default: %(default)s)",
+        help="ensembles (their exported step is tuned) or exported models",
     )
     parser.add_argument("--sweep", choices=sorted(SWEEPS), default="quick", help="what is searched")
     parser.add_argument(
@@ -39,28 +51,24 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         nargs="+",
         default=None,
-        help="requests in flight each configuration is measured at: the load you serve "
-        "(default: the sweep's, 8 for quick)",
+        help="requests in flight each configuration is measured at: the load you serve; "
+        "None: the sweep's (8 for quick)",
     )
-    parser.add_argument(
-        "--latency-budget-ms", type=float, default=1000.0, help="p99 constraint (default 1000)"
-    )
+    parser.add_argument("--latency-budget-ms", type=float, default=1000.0, help="p99 constraint")
     parser.add_argument(
         "--min-gain",
         type=float,
         default=0.05,
-        help="a variant replaces the shipped configuration only if this much faster (default 0.05 = 5%%)",
+        help="a variant replaces the shipped configuration only if this much faster (0.05 = 5%%)",
     )
-    parser.add_argument(
-        "--output", type=Path, default=None, help="report folder (default reports/tune-<time>)"
-    )
+    parser.add_argument("--output", type=Path, default=None, help="report folder; None: reports/tune-<time>")
     parser.add_argument("--work", type=Path, default=BUILD / "tune", help="work folder with checkpoints")
-    parser.add_argument("--source", type=Path, default=REPOSITORY)
+    parser.add_argument("--source", type=Path, default=REPOSITORY, help="the deployable repository")
     parser.add_argument(
         "--kind",
         choices=KINDS,
         default="KIND_CPU",
-        help="the instances searched: KIND_GPU on this machine's GPU (default: %(default)s)",
+        help="the instances searched: KIND_GPU on this machine's GPU",
     )
     parser.add_argument("--timeout-s", type=float, default=3600.0, help="stop Model Analyzer after this long")
     parser.add_argument(
@@ -68,12 +76,16 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="write each winner to model_repository/<model>/local_cpu.pbtxt for `tritonrepo derive`",
     )
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress: the summary and errors only")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.WARNING if args.quiet else logging.INFO, format="%(levelname)s %(name)s: %(message)s"
+    )
     command = "python -m loadtest.tune " + shlex.join(sys.argv[1:] if argv is None else argv)
     output = args.output or REPORTS / time.strftime("tune-%Y%m%d-%H%M%S")
     if args.adopt and args.kind != "KIND_CPU":
@@ -81,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
             "error: --adopt writes the local CPU settings (local_cpu.pbtxt); use it with --kind KIND_CPU",
             file=sys.stderr,
         )
-        return 2
+        return EXIT_USAGE
     try:
         plan = make_plan(
             args.models,
@@ -92,14 +104,25 @@ def main(argv: list[str] | None = None) -> int:
             source=args.source,
             kind=args.kind,
         )
-        started = time.monotonic()
         workspace = analyzer.prepare(plan, args.work)
-        print(f"tuning {', '.join(plan.targets.values())} with Model Analyzer; log: {workspace.log_file}")
-        analyzer.run(workspace, timeout_s=args.timeout_s)
-        measured = results.read_measurements(workspace.export, workspace.output_repository)
-    except (ValueError, analyzer.TuneError, FileNotFoundError) as e:
+    except (ValueError, analyzer.TuneError) as e:  # what was asked cannot be tuned here
         print(f"error: {e}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
+    except (RepositoryError, TritonLocalError) as e:  # a malformed repository, no tritonserver
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    started = time.monotonic()
+    try:
+        measure(plan, workspace, timeout_s=args.timeout_s, progress=Progress(quiet=args.quiet))
+        measured = results.read_measurements(workspace.export, workspace.output_repository)
+    except (analyzer.TuneError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        print(
+            f"interrupted; the same command resumes from the checkpoint in {workspace.root}", file=sys.stderr
+        )
+        return EXIT_INTERRUPTED
     outcomes = results.outcomes(measured, list(plan.targets.values()), min_gain=plan.min_gain)
     adopted = (
         adopt(outcomes, plan.source, command=command, latency_budget_ms=plan.latency_budget_ms)
@@ -112,4 +135,15 @@ def main(argv: list[str] | None = None) -> int:
     summary = report.write_summary(output, plan, outcomes, facts, copied)
     print(summary.read_text())
     print(f"report: {summary}")
-    return 0
+    return EXIT_OK
+
+
+def measure(plan: TunePlan, workspace: analyzer.Workspace, *, timeout_s: float, progress: Progress) -> None:
+    """Run Model Analyzer on ``workspace``, showing each configuration it profiles as it begins."""
+    progress.line(
+        f"tuning {', '.join(plan.targets.values())} with Model Analyzer: {plan.profiles} configurations "
+        f"(sweep {plan.sweep.name}); its log: {workspace.log_file}"
+    )
+    with progress.bar(desc="Model Analyzer", total=plan.profiles, unit="config") as bar:
+        watcher = AnalyzerProgress(progress, total=plan.profiles, bar=bar)
+        analyzer.run(workspace, timeout_s=timeout_s, on_line=watcher.feed)

@@ -131,6 +131,12 @@ class TunePlan:
     def gpu(self) -> bool:
         return self.kind == "KIND_GPU"
 
+    @property
+    def profiles(self) -> int:
+        """The configurations Model Analyzer measures: each target's variants and its shipped
+        configuration, at each concurrency of the sweep."""
+        return len(set(self.targets.values())) * (self.sweep.variants + 1) * len(self.sweep.concurrency)
+
 
 def make_plan(
     pipelines: list[str],

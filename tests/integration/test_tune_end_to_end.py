@@ -50,6 +50,11 @@ def test_a_minimal_tuning_names_a_winner_within_the_budget_and_resumes_from_its_
     (log,) = sorted(work.glob("*/model_analyzer.log"))
     assert completed.returncode == 0, completed.stderr[-3000:] + log.read_text()[-3000:]
     assert _profiled(log) == 2
+    # Its progress, followed from Model Analyzer's log while it ran: each configuration, N of M.
+    shown = re.findall(
+        r"^configuration (\d) of 2: (efficientnet_lite0_onnx_config_\w+)", completed.stderr, re.M
+    )
+    assert [number for number, _ in shown] == ["1", "2"], completed.stderr[-3000:]
 
     summary = (report / "summary.md").read_text()
     row = next(line for line in summary.splitlines() if line.startswith("| image_classifier |"))
@@ -94,3 +99,20 @@ def _lengthened(log: Path) -> set[str]:
 
 def _run(command: list[str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=500, check=False)  # noqa: S603
+
+
+def test_a_tuning_past_its_timeout_exits_1_and_leaves_no_process(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    command = [
+        sys.executable, "-m", "loadtest.tune",
+        "--sweep", "minimal",
+        "--models", "image_classifier",
+        "--work", str(work),
+        "--output", str(tmp_path / "report"),
+        "--timeout-s", "3",
+    ]  # fmt: skip
+    completed = _run(command)
+    assert completed.returncode == 1, completed.stderr[-3000:]
+    assert "Model Analyzer ran past 3 s" in completed.stderr
+    assert "Traceback" not in completed.stderr
+    assert _servers_using(work) == [], "Model Analyzer or its tritonserver survived the timeout"

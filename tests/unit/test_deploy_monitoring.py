@@ -1,16 +1,12 @@
-"""Prometheus config and rules, and the Grafana dashboard: they parse, promtool accepts them, and every
-PromQL expression names only metrics that Triton exports or that the rules record.
-
-promtool comes with Debian's prometheus package, which the Makefile's bootstrap installs; a missing
-promtool fails these tests with that instruction rather than skipping them.
+"""Prometheus config and rules, and the Grafana dashboard: they parse, and every PromQL expression names
+only metrics that Triton exports or that the rules record. promtool's own check of the config and the
+rules is in tests/integration/test_deploy_system_tools.py.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -37,7 +33,6 @@ PROMQL_WORDS = {
     "offset",
     "bool",
 }
-BOOTSTRAP_HINT = "promtool is missing: run the bootstrap (`apt-get install -y prometheus`, see the Makefile)"
 
 
 def recorded_names() -> set[str]:
@@ -69,12 +64,6 @@ def dashboard_expressions() -> list[str]:
     return [target["expr"] for panel in dashboard["panels"] for target in panel["targets"]]
 
 
-def promtool() -> str:
-    found = shutil.which("promtool")
-    assert found, BOOTSTRAP_HINT
-    return found
-
-
 def test_metric_name_extraction_ignores_functions_labels_and_keywords() -> None:
     expr = (
         'sum by (model) (rate(nv_inference_count{model=~"$model"}[1m])) / (up > 0) and on (x) foo:bar:rate1m'
@@ -91,24 +80,6 @@ def test_prometheus_config_scrapes_triton_from_a_file_sd_target_list() -> None:
     assert config["rule_files"] == ["rules/*.yml"]
     targets = json.loads((PROMETHEUS / "targets" / "triton.json").read_text())
     assert targets[0]["targets"] == ["tritonserver:8002"], "compose's service name and metrics port"
-
-
-def test_promtool_accepts_the_config_and_the_rules() -> None:
-    binary = promtool()
-    for args in (["check", "config", str(PROMETHEUS / "prometheus.yml")], ["check", "rules", str(RULES)]):
-        result = subprocess.run([binary, *args], capture_output=True, text=True, timeout=60)
-        assert result.returncode == 0, result.stdout + result.stderr
-
-
-def test_promtool_rejects_a_broken_rule(tmp_path: Path) -> None:
-    broken = tmp_path / "broken.yml"
-    broken.write_text(
-        "groups:\n  - name: x\n    rules:\n      - record: a:b\n        expr: sum(rate(x[1m])\n"
-    )
-    result = subprocess.run(
-        [promtool(), "check", "rules", str(broken)], capture_output=True, text=True, timeout=60
-    )
-    assert result.returncode != 0
 
 
 def test_rules_record_average_batch_size_as_inferences_per_execution() -> None:

@@ -1,19 +1,15 @@
 """The CPU variant of the deployable repository, and the nginx configuration rendered for replicas.
 
-The rendered nginx configuration is checked by the real ``nginx -t`` (Debian's nginx package, installed
-by the Makefile's bootstrap); a missing nginx fails with that instruction instead of skipping.
+The real ``nginx -t`` checks the rendered configuration in tests/integration/test_deploy_system_tools.py.
 """
 
 from __future__ import annotations
 
-import re
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from tritonlocal.replicas import LIMITS, TEMPLATE, render_nginx_config
+from tritonlocal.replicas import TEMPLATE, render_nginx_config
 from tritonrepo.configs import load_repository, parse_config
 from tritonrepo.container_cpu import THREAD_PARAMETERS, write_variant
 from tritonrepo.files import NATIVE_RUNTIMES
@@ -164,74 +160,3 @@ def test_an_unfilled_placeholder_is_reported() -> None:
             max_fails=1,
             fail_timeout_s=1,
         )
-
-
-def test_nginx_accepts_the_rendered_configuration(tmp_path: Path) -> None:
-    result = _nginx_test(tmp_path, _rendered())
-    assert result.returncode == 0, result.stderr
-
-
-def test_each_proxy_turns_http2_on_in_the_form_its_nginx_knows(tmp_path: Path) -> None:
-    """compose's proxy runs NGINX_IMAGE, 1.25.1 or later, where `listen ... http2` is deprecated in favour
-    of `http2 on;`; the local replicas run Debian 12's nginx 1.22, which predates the directive."""
-    versions = dict(
-        line.split("=", 1)
-        for line in (ROOT / "deploy" / "versions.env").read_text().splitlines()
-        if line.strip() and not line.startswith("#")
-    )
-    image = re.fullmatch(r"nginx:(\d+)\.(\d+)\.(\d+)(?:-\w+)?", versions["NGINX_IMAGE"])
-    assert image and tuple(int(part) for part in image.groups()) >= (1, 25, 1), versions["NGINX_IMAGE"]
-    compose_conf = (ROOT / "deploy" / "nginx" / "compose.conf").read_text()
-    assert re.search(r"listen 8001;\n\s*http2 on;", compose_conf)
-    assert not re.search(r"^\s*listen [^;#]*http2", compose_conf, re.M), "the deprecated form"
-    local = _nginx_version()
-    directive_form = _rendered().replace(
-        "listen 127.0.0.1:18001 http2;", "listen 127.0.0.1:18001;\nhttp2 on;"
-    )
-    result = _nginx_test(tmp_path, directive_form)
-    if local < (1, 25, 1):
-        assert result.returncode != 0 and 'unknown directive "http2"' in result.stderr, result.stderr
-        assert "listen @HOST@:@GRPC_PORT@ http2;" in TEMPLATE.read_text()
-    else:
-        assert result.returncode == 0, result.stderr
-
-
-def _nginx() -> str:
-    nginx = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
-    assert nginx, "nginx is missing: run the bootstrap (`apt-get install -y nginx`, see the Makefile)"
-    return nginx
-
-
-def _nginx_version() -> tuple[int, ...]:
-    banner = subprocess.run([_nginx(), "-v"], capture_output=True, text=True, timeout=30).stderr
-    match = re.search(r"nginx/(\d+)\.(\d+)\.(\d+)", banner)
-    assert match, banner
-    return tuple(int(part) for part in match.groups())
-
-
-def _rendered() -> str:
-    return render_nginx_config(
-        TEMPLATE.read_text(),
-        host="127.0.0.1",
-        http_port=18000,
-        grpc_port=18001,
-        http_backends=["127.0.0.1:1001"],
-        grpc_backends=["127.0.0.1:2001"],
-        max_fails=1,
-        fail_timeout_s=5,
-    )
-
-
-def _nginx_test(folder: Path, config: str) -> subprocess.CompletedProcess[str]:
-    """``nginx -t`` on ``config`` with its own prefix under ``folder``, limits.conf beside it."""
-    for sub in ("logs", "tmp"):
-        (folder / sub).mkdir(exist_ok=True)
-    shutil.copyfile(TEMPLATE.parent / LIMITS, folder / LIMITS)
-    conf = folder / "nginx.conf"
-    conf.write_text(config)
-    return subprocess.run(
-        [_nginx(), "-t", "-p", f"{folder}/", "-e", str(folder / "logs" / "error.log"), "-c", str(conf)],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )

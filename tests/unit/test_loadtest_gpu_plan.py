@@ -61,7 +61,7 @@ def test_a_gpu_run_without_cuda_is_refused_with_the_fix(monkeypatch: pytest.Monk
     assert stage.device_facts(DRY_RUN)["device"] == "cpu"
 
 
-def test_bench_gpu_exits_2_naming_the_missing_device_before_measuring(
+def test_bench_gpu_exits_1_naming_the_missing_device_before_measuring(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     import torch
@@ -69,7 +69,7 @@ def test_bench_gpu_exits_2_naming_the_missing_device_before_measuring(
     from loadtest.bench.run import main
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert main(["--mode", "gpu", "--output", str(tmp_path), "--run-id", "no-gpu"]) == 2
+    assert main(["--mode", "gpu", "--output", str(tmp_path), "--run-id", "no-gpu"]) == 1
     assert "no CUDA device here" in capsys.readouterr().err
     assert not list(tmp_path.glob("*/results.json")), "nothing measured, nothing reported"
 

@@ -663,3 +663,15 @@ def test_the_image_line_also_sets_the_shipped_classifier_against_the_previous_fi
     # the target stays against the previous configuration, not against the file alone
     verdict = next(v for v in findings.verdicts(results) if v.name.startswith("image"))
     assert verdict.measured.startswith("1.40x")
+
+
+def test_re_rendering_a_folder_without_a_run_is_a_usage_error_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from loadtest.report.__main__ import main
+
+    with pytest.raises(SystemExit) as exited:
+        main([str(tmp_path)])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path} holds no results.json" in err and "Traceback" not in err

@@ -1,12 +1,16 @@
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import pytest
 
+from loadtest.progress import Progress
+from loadtest.soak.cli import build_parser, main, soak_config
 from loadtest.soak.faults import phase_counts
+from loadtest.soak.progress import SoakProgress
 from loadtest.soak.report import growth, windows, write_report
-from loadtest.soak.run import SoakConfig, Tally, build_parser, sample_row, soak_config
+from loadtest.soak.run import SoakConfig, Tally, sample_row
 
 
 def _rows(rss: list[float], *, warmup: int = 2, sample_s: float = 60.0) -> list[dict]:
@@ -69,3 +73,42 @@ def test_the_fault_phase_counts_lost_requests_apart_from_arrivals_the_generator_
     assert "- requests sent by the project's client during the phase: 6, lost: 1 (1 x text: x)" in summary
     assert "(arrivals past its backlog limit): 2" in summary and f"- {faults[0]}" in summary
     assert "errors after warm-up: 1" in summary.lower()  # the soak's own error, not the fault phase's
+
+
+def test_each_sample_line_says_the_phase_the_time_elapsed_and_left() -> None:
+    stream = io.StringIO()
+    config = SoakConfig(minutes=2, warmup_minutes=1, fault_minutes=1, sample_s=60)
+    progress = SoakProgress(Progress(stream=stream, bars=False), config)
+    assert progress.plan() == "warmup 1m00s, soak 2m00s, fault 1m00s: 4m00s in all"
+    with progress.running():
+        for row in _rows([1000, 1010], warmup=1):
+            progress.sample(row)
+    lines = stream.getvalue().splitlines()
+    assert [line.partition(")")[0] + ")" for line in lines] == [
+        "warmup  1m00s of 4m00s (3m00s left)",
+        "soak    2m00s of 4m00s (2m00s left)",
+    ]
+    assert lines[1].endswith("images    0.0/s texts    0.0/s errors 0 shed 0 rss   1010.0 MB")
+
+
+def test_a_terminal_gets_a_bar_over_the_soak_and_quiet_gets_nothing() -> None:
+    terminal, quiet = io.StringIO(), io.StringIO()
+    config = SoakConfig(minutes=2, warmup_minutes=1, sample_s=60)
+    for progress in (Progress(stream=terminal, bars=True), Progress(stream=quiet, bars=True, quiet=True)):
+        soak = SoakProgress(progress, config)
+        with soak.running():
+            for row in _rows([1000, 1010], warmup=1):
+                soak.sample(row)
+    bar = terminal.getvalue()
+    assert "soak:" in bar and "warmup:" in bar and "120/180" in bar  # the bar: phase, seconds of all
+    assert quiet.getvalue() == ""
+
+
+def test_a_bad_value_is_a_usage_error_naming_it_without_a_traceback(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["--minutes", "-1"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "minutes must be positive" in err and "got -1.0" in err and "Traceback" not in err

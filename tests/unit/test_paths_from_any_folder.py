@@ -4,10 +4,12 @@ another folder finds the same descriptions, repository, records and runtime as o
 from __future__ import annotations
 
 import ast
+import functools
 import os
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -95,13 +97,101 @@ def test_derive_reads_the_project_repository_from_another_folder(tmp_path: Path)
     assert {p.name for p in tmp_path.iterdir()} == {"local"}
 
 
-@pytest.mark.parametrize(
-    "module",
-    ["export", "export.scaffold", "tritonrepo", "tritonlocal", "loadtest.bench", "loadtest.tune"],
+# Every command of the project, as ``python -m <module>``.
+ENTRY_POINTS = (
+    "export",
+    "export.scaffold",
+    "export.text_warmup",
+    "tritonrepo",
+    "tritonlocal",
+    "clients",
+    "clients.batch",
+    "loadtest.bench",
+    "loadtest.report",
+    "loadtest.tune",
+    "loadtest.soak",
+    "loadtest.baselines.minimal_server",
+    "demo",
 )
-def test_every_default_path_an_entry_point_shows_is_the_projects(module: str, tmp_path: Path) -> None:
-    done = _run_elsewhere(tmp_path, "-m", module, "--help")
+
+
+@pytest.fixture(scope="module")
+def help_of(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """``python -m <module> [command] --help`` from an empty folder, each run once."""
+    folder = tmp_path_factory.mktemp("elsewhere")
+
+    @functools.cache
+    def run(module: str, *command: str) -> subprocess.CompletedProcess[str]:
+        return _run_elsewhere(folder, "-m", module, *command, "--help")
+
+    return run
+
+
+@pytest.mark.parametrize("module", ENTRY_POINTS)
+def test_every_default_path_an_entry_point_shows_is_the_projects(
+    module: str, help_of: Callable[..., subprocess.CompletedProcess[str]]
+) -> None:
+    done = help_of(module)
     assert done.returncode == 0, done.stderr
     shown = re.findall(r"default:\s*([^\s)]+)", " ".join(done.stdout.split()))
     relative = [value for value in shown if "/" in value and not value.startswith("/")]
     assert not relative, f"{module} --help shows default paths relative to the working folder: {relative}"
+
+
+def _entries(help_text: str) -> tuple[dict[str, str], list[str]]:
+    """An argparse help's arguments (invocation, e.g. ``--url URL`` -> its help text) and the commands
+    its subparsers offer."""
+    entries: dict[str, str] = {}
+    commands: list[str] = []
+    current: str | None = None
+    body = help_text.split("\n\n", 1)[1]
+    for section in re.split(r"^\S.*:$", body, flags=re.M)[1:]:
+        for line in section.strip("\n").split("\n\n", 1)[0].splitlines():
+            indent = len(line) - len(line.lstrip())
+            if indent == 2:
+                current, _, text = line.strip().partition("  ")
+                entries[current] = text.strip()
+            elif indent == 4:  # a command of the subparsers' group: the group needs no help of its own
+                commands.append(line.split()[0])
+                entries.pop(current or "", None)
+                current = None
+            elif current is not None:
+                entries[current] = (entries[current] + " " + line.strip()).strip()
+    return entries, commands
+
+
+def _takes_a_value(invocation: str) -> bool:
+    return invocation.startswith("-") and any(
+        not token.startswith("-") for token in invocation.split(", ")[-1].split()
+    )
+
+
+# Strict: once the export's parser (changed with its progress) shows its exit codes and the defaults of
+# --precision and --served-on, this passes, fails as an unexpected pass, and the mark goes.
+EXPORT_HELP_PENDING = pytest.mark.xfail(
+    strict=True, reason="python -m export's --help shows no exit codes and two options without default"
+)
+
+
+@pytest.mark.parametrize(
+    "module", [pytest.param(m, marks=EXPORT_HELP_PENDING) if m == "export" else m for m in ENTRY_POINTS]
+)
+def test_every_option_of_every_command_has_a_help_text_its_default_and_the_exit_codes(
+    module: str, help_of: Callable[..., subprocess.CompletedProcess[str]]
+) -> None:
+    _, commands = _entries(help_of(module).stdout)
+    for command in ((), *((name,) for name in commands)):
+        done = help_of(module, *command)
+        where = " ".join((module, *command))
+        assert done.returncode == 0 and "Traceback" not in done.stderr, f"{where} --help: {done.stderr}"
+        assert re.search(r"^exit codes: 0 ", done.stdout, re.I | re.M), f"{where} --help names no exit codes"
+        entries, _ = _entries(done.stdout)
+        assert entries, f"{where} --help: no arguments found in\n{done.stdout}"
+        silent = [name for name, text in entries.items() if not text]
+        assert not silent, f"{where} --help: arguments without a help text: {silent}"
+        no_default = [
+            name
+            for name, text in entries.items()
+            if _takes_a_value(name) and not re.search(r"default|required", text, re.I)
+        ]
+        assert not no_default, f"{where} --help: options that do not show their default: {no_default}"

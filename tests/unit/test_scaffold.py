@@ -120,3 +120,43 @@ def test_the_scaffold_never_overwrites_and_checks_the_name(project: Path) -> Non
         _request(project, name="My-Model")
     with pytest.raises(ExportError, match="kind 'detector' is not one of"):
         _request(project, kind="detector")
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["image_classifier", "My-Model", "--weights-path", "x"],
+            "argument name: name 'My-Model': use lower-case letters, digits and underscores, e.g. 'my_model'",
+        ),
+        (
+            ["image_classifier", "9lives", "--weights-path", "x"],
+            "argument name: name '9lives': use lower-case letters, digits and underscores, "
+            "e.g. 'model_9lives'",
+        ),
+        (
+            ["image_classifer", "mine", "--weights-path", "x"],
+            "argument kind: invalid choice: 'image_classifer'",
+        ),
+        (["image_classifier", "mine", "--weights-package", "p"], "--weights-package p needs --loader"),
+        (
+            ["image_classifier", "mine", "--weights-path", "no/such/file"],
+            "--weights-path no/such/file does not",
+        ),
+    ],
+)
+def test_a_mistyped_argument_is_a_one_line_usage_error_naming_it(
+    argv: list[str], message: str, project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folders = [
+        "--repository",
+        str(project / "model_repository"),
+        "--models",
+        str(project / "model_descriptions"),
+    ]
+    with pytest.raises(SystemExit) as exited:
+        scaffold.main([*argv, *folders])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert not (project / "model_descriptions" / "mine.yaml").exists()
