@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from clients import tables
+from clients import infer, tables
 from clients.errors import ClientError, ServerUnavailableError
 from clients.options import DEFAULT_CLASSIFIER, DEFAULT_EMBEDDER
 from clients.retry import RetryPolicy
@@ -113,6 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
     stats = sub.add_parser("stats", parents=[common], help="per-model requests, batching and timing")
     stats.add_argument("model", nargs="?", help="one model (default: every model)")
     stats.set_defaults(handler=_stats)
+    infer.add_command(sub, common)
     return parser
 
 
