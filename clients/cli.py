@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from clients import tables
+from clients import infer, tables
 from clients.errors import ClientError, ServerUnavailableError
 from clients.options import DEFAULT_CLASSIFIER, DEFAULT_EMBEDDER
 from clients.retry import RetryPolicy
@@ -130,6 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     stats.add_argument("model", nargs="?", help="one model (default: every model)")
     stats.set_defaults(handler=_stats)
+    infer.add_command(sub, common)
     return parser
 
 

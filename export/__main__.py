@@ -1,5 +1,5 @@
 """Command line: ``python -m export [--only NAME] [--precision auto|fp32|bf16|fp16|int8] [--force]
-[--repository PATH] [--models PATH] [--records PATH]``.
+[--repository PATH] [--models PATH] [--records PATH] [--configs-only]``.
 
 Every model description under ``--models`` (model_descriptions/*.yaml) goes through the one pipeline
 (export/pipeline.py); ``--only`` takes a description's name, or ``image`` / ``text`` for every image
@@ -8,6 +8,9 @@ classifier / sentence encoder.
 ``--precision auto`` (the default) builds every precision variant this machine can run, gates each on real
 inputs against eager fp32, times the ones that pass and serves the fastest; ``--precision fp32`` pins
 float32. The choice and every gate's numbers are printed and recorded under build/precision/.
+
+``--configs-only`` writes the generated config.pbtxt of every ``torch_module`` description selected
+(export/module_configs.py) and stops, without loading any model.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from pathlib import Path
 
 from export.common import ExportError
 from export.description import ModelDescription, load_descriptions
+from export.module_configs import write_configs
 from export.pipeline import Options, export_model
 from export.precision import CHOICES, Capabilities
 from tritonrepo.errors import RepositoryError
@@ -49,6 +53,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         descriptions = _selected(load_descriptions(args.models), args.only)
+        if args.configs_only:
+            for description in descriptions:
+                written = write_configs(description, args.repository)
+                print(f"{description.name}: {', '.join(map(str, written)) or 'configs up to date'}")
+            return 0
         for description in descriptions:
             started = time.perf_counter()
             results = export_model(description, options)
@@ -77,6 +86,11 @@ def _parser() -> argparse.ArgumentParser:
         "--only", metavar="NAME", help="one description's name, or image / text for a kind (default: all)"
     )
     parser.add_argument("--force", action="store_true", help="re-export even when the files are up to date")
+    parser.add_argument(
+        "--configs-only",
+        action="store_true",
+        help="write each torch_module description's generated config.pbtxt and stop (no model is loaded)",
+    )
     parser.add_argument(
         "--precision",
         choices=CHOICES,

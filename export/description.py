@@ -1,13 +1,16 @@
 """Model descriptions: what only a model knows, declared once per model in ``models/<name>.yaml``.
 
-A description names the model's kind (``image_classifier``, ``sentence_encoder``), where its weights
-come from (an installed package and the function in it that returns their path, or a local file or
-folder with its sha256), its architecture parameters, which repository models hold its preprocessing,
+A description names the model's kind (``image_classifier``, ``sentence_encoder``, ``torch_module``),
+where its weights come from (an installed package and the function in it that returns their path, a
+local file or folder with its sha256, or a local file a committed script produces:
+export/produced_weights.py), its architecture parameters, which repository models hold its preprocessing,
 its fp32 parity tolerance, the gate thresholds it sets for its reduced precisions (``gates``, replacing
 export/gates.py's), the served files the export writes (a repository model and its format each) and
 the precisions it allows per device. It never holds tensor names, dims or batching: each served
-model's config.pbtxt is the source of truth for those. :func:`load_descriptions` reads every description
-under a folder; ``python -m export`` runs each through the one pipeline (export/pipeline.py).
+model's config.pbtxt is the source of truth for those, except for a ``torch_module``: its ``module``
+section states them once and its configs are generated from it (export/module_spec.py,
+export/module_configs.py). :func:`load_descriptions` reads every description under a folder;
+``python -m export`` runs each through the one pipeline (export/pipeline.py).
 """
 
 from __future__ import annotations
@@ -21,9 +24,12 @@ from typing import Any
 import yaml
 
 from export.common import ExportError, sha256_file
+from export.module_spec import ModuleSpec, parse_module
+from export.produced_weights import produced
 from tritonrepo.paths import DESCRIPTIONS
 
-KINDS = ("image_classifier", "sentence_encoder")
+KINDS = ("image_classifier", "sentence_encoder", "torch_module")
+MODULE_KIND = "torch_module"  # the kind whose description holds a ``module`` section
 FORMATS = ("onnx", "torchscript")
 DEVICE_PRECISIONS = {"cpu": ("fp32", "bf16", "int8"), "cuda": ("fp32", "bf16", "fp16")}
 
@@ -31,12 +37,14 @@ DEVICE_PRECISIONS = {"cpu": ("fp32", "bf16", "int8"), "cuda": ("fp32", "bf16", "
 @dataclass(frozen=True, kw_only=True)
 class Weights:
     """Either ``package`` with ``loader`` ("module:attribute.path", called with no arguments, returning
-    the weights' path), or ``path`` (relative to the description's folder) with its ``sha256``."""
+    the weights' path), or ``path`` (relative to the description's folder) with its ``sha256``, or
+    ``path`` with ``produced_by``: the script (relative to the description's folder) that writes it."""
 
     package: str = ""
     loader: str = ""
     path: str = ""
     sha256: str = ""
+    produced_by: str = ""
 
     def __post_init__(self) -> None:
         if bool(self.loader) == bool(self.path):
@@ -45,11 +53,18 @@ class Weights:
             raise ExportError(
                 f"weights: loader {self.loader!r} must read 'module:function' and name its package"
             )
-        if self.path and len(self.sha256) != 64:
+        if self.produced_by and (not self.path or self.sha256):
+            raise ExportError(
+                f"weights: produced_by {self.produced_by!r} needs the path it writes and no sha256 (the "
+                "production record holds it: export/produced_weights.py)"
+            )
+        if self.path and not self.produced_by and len(self.sha256) != 64:
             raise ExportError(f"weights: path {self.path!r} needs its sha256 (64 hex digits)")
 
     def locate(self, base: Path) -> Path:
         """The weights' file or folder; a local one is checked against its sha256."""
+        if self.produced_by:
+            return produced(base / self.path, base / self.produced_by)
         if self.path:
             return _checked_local(base / self.path, self.sha256)
         module_name, _, attribute = self.loader.partition(":")
@@ -106,11 +121,17 @@ class ModelDescription:
     architecture: dict[str, float] = field(default_factory=dict)
     gates: dict[str, float] = field(default_factory=dict)  # thresholds replacing export/gates.py's
     precisions: dict[str, tuple[str, ...]] = field(default_factory=lambda: dict(DEVICE_PRECISIONS))
+    module: ModuleSpec | None = None  # kind torch_module: the user's code, its tensors and batching
     folder: Path = Path(".")  # where the description lives; a local weights path is relative to it
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ExportError(f"model {self.name!r}: kind {self.kind!r} is not one of {KINDS}")
+        if (self.kind == MODULE_KIND) != (self.module is not None):
+            raise ExportError(
+                f"model {self.name!r}: a {MODULE_KIND} description has a module section and no other kind "
+                "has one (docs/your-model.md)"
+            )
         if not self.served:
             raise ExportError(f"model {self.name!r}: lists no served files")
         for device, allowed in self.precisions.items():
@@ -134,16 +155,22 @@ def parse_description(data: dict, *, source: Path) -> ModelDescription:
         extra = sorted(set(data) - known) if isinstance(data, dict) else data
         raise ExportError(f"{source}: unknown keys {extra}; a description has {sorted(known)}")
     try:
+        module = parse_module(data["module"], model=data["name"]) if "module" in data else None
+        if data.get("kind") == MODULE_KIND and "tolerance" in data:
+            raise ExportError(
+                f"{source}: a {MODULE_KIND} states a tolerance per output (module.outputs), not tolerance"
+            )
         return ModelDescription(
             name=data["name"],
             kind=data["kind"],
             weights=Weights(**data["weights"]),
             served=tuple(ServedFile(**entry) for entry in data["served"]),
             preprocessing=dict(data.get("preprocessing") or {}),
-            tolerance=float(data["tolerance"]),
+            tolerance=float(data["tolerance"]) if data.get("kind") != MODULE_KIND else 0.0,
             architecture=dict(data.get("architecture") or {}),
             gates={name: float(value) for name, value in (data.get("gates") or {}).items()},
             precisions={k: tuple(v) for k, v in (data.get("precisions") or DEVICE_PRECISIONS).items()},
+            module=module,
             folder=source.parent,
         )
     except (KeyError, TypeError) as e:

@@ -5,7 +5,9 @@ check it, fingerprint everything the file depends on and stop there when it is u
 load the model once, export and verify fp32, build the reduced precisions the description allows (and
 export/precision.py finds this machine can run), gate them, time the passing ones, serve the fastest,
 write the manifest beside the file and the record under build/precision/. Then the kind's support files.
-Every step is called from here; the kinds (export/image.py, export/text.py) only provide them.
+A ``torch_module`` description's configs are generated (export/module_configs.py) before its files, once
+its model has been loaded and checked. Every step is called from here; the kinds (export/image.py,
+export/text.py, export/module_kind.py) only provide them.
 """
 
 from __future__ import annotations
@@ -24,10 +26,11 @@ import onnx
 import onnxruntime
 import torch
 
-from export import image, text
+from export import image, module_kind, text
 from export.common import fingerprint, is_up_to_date, write_atomically, write_manifest
 from export.description import ModelDescription, ServedFile
 from export.kinds import Kind, Parity
+from export.module_configs import write_configs
 from export.precision import Capabilities, Selection, Variant, select_and_write, write_record
 from tritonrepo.configs import load_model_config
 from tritonrepo.files import exported_file
@@ -35,7 +38,11 @@ from tritonrepo.paths import PRECISION_RECORDS
 
 logger = logging.getLogger(__name__)
 
-KINDS: dict[str, Kind] = {"image_classifier": image.KIND, "sentence_encoder": text.KIND}
+KINDS: dict[str, Kind] = {
+    "image_classifier": image.KIND,
+    "sentence_encoder": text.KIND,
+    "torch_module": module_kind.KIND,
+}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,7 +83,9 @@ def export_model(description: ModelDescription, options: Options) -> list[Export
     """Every served file of ``description`` (each a no-op when up to date), then its support files."""
     kind = KINDS[description.kind]
     prepared = functools.cache(lambda: kind.prepare(description, options.repository))
-    results = [export_file(description, kind, served, prepared, options) for served in description.served]
+    configs = write_configs(description, options.repository, check=prepared)  # torch_module: generated
+    results = [ExportResult(model=path.parent.name, path=path, written=True) for path in configs]
+    results += [export_file(description, kind, served, prepared, options) for served in description.served]
     for destination, source in kind.support_files(description, options.repository).items():
         results.append(copy_support_file(source, destination, description, options))
     return results

@@ -1,0 +1,332 @@
+"""The ``module`` section of a ``torch_module`` description: the user's code and everything Triton serves.
+
+A description of kind ``torch_module`` (model_descriptions/*.yaml) names the user's own code and states,
+once, what the served models look like; their config.pbtxt files are generated from it
+(export/module_configs.py). Its section::
+
+    module:
+      model: ../src/churn.py:load_model          # called with the weights' path
+      check_inputs: ../src/churn.py:check_rows   # called with no arguments
+      script: false                              # true: torch.jit.script instead of tracing
+      inputs:
+        - {name: FEATURES, dtype: FP32, dims: [12]}
+        - {name: PLAN, dtype: INT64, dims: [1], range: [0, 4]}
+      outputs:
+        - {name: LOGITS, dtype: FP32, dims: [2], metric: max_abs_diff, tolerance: 1.0e-5,
+           variant_tolerance: 0.05}
+      max_batch_size: 64
+      dynamic_batching: {max_queue_delay_us: 500, preferred_batch_sizes: [16, 64]}
+      instance_groups: [{kind: KIND_GPU, count: 1}]
+
+A callable is ``path/to/file.py:function`` (relative to the description's folder) or an importable
+``package.module:function``. Inputs are the arguments of the model's ``forward`` in order, outputs what
+it returns in order; ``dims`` exclude the batch axis and a variable axis is -1. ``range`` bounds an
+integer input (categorical ids inside an embedding's table). Each output is checked against eager
+PyTorch with its ``metric``: ``max_abs_diff`` (at most ``tolerance``), ``cosine`` (the lowest row's, at
+least ``tolerance``) or ``top1_agreement`` (the share of rows whose arg-max agrees, at least
+``tolerance``); ``variant_tolerance`` (default: ``tolerance``) gates the reduced precisions. Every
+error names the model, the field and what would fix it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from export.common import ExportError
+
+# Triton datatype -> (numpy dtype name, torch dtype name); what the exporters and both runtimes share.
+DTYPES = {
+    "FP32": ("float32", "float32"),
+    "FP16": ("float16", "float16"),
+    "FP64": ("float64", "float64"),
+    "INT64": ("int64", "int64"),
+    "INT32": ("int32", "int32"),
+    "INT16": ("int16", "int16"),
+    "INT8": ("int8", "int8"),
+    "UINT8": ("uint8", "uint8"),
+    "BOOL": ("bool", "bool"),
+}
+FLOAT_DTYPES = ("FP32", "FP16", "FP64")
+INTEGER_DTYPES = ("INT64", "INT32", "INT16", "INT8", "UINT8")
+# metric -> True when larger is better (the value must be at least the tolerance)
+METRICS = {"max_abs_diff": False, "cosine": True, "top1_agreement": True}
+INSTANCE_KINDS = ("KIND_GPU", "KIND_CPU")
+DEFAULT_MAX_QUEUE_SIZE = 128
+DEFAULT_QUEUE_TIMEOUT_US = 1_000_000
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+class _Reader:
+    """One mapping of the description, read key by key; ``done()`` refuses the keys nobody read."""
+
+    def __init__(self, model: str, where: str, data: Any, fix: str = "") -> None:
+        if not isinstance(data, dict):
+            raise ExportError(f"model {model!r}: {where} must be a mapping, got {data!r}{fix}")
+        self.model, self.where, self.data = model, where, data
+        self.read: set[str] = set()
+
+    def error(self, key: str, problem: str, fix: str) -> ExportError:
+        return ExportError(f"model {self.model!r}: {self.where}.{key}: {problem}; {fix}")
+
+    def get(self, key: str, default: Any = ..., *, fix: str = "see docs/your-model.md") -> Any:
+        self.read.add(key)
+        if key in self.data:
+            return self.data[key]
+        if default is ...:
+            raise self.error(key, "missing", fix)
+        return default
+
+    def integer(self, key: str, default: Any = ..., *, minimum: int = 0) -> int:
+        value = self.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise self.error(key, f"{value!r} is not an integer of at least {minimum}", "give a whole number")
+        return value
+
+    def number(self, key: str, default: Any = ...) -> float:
+        value = self.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+            raise self.error(key, f"{value!r} is not a number", "give a number such as 1.0e-5")
+        return float(value)
+
+    def done(self) -> None:
+        unknown = sorted(set(self.data) - self.read)
+        if unknown:
+            raise ExportError(
+                f"model {self.model!r}: {self.where}: unknown keys {unknown}; it has {sorted(self.read)}"
+            )
+
+
+@dataclass(frozen=True, kw_only=True)
+class TensorDecl:
+    """One served tensor: its name, Triton datatype and dims (batch axis excluded, -1 variable)."""
+
+    name: str
+    dtype: str
+    dims: tuple[int, ...]
+
+    @property
+    def variable_axes(self) -> tuple[int, ...]:
+        """The axes of -1 (counting the batch axis as 0)."""
+        return tuple(axis + 1 for axis, size in enumerate(self.dims) if size == -1)
+
+    def matches(self, shape: tuple[int, ...]) -> bool:
+        """Whether an array shape (batch axis first) has these dims, -1 matching any size."""
+        return len(shape) == len(self.dims) + 1 and all(
+            want in (-1, got) for want, got in zip(self.dims, shape[1:], strict=True)
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class InputDecl(TensorDecl):
+    value_range: tuple[int, int] | None = None  # inclusive bounds of an integer input
+
+
+@dataclass(frozen=True, kw_only=True)
+class OutputDecl(TensorDecl):
+    metric: str
+    tolerance: float
+    variant_tolerance: float
+
+    def passes(self, value: float, *, variant: bool = False) -> bool:
+        limit = self.variant_tolerance if variant else self.tolerance
+        return value >= limit if METRICS[self.metric] else value <= limit  # NaN fails both
+
+    def describe_limit(self, *, variant: bool = False) -> str:
+        limit = self.variant_tolerance if variant else self.tolerance
+        return f"{'at least' if METRICS[self.metric] else 'at most'} {limit:g}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class DynamicBatching:
+    max_queue_delay_us: int
+    preferred_batch_sizes: tuple[int, ...]
+    max_queue_size: int = DEFAULT_MAX_QUEUE_SIZE
+    queue_timeout_us: int = DEFAULT_QUEUE_TIMEOUT_US
+
+
+@dataclass(frozen=True, kw_only=True)
+class InstanceGroup:
+    kind: str
+    count: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModuleSpec:
+    model: str  # "file.py:function" or "package.module:function", called with the weights' path
+    check_inputs: str  # the same, called with no arguments: {input name: rows}, or a list of those
+    script: bool
+    inputs: tuple[InputDecl, ...]
+    outputs: tuple[OutputDecl, ...]
+    max_batch_size: int
+    dynamic_batching: DynamicBatching
+    instance_groups: tuple[InstanceGroup, ...]
+
+
+def parse_module(data: Any, *, model: str) -> ModuleSpec:
+    """The ``module`` section of description ``model``; ExportError names the field and the fix."""
+    section = _Reader(model, "module", data, "; see docs/your-model.md")
+    spec = ModuleSpec(
+        model=_callable(section, "model"),
+        check_inputs=_callable(section, "check_inputs"),
+        script=_flag(section, "script"),
+        inputs=tuple(_input(model, i, entry) for i, entry in enumerate(_entries(section, "inputs"))),
+        outputs=tuple(_output(model, i, entry) for i, entry in enumerate(_entries(section, "outputs"))),
+        max_batch_size=section.integer("max_batch_size", minimum=1),
+        dynamic_batching=_batching(model, section.get("dynamic_batching")),
+        instance_groups=tuple(
+            _instances(model, i, entry) for i, entry in enumerate(_entries(section, "instance_groups"))
+        ),
+    )
+    section.done()
+    _check_names(model, spec)
+    too_large = [size for size in spec.dynamic_batching.preferred_batch_sizes if size > spec.max_batch_size]
+    if too_large:
+        raise section.error(
+            "dynamic_batching.preferred_batch_sizes",
+            f"{too_large} exceed max_batch_size {spec.max_batch_size}",
+            "prefer sizes up to max_batch_size",
+        )
+    return spec
+
+
+def _callable(section: _Reader, key: str) -> str:
+    value = section.get(key, fix="name a function as path/to/file.py:function or package.module:function")
+    target, _, attribute = str(value).rpartition(":")
+    if not isinstance(value, str) or not target or not attribute.isidentifier():
+        raise section.error(
+            key, f"{value!r} is not a callable", "write path/to/file.py:function or package.module:function"
+        )
+    return value
+
+
+def _flag(section: _Reader, key: str) -> bool:
+    value = section.get(key, False)
+    if not isinstance(value, bool):
+        raise section.error(key, f"{value!r} is not true or false", "write true or false")
+    return value
+
+
+def _entries(section: _Reader, key: str) -> list[Any]:
+    value = section.get(key)
+    if not isinstance(value, list) or not value:
+        raise section.error(key, f"{value!r} is not a non-empty list", "list one entry per item")
+    return value
+
+
+def _tensor(model: str, where: str, data: Any) -> tuple[_Reader, dict[str, Any]]:
+    entry = _Reader(model, where, data)
+    name = entry.get("name")
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise entry.error(
+            "name", f"{name!r} is not a tensor name", "use letters, digits and _, e.g. FEATURES"
+        )
+    dtype = entry.get("dtype")
+    if dtype not in DTYPES:
+        raise entry.error("dtype", f"{dtype!r} is not a datatype", f"use one of {sorted(DTYPES)}")
+    dims = entry.get("dims")
+    if not isinstance(dims, list) or not dims or any(type(d) is not int or d == 0 or d < -1 for d in dims):
+        raise entry.error(
+            "dims", f"{dims!r} is not a list of sizes", "list each axis after the batch axis: a size, or -1"
+        )
+    return entry, {"name": name, "dtype": dtype, "dims": tuple(dims)}
+
+
+def _input(model: str, index: int, data: Any) -> InputDecl:
+    entry, common = _tensor(model, f"module.inputs[{index}]", data)
+    bounds = entry.get("range", None)
+    value_range = None
+    if bounds is not None:
+        if common["dtype"] not in INTEGER_DTYPES:
+            raise entry.error("range", f"{common['name']} is {common['dtype']}", "bound integer inputs only")
+        if not (isinstance(bounds, list) and len(bounds) == 2 and all(type(b) is int for b in bounds)) or (
+            not bounds[0] <= 0 <= bounds[1]
+        ):
+            raise entry.error(
+                "range",
+                f"{bounds!r} is not [low, high] around 0",
+                "give the inclusive integer bounds, containing 0 (the warm-up sends zeros)",
+            )
+        value_range = (bounds[0], bounds[1])
+    entry.done()
+    return InputDecl(**common, value_range=value_range)
+
+
+def _output(model: str, index: int, data: Any) -> OutputDecl:
+    entry, common = _tensor(model, f"module.outputs[{index}]", data)
+    metric = entry.get("metric", fix=f"choose one of {sorted(METRICS)}")
+    if metric not in METRICS:
+        raise entry.error("metric", f"{metric!r} is not a metric", f"choose one of {sorted(METRICS)}")
+    if metric != "max_abs_diff" and common["dtype"] not in FLOAT_DTYPES:
+        raise entry.error("metric", f"{metric} compares floating-point outputs", "use max_abs_diff")
+    tolerance = entry.number("tolerance")
+    variant_tolerance = entry.number("variant_tolerance", tolerance)
+    larger_is_better = METRICS[metric]
+    if tolerance < 0 or (larger_is_better and tolerance > 1):
+        raise entry.error("tolerance", f"{tolerance:g} is out of range", _tolerance_fix(metric))
+    looser = variant_tolerance <= tolerance if larger_is_better else variant_tolerance >= tolerance
+    if not looser or variant_tolerance < 0:
+        raise entry.error(
+            "variant_tolerance",
+            f"{variant_tolerance:g} is stricter than tolerance {tolerance:g}",
+            "the reduced precisions' limit must be at least as loose as fp32's",
+        )
+    entry.done()
+    return OutputDecl(**common, metric=metric, tolerance=tolerance, variant_tolerance=variant_tolerance)
+
+
+def _tolerance_fix(metric: str) -> str:
+    if METRICS[metric]:
+        return f"{metric} is a share from 0 to 1; fp32 is usually 0.9999 or more"
+    return "max_abs_diff is a non-negative difference, such as 1.0e-5"
+
+
+def _batching(model: str, data: Any) -> DynamicBatching:
+    section = _Reader(model, "module.dynamic_batching", data)
+    preferred = section.get("preferred_batch_sizes", [])
+    if (
+        not isinstance(preferred, list)
+        or any(type(s) is not int or s < 1 for s in preferred)
+        or (preferred != sorted(set(preferred)))
+    ):
+        raise section.error(
+            "preferred_batch_sizes",
+            f"{preferred!r} is not a list of sizes",
+            "list ascending sizes, e.g. [16, 64]",
+        )
+    batching = DynamicBatching(
+        max_queue_delay_us=section.integer("max_queue_delay_us"),
+        preferred_batch_sizes=tuple(preferred),
+        max_queue_size=section.integer("max_queue_size", DEFAULT_MAX_QUEUE_SIZE, minimum=1),
+        queue_timeout_us=section.integer("queue_timeout_us", DEFAULT_QUEUE_TIMEOUT_US, minimum=1),
+    )
+    section.done()
+    return batching
+
+
+def _instances(model: str, index: int, data: Any) -> InstanceGroup:
+    entry = _Reader(model, f"module.instance_groups[{index}]", data)
+    kind = entry.get("kind")
+    if kind not in INSTANCE_KINDS:
+        raise entry.error("kind", f"{kind!r} is not an instance kind", f"use one of {list(INSTANCE_KINDS)}")
+    group = InstanceGroup(kind=kind, count=entry.integer("count", 1, minimum=1))
+    entry.done()
+    return group
+
+
+def _check_names(model: str, spec: ModuleSpec) -> None:
+    """Unique names; a ``NAME__<index>`` name (libtorch's convention) must carry its own position."""
+    names = [t.name for t in (*spec.inputs, *spec.outputs)]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise ExportError(f"model {model!r}: module: tensor names {repeated} repeat; give each its own name")
+    for role, tensors in (("inputs", spec.inputs), ("outputs", spec.outputs)):
+        for position, tensor in enumerate(tensors):
+            _, marker, suffix = tensor.name.rpartition("__")
+            if marker and suffix.isdigit() and int(suffix) != position:
+                raise ExportError(
+                    f"model {model!r}: module.{role}[{position}].name: {tensor.name} names position "
+                    f"{suffix} (libtorch binds NAME__<index> by index); call it NAME__{position} or drop "
+                    "the suffix"
+                )
