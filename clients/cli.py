@@ -130,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     stats.add_argument("model", nargs="?", help="one model (default: every model)")
     stats.set_defaults(handler=_stats)
-    infer.add_command(sub, common)
+    infer.add_command(sub, common, epilog=EXIT_CODES_HELP)
     return parser
 
 

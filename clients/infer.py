@@ -30,19 +30,25 @@ class InputFileError(ValueError):
     """An input file that is missing, unreadable or of an unknown kind (a usage error: exit code 2)."""
 
 
-def add_command(commands: Any, common: argparse.ArgumentParser) -> None:
+def add_command(commands: Any, common: argparse.ArgumentParser, *, epilog: str) -> None:
     """Register ``infer`` among ``commands`` (the CLI's subparsers), with the ``common`` options."""
-    parser = commands.add_parser("infer", parents=[common], help="any model: inputs from .npy/.json files")
+    parser = commands.add_parser(
+        "infer", parents=[common], epilog=epilog, help="any model: inputs from .npy/.json files"
+    )
     parser.add_argument("model", help="the model's name (its tensors are read from the server)")
     parser.add_argument(
         "--input",
         action="append",
         default=[],
         metavar="NAME=FILE",
-        help="one input from a .npy file or a .json nested list (repeat for each input)",
+        help="one input from a .npy file or a .json nested list (repeat for each input; default: none)",
     )
-    parser.add_argument("--inputs", type=Path, metavar="FILE", help="a JSON object {input name: nested list}")
-    parser.add_argument("--output-dir", type=Path, help="write each output as DIR/<output>.npy")
+    parser.add_argument(
+        "--inputs", type=Path, metavar="FILE", help="a JSON object {input name: nested list} (default: none)"
+    )
+    parser.add_argument(
+        "--output-dir", type=Path, help="write each output as DIR/<output>.npy (default: print them)"
+    )
     parser.set_defaults(handler=run)
 
 
