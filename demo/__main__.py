@@ -8,9 +8,9 @@
 2. starts a real tritonserver on free loopback ports;
 3. classifies the real photos shipped in scikit-image and embeds a few sentences;
 4. sends the same workload (the six photos; realistic mixed-length sentences) one request at a time, then
-   with many requests in flight to the clone without batching and to the shipped ensemble in alternating
-   rounds, and prints the throughput of each and the average batch size the server formed (from Triton's
-   statistics API).
+   with many requests in flight to the clone without batching and to the shipped ensemble, split into
+   alternating rounds, and prints the throughput of each and the average batch size the server formed
+   (from Triton's statistics API).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from demo.batching import ENSEMBLES, build_demo_repository, compare, print_compa
 from samples import shuffled_sentences
 from tritonlocal import LocalTritonServer, ServerConfig
 from tritonrepo.local import derive_local
-from tritonrepo.paths import BUILD
+from tritonrepo.paths import BUILD, ROOT
 
 DEMO_REPOSITORY = BUILD / "demo_repository"
 IMAGES = ("chelsea.png", "coffee.png", "astronaut.png", "rocket.jpg", "motorcycle_left.png", "horse.png")
@@ -44,15 +44,22 @@ SENTENCES = (
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m demo", description=__doc__.splitlines()[0])
-    parser.add_argument("--requests", type=int, default=192, help="requests per measured pass")
+    parser.add_argument("--requests", type=int, default=192, help="requests per arm")
     parser.add_argument(
         "--in-flight", type=int, default=32, help="requests in flight with batching off and on"
     )
-    parser.add_argument("--rounds", type=int, default=2, help="alternating rounds of batching off and on")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=2,
+        help="alternating rounds the batching off and on arms send their requests in",
+    )
     args = parser.parse_args(argv)
     for name in ("requests", "in_flight", "rounds"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+    if args.rounds > args.requests:
+        parser.error(f"--rounds must be at most --requests ({args.requests}), got {args.rounds}")
 
     missing = {name: reason for name, reason in derive_local().skipped.items() if name in ENSEMBLES}
     for name, reason in missing.items():
@@ -60,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         return 1
     served = build_demo_repository(DEMO_REPOSITORY, cores=os.cpu_count() or 1)
-    print(f"serving {len(served)} models from {DEMO_REPOSITORY}: {', '.join(served)}\n")
+    print(f"serving {len(served)} models from {DEMO_REPOSITORY.relative_to(ROOT)}: {', '.join(served)}\n")
     with LocalTritonServer(ServerConfig(model_repository=DEMO_REPOSITORY)) as server:
         print(f"tritonserver 2.51 ready on http://{server.http_url} and grpc {server.grpc_url}\n")
         url = f"http://{server.http_url}"

@@ -2,14 +2,13 @@
 a clone with ``dynamic_batching`` removed from every step (:mod:`tritonrepo.variants`), both sent the same
 requests with the same number in flight; one request at a time beside them for scale.
 
-The two arms at the same load alternate for a few rounds and each takes its median, so that background
-load on a shared machine lands on both alike.
+The two arms at the same load send their requests in alternating rounds, so that background load on a
+shared machine lands on both alike; each arm's figures are over all its requests.
 """
 
 from __future__ import annotations
 
 import itertools
-import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -41,6 +40,16 @@ class ArmResult:
     batch_size: float  # inferences per execution of the ensemble's exported model (Triton's statistics)
 
 
+@dataclass(frozen=True, kw_only=True)
+class Pass:
+    """One pass of requests: how many, how long, and what the encoder ran for them."""
+
+    requests: int
+    seconds: float
+    inferences: int
+    executions: int
+
+
 def build_demo_repository(target: Path, cores: int) -> list[str]:
     """Write ``target`` with each ensemble of :data:`ENSEMBLES` and its no-batching clone; the served
     model names, sorted."""
@@ -68,38 +77,42 @@ def compare(
     url: str, ensemble: str, items: Sequence, *, requests: int, in_flight: int, rounds: int
 ) -> list[ArmResult]:
     """Each arm of :func:`arms` on ``requests`` requests cycled from ``items``; the two arms at
-    ``in_flight`` alternate for ``rounds`` rounds, and each arm's figures are its medians."""
+    ``in_flight`` send theirs in ``rounds`` alternating rounds."""
     encoder = exported_step(load_repository(REPOSITORY), ensemble)  # whose batches the statistics count
     workload = list(itertools.islice(itertools.cycle(items), requests))
     lone, off, on = arms(ensemble, in_flight)
-    measured: dict[Arm, list[tuple[float, float]]] = {lone: [], off: [], on: []}
-    measured[lone].append(_run(url, lone, encoder, workload, ensemble))
-    for _ in range(rounds):
+    passes: dict[Arm, list[Pass]] = {lone: [_run(url, lone, encoder, workload, ensemble)], off: [], on: []}
+    share = -(-len(workload) // rounds)
+    for start in range(0, len(workload), share):
         for arm in (off, on):
-            measured[arm].append(_run(url, arm, encoder, workload, ensemble))
+            sent = workload[start : start + share]
+            passes[arm].append(_run(url, arm, encoder, sent, ensemble, warm_up=start == 0))
     return [
         ArmResult(
             arm=arm,
-            requests_per_s=statistics.median(rate for rate, _ in runs),
-            batch_size=statistics.median(batch for _, batch in runs),
+            requests_per_s=sum(p.requests for p in runs) / sum(p.seconds for p in runs),
+            batch_size=sum(p.inferences for p in runs) / max(1, sum(p.executions for p in runs)),
         )
-        for arm, runs in measured.items()
+        for arm, runs in passes.items()
     ]
 
 
-def _run(url: str, arm: Arm, encoder: str, workload: list, ensemble: str) -> tuple[float, float]:
-    """Requests per second and the encoder's average batch over one pass of ``workload`` (after a
-    warm-up of ``arm.in_flight`` requests, not measured)."""
+def _run(url: str, arm: Arm, encoder: str, workload: list, ensemble: str, *, warm_up: bool = True) -> Pass:
+    """``workload`` sent as ``arm`` says, after a warm-up of ``arm.in_flight`` requests where ``warm_up``
+    (not measured)."""
     suffix = arm.model.removeprefix(ensemble)
     with TritonClient(url, max_in_flight=arm.in_flight) as client:
         call: Callable = client.classify if ensemble.startswith("image") else client.embed
-        call(workload[: arm.in_flight], model=arm.model)
+        if warm_up:
+            call(workload[: arm.in_flight], model=arm.model)
         before = client.statistics(encoder + suffix)
         start = time.perf_counter()
         call(workload, model=arm.model)
         seconds = time.perf_counter() - start
         delta = client.statistics(encoder + suffix).since(before)
-    return len(workload) / seconds, delta.average_batch_size
+    return Pass(
+        requests=len(workload), seconds=seconds, inferences=delta.inferences, executions=delta.executions
+    )
 
 
 def print_comparison(ensemble: str, results: list[ArmResult], *, what: str, rounds: int) -> None:
@@ -110,7 +123,7 @@ def print_comparison(ensemble: str, results: list[ArmResult], *, what: str, roun
         print(f"  {result.arm.label:<32} {result.requests_per_s:>10.1f} {result.batch_size:>9.2f}")
     print(
         f"  -> batching on / off, both {on.arm.in_flight} in flight: "
-        f"{on.requests_per_s / off.requests_per_s:.2f}x (medians of {rounds} alternating rounds)"
+        f"{on.requests_per_s / off.requests_per_s:.2f}x (in {rounds} alternating rounds)"
     )
     print(
         f"  -> {on.arm.in_flight} in flight with batching / one at a time: "
