@@ -24,7 +24,7 @@ from pathlib import Path
 import skimage
 
 from clients.sync_client import TritonClient
-from demo.batching import ENSEMBLES, build_demo_repository, compare, print_comparison
+from demo.batching import ENSEMBLES, NOBATCH, build_demo_repository, compare, print_comparison
 from samples import shuffled_sentences
 from tritonlocal import LocalTritonServer, ServerConfig
 from tritonrepo.local import derive_local
@@ -67,7 +67,10 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         return 1
     served = build_demo_repository(DEMO_REPOSITORY, cores=os.cpu_count() or 1)
-    print(f"serving {len(served)} models from {DEMO_REPOSITORY.relative_to(ROOT)}: {', '.join(served)}\n")
+    print(
+        f"serving {len(served)} models from {DEMO_REPOSITORY.relative_to(ROOT)}: {' and '.join(ENSEMBLES)} "
+        f"with their steps, each beside a clone without dynamic batching (*{NOBATCH})\n"
+    )
     with LocalTritonServer(ServerConfig(model_repository=DEMO_REPOSITORY)) as server:
         print(f"tritonserver 2.51 ready on http://{server.http_url} and grpc {server.grpc_url}\n")
         url = f"http://{server.http_url}"
