@@ -1,33 +1,36 @@
-"""The main job: serve the real models locally, send real requests, show what batching achieved.
+"""The main job: serve the real models locally, send real requests, show what batching buys.
 
-    python -m demo            # or: make demo
+    .venv/bin/python -m demo            # or: make demo
 
-1. derives build/local_repository from model_repository (the exported models must exist: make export);
+1. derives build/local_repository (refusing to go on if the exported models are missing: make export)
+   and writes build/demo_repository from model_repository: the image and text ensembles as shipped, each
+   beside a clone with dynamic batching turned off;
 2. starts a real tritonserver on free loopback ports;
 3. classifies the real photos shipped in scikit-image and embeds a few sentences;
-4. sends the same workload (the six photos; realistic mixed-length sentences) one request at a time and
-   then with many requests in flight, and prints the throughput of each and the average batch size the
-   server formed (from Triton's statistics API).
+4. sends the same workload (the six photos; realistic mixed-length sentences) one request at a time, then
+   with many requests in flight to the clone without batching and to the shipped ensemble, split into
+   alternating rounds, and prints the throughput of each and the average batch size the server formed
+   (from Triton's statistics API).
 """
 
 from __future__ import annotations
 
 import argparse
-import itertools
-import time
-from collections.abc import Callable
-from dataclasses import dataclass
+import os
+import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import skimage
 
 from clients.sync_client import TritonClient
+from demo.batching import ENSEMBLES, NOBATCH, build_demo_repository, compare, print_comparison
 from samples import shuffled_sentences
 from tritonlocal import LocalTritonServer, ServerConfig
-from tritonrepo.configs import exported_step, load_repository
 from tritonrepo.local import derive_local
-from tritonrepo.paths import LOCAL_REPOSITORY, REPOSITORY
+from tritonrepo.paths import BUILD, ROOT
 
+DEMO_REPOSITORY = BUILD / "demo_repository"
 IMAGES = ("chelsea.png", "coffee.png", "astronaut.png", "rocket.jpg", "motorcycle_left.png", "horse.png")
 SENTENCES = (
     "A cat is sleeping on the warm windowsill.",
@@ -39,18 +42,6 @@ SENTENCES = (
 )
 
 
-@dataclass(frozen=True, kw_only=True)
-class LoadResult:
-    label: str
-    requests: int
-    seconds: float
-    batch_size: float
-
-    @property
-    def throughput(self) -> float:
-        return self.requests / self.seconds
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m demo",
@@ -58,28 +49,55 @@ def main(argv: list[str] | None = None) -> int:
         epilog="exit codes: 0 shown, 1 the server or a request failed, 2 a usage error",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    parser.add_argument("--requests", type=int, default=192, help="requests per load phase")
-    parser.add_argument("--in-flight", type=int, default=32, help="concurrent requests in the batched phase")
-    args = parser.parse_args(argv)
-
-    result = derive_local()
-    if result.skipped:
-        for name, reason in result.skipped.items():
-            print(f"not served: {name}: {reason}")
-    print(
-        f"serving {len(result.written)} models from {LOCAL_REPOSITORY}: {', '.join(sorted(result.written))}\n"
+    parser.add_argument("--requests", type=int, default=192, help="requests per arm")
+    parser.add_argument(
+        "--in-flight", type=int, default=32, help="requests in flight with batching off and on"
     )
-    with LocalTritonServer(ServerConfig(model_repository=LOCAL_REPOSITORY)) as server:
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=2,
+        help="alternating rounds the batching off and on arms send their requests in",
+    )
+    args = parser.parse_args(argv)
+    for name in ("requests", "in_flight", "rounds"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+    if args.rounds > args.requests:
+        parser.error(f"--rounds must be at most --requests ({args.requests}), got {args.rounds}")
+
+    missing = {name: reason for name, reason in derive_local().skipped.items() if name in ENSEMBLES}
+    for name, reason in missing.items():
+        print(f"cannot serve {name}: {reason}", file=sys.stderr)
+    if missing:
+        return 1
+    served = build_demo_repository(DEMO_REPOSITORY, cores=os.cpu_count() or 1)
+    print(
+        f"serving {len(served)} models from {DEMO_REPOSITORY.relative_to(ROOT)}: {' and '.join(ENSEMBLES)} "
+        f"with their steps, each beside a clone without dynamic batching (*{NOBATCH})\n"
+    )
+    with LocalTritonServer(ServerConfig(model_repository=DEMO_REPOSITORY)) as server:
         print(f"tritonserver 2.51 ready on http://{server.http_url} and grpc {server.grpc_url}\n")
         url = f"http://{server.http_url}"
         images = [Path(skimage.__file__).parent / "data" / name for name in IMAGES]
         show_classifications(url, images)
         show_embeddings(url)
-        rows = [
-            *compare_batching(url, "image_classifier", images, args, kind="images"),
-            *compare_batching(url, "text_embedder", shuffled_sentences(args.requests), args, kind="texts"),
-        ]
-    print_batching(rows)
+        print(
+            "What batching buys at the same load (one server, the same requests; avg batch: the exported\n"
+            "model's inferences per execution, from Triton's statistics; 1-minute load average "
+            f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)\n"
+        )
+        loads: dict[str, tuple[Sequence, str]] = {
+            "image_classifier": (images, "the six photographs"),
+            "text_embedder": (shuffled_sentences(args.requests), "mixed-length sentences, one per request"),
+        }
+        for ensemble, (items, what) in loads.items():
+            results = compare(
+                url, ensemble, items, requests=args.requests, in_flight=args.in_flight, rounds=args.rounds
+            )
+            print_comparison(ensemble, results, what=f"{what}, {args.requests} requests", rounds=args.rounds)
+            print()
+    print("The full, repeated measurement with plots: make bench (see docs/benchmarks.md).")
     return 0
 
 
@@ -107,46 +125,6 @@ def show_embeddings(url: str) -> None:
     for i, j in ((0, 1), (0, 2), (4, 5)):
         print(f"  cos({SENTENCES[i][:38]!r:<42}, {SENTENCES[j][:38]!r:<42}) = {similarity[i, j]:.3f}")
     print()
-
-
-def compare_batching(
-    url: str, ensemble: str, items: list, args: argparse.Namespace, *, kind: str
-) -> list[LoadResult]:
-    model = exported_step(load_repository(REPOSITORY), ensemble)  # whose batches the statistics count
-    workload = list(itertools.islice(itertools.cycle(items), args.requests))
-    rows = []
-    for label, in_flight in (
-        ("one request at a time", 1),
-        (f"{args.in_flight} requests in flight", args.in_flight),
-    ):
-        with TritonClient(url, max_in_flight=in_flight) as client:
-            call: Callable = client.classify if kind == "images" else client.embed
-            call(workload[:in_flight], model=ensemble)  # warm-up, not measured
-            before = client.statistics(model)
-            start = time.perf_counter()
-            call(workload, model=ensemble)
-            seconds = time.perf_counter() - start
-            delta = client.statistics(model).since(before)
-        rows.append(
-            LoadResult(
-                label=f"{ensemble:<17} {label}",
-                requests=len(workload),
-                seconds=seconds,
-                batch_size=delta.average_batch_size,
-            )
-        )
-    return rows
-
-
-def print_batching(rows: list[LoadResult]) -> None:
-    print("What batching achieved (same requests, same server; batch size from Triton's statistics)")
-    print(f"  {'workload':<48} {'requests/s':>10} {'avg batch':>9}")
-    for row in rows:
-        print(f"  {row.label:<48} {row.throughput:>10.1f} {row.batch_size:>9.2f}")
-    for sequential, batched in zip(rows[::2], rows[1::2], strict=True):
-        ratio = batched.throughput / sequential.throughput
-        print(f"  -> {batched.label.split()[0]}: {ratio:.2f}x the throughput of one request at a time")
-    print("\nThe full, repeated measurement with plots: make bench (see docs/benchmarks.md).")
 
 
 if __name__ == "__main__":
