@@ -15,7 +15,6 @@
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from collections.abc import Sequence
@@ -27,6 +26,7 @@ from clients.sync_client import TritonClient
 from demo.batching import ENSEMBLES, NOBATCH, build_demo_repository, compare, print_comparison
 from samples import shuffled_sentences
 from tritonlocal import LocalTritonServer, ServerConfig
+from tritonrepo.commands import command_parser
 from tritonrepo.local import derive_local
 from tritonrepo.paths import BUILD, ROOT
 
@@ -43,11 +43,10 @@ SENTENCES = (
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m demo",
-        description=__doc__.splitlines()[0],
-        epilog="exit codes: 0 shown, 1 the server or a request failed, 2 a usage error",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    parser = command_parser(
+        "python -m demo",
+        __doc__.splitlines()[0],
+        exit_codes="0 shown, 1 the server or a request failed, 2 a usage error",
     )
     parser.add_argument("--requests", type=int, default=192, help="requests per arm")
     parser.add_argument(

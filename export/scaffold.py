@@ -32,6 +32,7 @@ from export.common import ExportError, ModelConfig
 from export.description import Weights, parse_description, weights_sha256
 from export.minilm import load_tokenizer
 from export.text_warmup import encoder_warmup_files, write_files
+from tritonrepo.commands import EXIT_FAILED, EXIT_OK, command_parser
 from tritonrepo.configs import format_config, load_model_config
 from tritonrepo.paths import DESCRIPTIONS, REPOSITORY
 from tritonrepo.served_code import BATCHING_HELPER, PARAMETERS_HELPER
@@ -220,16 +221,12 @@ def local_weights(path: Path, relative_to: Path) -> dict[str, str]:
     return {"path": os.path.relpath(path, Path(relative_to).resolve()), "sha256": weights_sha256(path)}
 
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m export.scaffold",
-        description=__doc__,
-        epilog="exit codes: 0 written, 1 not written (a file exists, the weights or the template do not "
+    parser = command_parser(
+        "python -m export.scaffold",
+        __doc__,
+        exit_codes="0 written, 1 not written (a file exists, the weights or the template do not "
         "fit), 2 a usage error (a bad name, kind or weights option)",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     parser.add_argument(
         "kind", choices=sorted(TEMPLATES), help="the kind of model: its shipped model is the start"

@@ -13,7 +13,6 @@ sample's dims:
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +23,7 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 from export.common import ExportError
 from export.minilm import load_tokenizer
 from samples import sentences
+from tritonrepo.commands import command_parser
 from tritonrepo.configs import load_model_config
 from tritonrepo.paths import REPOSITORY
 from tritonrepo.warmup_samples import WARMUP_FOLDER
@@ -79,11 +79,10 @@ def shipped_tokenizer() -> Tokenizer:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m export.text_warmup",
-        description=__doc__.split("\n")[0],
-        epilog="exit codes: 0 written, 1 a config or the tokenizer did not fit, 2 a usage error",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    parser = command_parser(
+        "python -m export.text_warmup",
+        __doc__.split("\n")[0],
+        exit_codes="0 written, 1 a config or the tokenizer did not fit, 2 a usage error",
     )
     parser.add_argument(
         "--repository", type=Path, default=REPOSITORY, help="the model repository whose encoders warm up"

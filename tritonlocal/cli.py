@@ -26,6 +26,7 @@ from tritonlocal.monitoring import SUMMARY_FLAG, LocalPrometheus, PrometheusConf
 from tritonlocal.replicas import LocalReplicaSet, ReplicaSetConfig
 from tritonlocal.server import LocalTritonServer
 from tritonrepo.access import ADMIN_HEADER
+from tritonrepo.commands import EXIT_FAILED, EXIT_OK, EXIT_USAGE, command_parser, subcommand
 from tritonrepo.errors import RepositoryError
 from tritonrepo.local import derive_local
 from tritonrepo.paths import LOCAL_REPOSITORY
@@ -33,12 +34,11 @@ from tritonrepo.paths import LOCAL_REPOSITORY
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
-EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 # The exit code of each failure the commands report, the most specific first.
 # A malformed repository found while deriving (tritonrepo's error) is the launcher's error too.
 EXIT_CODES: dict[type[Exception], int] = {
-    TritonLocalError: EXIT_ERROR,
-    RepositoryError: EXIT_ERROR,
+    TritonLocalError: EXIT_FAILED,
+    RepositoryError: EXIT_FAILED,
     ValueError: EXIT_USAGE,
 }
 C = TypeVar("C", bound="DataclassInstance")
@@ -58,17 +58,16 @@ def main(argv: list[str] | None = None) -> int:
 
 
 EXIT_CODES_HELP = (
-    "exit codes: 0 done (a server stopped by Ctrl-C included), 1 the server or a tool failed (its log's "
+    "0 done (a server stopped by Ctrl-C included), 1 the server or a tool failed (its log's "
     "tail is printed), 2 a usage error"
 )
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="tritonlocal",
-        description="Run a real tritonserver locally (no Docker).",
-        epilog=EXIT_CODES_HELP,
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    parser = command_parser(
+        "tritonlocal",
+        "Run a real tritonserver locally (no Docker).",
+        exit_codes=EXIT_CODES_HELP,
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages too")
     sub = parser.add_subparsers(required=True)
@@ -78,13 +77,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _command(sub: Any, name: str, help_text: str) -> argparse.ArgumentParser:
-    command: argparse.ArgumentParser = sub.add_parser(
-        name,
-        help=help_text,
-        description=help_text,
-        epilog=EXIT_CODES_HELP,
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
+    command: argparse.ArgumentParser = subcommand(sub, name, help=help_text, exit_codes=EXIT_CODES_HELP)
     return command
 
 
@@ -183,7 +176,7 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"log: {server.log_path}   (Ctrl-C to stop)", flush=True)
         if not _run_until(stop, server.is_running):
             print(f"error: tritonserver exited\n{server.log_tail()}", file=sys.stderr)
-            return EXIT_ERROR
+            return EXIT_FAILED
     print("stopped")
     return EXIT_OK
 
@@ -206,7 +199,7 @@ def _monitor(args: argparse.Namespace) -> int:
             print("Ctrl-C stops both", flush=True)
             if not _run_until(stop, lambda: server.is_running() and prometheus.is_running()):
                 print("error: tritonserver or prometheus exited", file=sys.stderr)
-                return EXIT_ERROR
+                return EXIT_FAILED
     print("stopped")
     return EXIT_OK
 
@@ -222,7 +215,7 @@ def _replicas(args: argparse.Namespace) -> int:
         print("Ctrl-C stops all", flush=True)
         if not _run_until(stop, lambda: all(server.is_running() for server in replica_set.servers)):
             print("error: a replica exited", file=sys.stderr)
-            return EXIT_ERROR
+            return EXIT_FAILED
     print("stopped")
     return EXIT_OK
 

@@ -1,6 +1,7 @@
 """The Triton model repository, in one place, below everything that reads one.
 
 - :mod:`tritonrepo.paths`: every project path, anchored to the project root.
+- :mod:`tritonrepo.commands`: the conventions every command line follows (help, defaults, exit codes).
 - :mod:`tritonrepo.configs`: every config.pbtxt parsed with Triton's own schema (``model_config_pb2``).
 - :mod:`tritonrepo.files`: where exported files live and which runtime runs each.
 - :mod:`tritonrepo.served_code`: the helpers Python models link, and loading served code outside Triton.

@@ -12,13 +12,13 @@ import argparse
 import sys
 from pathlib import Path
 
+from tritonrepo.commands import EXIT_FAILED, EXIT_OK, command_parser, subcommand
 from tritonrepo.container_cpu import KINDS, write_variant
 from tritonrepo.derive import derive_repository, gpu_is_available
 from tritonrepo.errors import RepositoryError
 from tritonrepo.paths import CPU_REPOSITORY, LOCAL_REPOSITORY, REPOSITORY
 
-EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
-EXIT_CODES = "Exit codes: 0 done, 1 the repository is malformed or a file is missing, 2 a usage error."
+EXIT_CODES = "0 done, 1 the repository is malformed or a file is missing, 2 a usage error"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -30,22 +30,21 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.handler(args))
     except RepositoryError as e:
         print(f"error: {e}", file=sys.stderr)
-        return EXIT_ERROR
+        return EXIT_FAILED
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m tritonrepo",
-        description="Write the repositories derived from the deployable one.",
-        epilog=EXIT_CODES,
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    parser = command_parser(
+        "python -m tritonrepo",
+        "Write the repositories derived from the deployable one.",
+        exit_codes=EXIT_CODES,
     )
     sub = parser.add_subparsers(required=True)
-    derive = sub.add_parser(
+    derive = subcommand(
+        sub,
         "derive",
         help="write the local repository (Python-backend runners) for the pip wheel's tritonserver",
-        epilog=EXIT_CODES,
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        exit_codes=EXIT_CODES,
     )
     derive.add_argument("--source", type=Path, default=REPOSITORY, help="the deployable repository")
     derive.add_argument("--target", type=Path, default=LOCAL_REPOSITORY, help="where to write it")
@@ -57,11 +56,11 @@ def _parser() -> argparse.ArgumentParser:
         "between the instances",
     )
     derive.set_defaults(handler=_derive)
-    variant = sub.add_parser(
+    variant = subcommand(
+        sub,
         "variant",
         help="copy the deployable repository for NVIDIA's container on another device (native backends)",
-        epilog=EXIT_CODES,
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        exit_codes=EXIT_CODES,
     )
     variant.add_argument("--kind", choices=KINDS, default="cpu", help="the device it will serve on")
     variant.add_argument("--source", type=Path, default=REPOSITORY, help="the deployable repository")

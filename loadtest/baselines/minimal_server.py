@@ -29,6 +29,7 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from loadtest.baselines.pipelines import ExportedEncoder
+from tritonrepo.commands import command_parser
 
 logger = logging.getLogger(__name__)
 
@@ -147,11 +148,10 @@ class _Server(ThreadingHTTPServer):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m loadtest.baselines.minimal_server",
-        description=__doc__,
-        epilog="exit codes: 0 stopped by Ctrl-C, 1 the model or the port could not be used, 2 a usage error",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    parser = command_parser(
+        "python -m loadtest.baselines.minimal_server",
+        __doc__,
+        exit_codes="0 stopped by Ctrl-C, 1 the model or the port could not be used, 2 a usage error",
     )
     parser.add_argument(
         "--model",

@@ -37,6 +37,7 @@ from loadtest.experiments.plans import Plan
 from loadtest.load import environment
 from loadtest.progress import Progress
 from loadtest.report.markdown import write_report
+from tritonrepo.commands import EXIT_FAILED, EXIT_OK, EXIT_USAGE, command_parser
 from tritonrepo.paths import BUILD, REPORTS, REPOSITORY, ROOT
 
 logger = logging.getLogger(__name__)
@@ -63,19 +64,17 @@ class BenchOptions:
             )
 
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 EXIT_CODES = (
-    "exit codes: 0 every stage and experiment ran, 1 one failed (the report names it; the others' "
+    "0 every stage and experiment ran, 1 one failed (the report names it; the others' "
     "results are still written) or the run could not start, 2 a usage error"
 )
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m loadtest.bench",
-        description=__doc__.splitlines()[0],
-        epilog=EXIT_CODES,
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    parser = command_parser(
+        "python -m loadtest.bench",
+        __doc__.splitlines()[0],
+        exit_codes=EXIT_CODES,
     )
     parser.add_argument(
         "--mode",

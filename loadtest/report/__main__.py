@@ -7,17 +7,15 @@ import sys
 from pathlib import Path
 
 from loadtest.report.markdown import write_report
-
-EXIT_OK, EXIT_USAGE = 0, 2
+from tritonrepo.commands import EXIT_OK, command_parser
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m loadtest.report",
-        description=__doc__,
-        epilog="exit codes: 0 written, 1 the report could not be rendered, 2 a usage error "
+    parser = command_parser(
+        "python -m loadtest.report",
+        __doc__,
+        exit_codes="0 written, 1 the report could not be rendered, 2 a usage error "
         "(no run's results.json in the folder)",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     parser.add_argument("run", type=Path, help="a run's folder, holding its results.json (reports/<run id>)")
     return parser

@@ -16,10 +16,10 @@ from loadtest.soak.config import SoakConfig
 from loadtest.soak.progress import SoakProgress
 from tritonlocal import LocalTritonServer, ServerConfig
 from tritonlocal.errors import TritonLocalError
+from tritonrepo.commands import EXIT_FAILED, EXIT_OK, command_parser
 from tritonrepo.local import derive_local
 from tritonrepo.paths import LOCAL_REPOSITORY
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 HELP = {  # the SoakConfig fields that are options, and what each means
     "minutes": "soak duration after warm-up (required)",
     "warmup_minutes": "steady load before the soak; not counted in the verdict",
@@ -33,12 +33,11 @@ HELP = {  # the SoakConfig fields that are options, and what each means
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m loadtest.soak",
-        description=(run.__doc__ or "").splitlines()[0],
-        epilog="exit codes: 0 the soak ran and its summary is written (the verdict is in it), "
+    parser = command_parser(
+        "python -m loadtest.soak",
+        (run.__doc__ or "").splitlines()[0],
+        exit_codes="0 the soak ran and its summary is written (the verdict is in it), "
         "1 the server could not start or the run failed, 2 a usage error",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     for option in dataclasses.fields(SoakConfig):
         if option.name not in HELP:

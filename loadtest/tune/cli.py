@@ -20,24 +20,24 @@ from loadtest.tune.adopt import adopt
 from loadtest.tune.plan import KINDS, SWEEPS, TunePlan, make_plan
 from loadtest.tune.progress import AnalyzerProgress
 from tritonlocal.errors import TritonLocalError
+from tritonrepo.commands import EXIT_FAILED, EXIT_OK, EXIT_USAGE, command_parser
 from tritonrepo.errors import RepositoryError
 from tritonrepo.paths import BUILD, REPORTS, REPOSITORY
 
 DEFAULT_MODELS = ("image_classifier", "text_embedder")
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports it
 EXIT_CODES = (
-    "exit codes: 0 tuned (the summary names the winners), 1 Model Analyzer failed, ran past --timeout-s "
+    "0 tuned (the summary names the winners), 1 Model Analyzer failed, ran past --timeout-s "
     "or measured nothing (its log says why), 2 a usage error (an unknown or untunable model, a bad "
     "value), 130 interrupted (the same command resumes from the checkpoint)"
 )
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m loadtest.tune",
-        description="Search the local CPU configuration with Model Analyzer under a p99 latency budget.",
-        epilog=EXIT_CODES,
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    parser = command_parser(
+        "python -m loadtest.tune",
+        "Search the local CPU configuration with Model Analyzer under a p99 latency budget.",
+        exit_codes=EXIT_CODES,
     )
     parser.add_argument(
         "--models",
