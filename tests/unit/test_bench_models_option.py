@@ -108,14 +108,15 @@ def test_the_shipped_lite2_classifier_derives_its_own_encoder() -> None:
     assert (steps.encoder, steps.kind) == ("efficientnet_lite2_onnx", "image")
 
 
-def test_models_replace_the_sweep_and_the_batching_experiment_takes_their_ensembles(tmp_path: Path) -> None:
+def test_models_replace_the_sweep_and_the_batching_experiment_takes_those_that_batch(tmp_path: Path) -> None:
     root = _repository(tmp_path)
-    plan = experiments_plan.with_models(experiments_plan.PLANS["quick"], ("see", "words_onnx"), root)
-    assert plan.sweep_models == ("see", "words_onnx")
-    assert plan.batching_models == ("see",)
+    models = ("see", "words_onnx", "rows_onnx")
+    plan = experiments_plan.with_models(experiments_plan.PLANS["quick"], models, root)
+    assert plan.sweep_models == models
+    assert plan.batching_models == ("see", "rows_onnx")  # a step's batcher or its own; words_onnx has none
     variants = experiments_plan.served_variants(plan, REPOSITORY, tmp_path / "previous.onnx")
     nobatch = [v for v in variants if not v.batching]
-    assert [v.served_name for v in nobatch] == ["see" + experiments_plan.NOBATCH]
+    assert [v.served_name for v in nobatch] == [m + experiments_plan.NOBATCH for m in ("see", "rows_onnx")]
 
 
 def test_without_models_the_plans_measure_what_they_always_did() -> None:
@@ -160,7 +161,8 @@ def _point(model: str, arm: str, throughput: float) -> dict:
 
 
 def test_the_report_keeps_each_models_batching_arms_apart_and_its_targets_on_the_text_ensemble() -> None:
-    from loadtest.report import figures
+    from loadtest.report import figures, markdown
+    from loadtest.report.records import served_runs
 
     results = {
         "batching": [
@@ -182,3 +184,10 @@ def test_the_report_keeps_each_models_batching_arms_apart_and_its_targets_on_the
     assert (on.throughput_per_s, off.throughput_per_s) == (400.0, 100.0)
     lite2_only = {"batching": results["batching"][2:]}
     assert figures.batching_arms(lite2_only, 32) == (None, None)  # no text target from another model
+    on, off = figures.batching_arms(results, 32, "image_classifier_lite2")
+    assert on is not None and off is not None and (on.throughput_per_s, off.throughput_per_s) == (20.0, 10.0)
+    ratios = markdown._on_off_ratios(results, served_runs(results, "batching"))
+    assert (
+        "| image_classifier_lite2 | 32 | 1 | 2.00x |" in ratios
+        and "| text_embedder | 32 | 1 | 4.00x |" in ratios
+    )
