@@ -6,14 +6,15 @@ what the server does.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from google.protobuf import text_format
-from tritonclient.grpc.model_config_pb2 import ModelConfig
+from tritonclient.grpc.model_config_pb2 import DataType, ModelConfig
 
 from tritonrepo.errors import RepositoryError
-from tritonrepo.files import NATIVE_RUNTIMES, exported_filename
+from tritonrepo.files import EXPORT_MANIFEST, NATIVE_RUNTIMES, exported_filename
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,6 +49,16 @@ class ModelEntry:
 
     def ensemble_steps(self) -> list[str]:
         return [step.model_name for step in self.config.ensemble_scheduling.step]
+
+    def recorded_input_bounds(self) -> dict[str, list[float]]:
+        """The value bounds the export recorded for the model's inputs (token ids within the vocabulary, a
+        categorical id within its table), read from the manifest beside its newest exported file; {}
+        where there is none."""
+        for version in reversed(self.version_dirs):
+            manifest = version / EXPORT_MANIFEST
+            if manifest.is_file():
+                return dict(json.loads(manifest.read_text(encoding="utf-8")).get("input_bounds", {}))
+        return {}
 
 
 def parse_config(path: Path) -> ModelConfig:
@@ -104,18 +115,37 @@ def exported_step(models: dict[str, ModelEntry], ensemble: str) -> str:
 
 
 # What an ensemble's one STRING input carries, by the name its config gives it.
-INPUT_KINDS = {"IMAGE_BYTES": "image", "TEXT": "text"}
+STRING_KINDS = {"IMAGE_BYTES": "image", "TEXT": "text"}
+# What a model's requests carry, read from its config alone (:func:`input_kind`).
+INPUT_KINDS = ("image", "text", "tokens", "pixels", "tensors")
+
+
+def input_kind(config: ModelConfig) -> str:
+    """What ``config``'s requests carry: 'image' (one STRING input IMAGE_BYTES: encoded photographs),
+    'text' (one STRING input TEXT: sentences), 'tokens' (one INT64 input of variable length: token ids),
+    'pixels' (one FP32 input [3, H, W]: a decoded, normalised image) or 'tensors' (anything else: rows of
+    the declared tensors, whatever they mean)."""
+    inputs = list(config.input)
+    if len(inputs) == 1:
+        (only,) = inputs
+        if only.data_type == DataType.TYPE_STRING and only.name in STRING_KINDS:
+            return STRING_KINDS[only.name]
+        if only.data_type == DataType.TYPE_INT64 and any(d < 0 for d in only.dims):
+            return "tokens"
+        if only.data_type == DataType.TYPE_FP32 and len(only.dims) == 3 and only.dims[0] == 3:
+            return "pixels"
+    return "tensors"
 
 
 @dataclass(frozen=True, kw_only=True)
 class PipelineSteps:
     """What measuring a served model needs to know of it: the exported step it calls (its encoder; the
-    model itself where it is native, None for a model that calls none) and its kind ('image' or 'text',
-    None where its inputs say neither)."""
+    model itself where it is native, None for a model that calls none) and what its requests carry (one
+    of :data:`INPUT_KINDS`, from its own config)."""
 
     model: str
     encoder: str | None
-    kind: str | None
+    kind: str
 
 
 def pipeline_steps(models: dict[str, ModelEntry], name: str) -> PipelineSteps:
@@ -127,10 +157,4 @@ def pipeline_steps(models: dict[str, ModelEntry], name: str) -> PipelineSteps:
         encoder: str | None = exported_step(models, name)
     else:
         encoder = name if entry.is_native else None
-    inputs = list(entry.config.input)
-    kind = INPUT_KINDS.get(inputs[0].name) if len(inputs) == 1 else None
-    if kind is None and encoder is not None:
-        # a native encoder: pixels are one [C, H, W] input, token ids are integers
-        first = models[encoder].config.input[0]
-        kind = "image" if len(first.dims) == 3 else "text"
-    return PipelineSteps(model=name, encoder=encoder, kind=kind)
+    return PipelineSteps(model=name, encoder=encoder, kind=input_kind(entry.config))

@@ -27,7 +27,7 @@ from tritonrepo.container_cpu import (
     set_default_parameters,
     threads_per_instance,
 )
-from tritonrepo.files import EXPORT_MANIFEST, NATIVE_RUNTIMES
+from tritonrepo.files import NATIVE_RUNTIMES
 from tritonrepo.paths import REPOSITORY
 from tritonrepo.served_code import BATCHING_HELPER, PARAMETERS_HELPER
 from tritonrepo.warmup_samples import WARMUP_FOLDER
@@ -79,7 +79,9 @@ def derive_local_config(
         # other down.
         threads = intra_op_threads or int(adopted or threads_per_instance(config, cores=os.cpu_count() or 1))
         config.parameters["intra_op_threads"].string_value = str(threads)
-        bounds = _recorded_input_bounds(entry)
+        # The local runner refuses a request outside the recorded bounds with an error naming the input,
+        # instead of failing inside the runtime.
+        bounds = entry.recorded_input_bounds()
         if bounds:
             config.parameters["input_bounds"].string_value = json.dumps(bounds, sort_keys=True)
     if not gpu_available:
@@ -153,17 +155,6 @@ def triton_side_file(entry: ModelEntry, name: str) -> Path:
     """``name`` from the top level of ``entry``'s repository, or from the project's when it has none."""
     beside = entry.path.parent / name
     return beside if beside.is_file() else REPOSITORY / name
-
-
-def _recorded_input_bounds(entry: ModelEntry) -> dict[str, list[float]]:
-    """The value bounds the export recorded for the model's inputs (token ids within the vocabulary),
-    read from the manifest beside the exported file, so the local runner can refuse a request outside
-    them with an error naming the input instead of failing inside the runtime."""
-    for version in reversed(entry.version_dirs):
-        manifest = version / EXPORT_MANIFEST
-        if manifest.is_file():
-            return dict(json.loads(manifest.read_text(encoding="utf-8")).get("input_bounds", {}))
-    return {}
 
 
 def _missing_files(entry: ModelEntry) -> list[str]:

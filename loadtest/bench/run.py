@@ -105,7 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--models",
         default=None,
         help="comma-separated models of the repository for the concurrency sweep and the batching on vs off "
-        "experiment (its ensembles); None: the mode's",
+        "experiment (those that batch); None: the mode's",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages too")
     parser.add_argument(

@@ -16,7 +16,7 @@ from loadtest.experiments import registry
 from loadtest.load.perf import PerfSettings
 from tritonrepo.configs import exported_step, load_repository, pipeline_steps
 from tritonrepo.errors import RepositoryError
-from tritonrepo.variants import Variant
+from tritonrepo.variants import Variant, closure
 
 TEXT_MODEL, IMAGE_MODEL = "text_embedder", "image_classifier"
 TEXT_ENCODER, IMAGE_ENCODER = "minilm_onnx", "efficientnet_lite0_onnx"
@@ -60,7 +60,8 @@ class Plan:
     perf: PerfSettings
     sweep_models: tuple[str, ...]
     sweep_concurrency: tuple[int, ...]
-    # The ensembles the `batching` experiment measures with dynamic batching on and off.
+    # The models the `batching` experiment measures with dynamic batching on and off (each has a dynamic
+    # batcher, or calls a model that has one).
     batching_models: tuple[str, ...] = (TEXT_MODEL,)
     batching_concurrency: tuple[int, ...] = (1, 8, 32, 64)
     batching_rounds: int = 2
@@ -131,7 +132,8 @@ PLANS = {
 
 def with_models(plan: Plan, models: tuple[str, ...], source: Path) -> Plan:
     """``plan`` with its sweep and its `batching` experiment on ``models`` (any models of the repository
-    at ``source``; the `batching` experiment takes the ensembles among them) instead of its defaults."""
+    at ``source``; the `batching` experiment takes those among them that batch: a dynamic batcher in the
+    model or in a model it calls) instead of its defaults."""
     if not models:
         return plan
     repository = load_repository(source)
@@ -146,8 +148,12 @@ def with_models(plan: Plan, models: tuple[str, ...], source: Path) -> Plan:
             pipeline_steps(repository, model)
         except RepositoryError as e:
             raise ValueError(f"--models {model}: {e}") from e
-    ensembles = tuple(m for m in models if repository[m].kind == "ensemble")
-    return replace(plan, sweep_models=models, batching_models=ensembles)
+    batching = tuple(
+        m
+        for m in models
+        if any(repository[n].config.HasField("dynamic_batching") for n in closure(repository, m))
+    )
+    return replace(plan, sweep_models=models, batching_models=batching)
 
 
 def served_variants(plan: Plan, source: Path, previous_image: Path) -> list[Variant]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import io
 import random
 
-import numpy as np
 from PIL import Image
 
 from samples import photographs
@@ -41,8 +40,3 @@ def _variant(image: Image.Image, rng: random.Random) -> bytes:
     buffer = io.BytesIO()
     resized.save(buffer, format="JPEG", quality=rng.randint(80, 95))
     return buffer.getvalue()
-
-
-def vectors(rows: int, width: int, *, seed: int = 0) -> np.ndarray:
-    """Normal random float32 vectors: the l2_normalize model's realistic input."""
-    return np.random.default_rng(seed).normal(size=(rows, width)).astype(np.float32)

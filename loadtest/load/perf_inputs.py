@@ -1,15 +1,17 @@
 """perf_analyzer ``--input-data`` files with real data, built from a model's config.pbtxt.
 
 perf_analyzer's own data is zeros or random bytes: a random "image" fails to decode and random token
-ids fall outside the vocabulary. So every public model gets real data, chosen from the shape of its
-inputs as its config declares them:
+ids fall outside the vocabulary. So every model gets real data, chosen by what its config says its
+requests carry (:func:`tritonrepo.configs.input_kind`):
 
-- one STRING input: encoded photographs (an image input) or sentences (a text input);
-- two INT64 inputs with a variable last dim: token ids and attention mask of real sentences, tokenised
-  and padded exactly as text_tokenizer does; perf_analyzer needs one shape per input, so the sentences
-  of the most common length bucket are used;
-- one FP32 input [3, H, W]: real photographs through image_preprocess's own code;
-- any other FP32 input: normal random vectors (what l2_normalize is for).
+- image bytes or text (one STRING input IMAGE_BYTES or TEXT): encoded photographs or sentences;
+- anything else, where the model's description names check inputs (a ``torch_module``'s
+  ``module.check_inputs``): those rows, real rows of the user's data set (loadtest/load/model_rows.py);
+- token ids (one INT64 input of variable length): real sentences tokenised exactly as text_tokenizer
+  does, each entry at its own length;
+- pixels (one FP32 input [3, H, W]): real photographs through image_preprocess's own code;
+- any other tensors: random values of each input's datatype and dims, integers within the range the
+  export recorded (model_rows.py says which inputs are refused).
 
 BYTES data is written as ``b64`` of Triton's serialised form (a 4-byte little-endian length, then the
 bytes); other types as ``b64`` of the raw little-endian array.
@@ -28,12 +30,21 @@ from tritonclient.grpc import model_config_pb2
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 import samples
-from loadtest.load import payloads
+from loadtest.load import model_rows, payloads
 from loadtest.load.preprocessing import ImagePreprocessor, TextTokenizer
-from tritonrepo.configs import load_model_config
+from tritonrepo.configs import input_kind, load_model_config
 
-# Which real data a STRING input takes, by the name its config gives it.
-STRING_PAYLOADS = {"IMAGE_BYTES": "images", "TEXT": "sentences"}
+# The data each kind of input gets (tritonrepo.configs.INPUT_KINDS), where no description names rows.
+DATA = {
+    "image": "images",
+    "text": "sentences",
+    "tokens": "tokens",
+    "pixels": "pixels",
+    "tensors": "random rows",
+}
+DESCRIBED = "described rows"  # the rows a model's description names, for any kind but image and text
+# The rows of one input-data file: at least the requested entries, at most what fits this many bytes.
+MAX_ROWS_BYTES = 16 * 2**20
 _TYPES = model_config_pb2.DataType
 
 
@@ -52,31 +63,21 @@ def write_input_data(
 ) -> InputData:
     """Write real data for ``model`` (read from ``repository/model/config.pbtxt``) to ``path``."""
     config = load_model_config(Path(repository) / model)
-    kind = input_kind(config)
+    config.name = config.name or model  # Triton's default: the folder's name
+    kind = data_kind(model, config)
     rows = _ROWS[kind](config, Path(repository), entries, seed)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"data": rows}))
     return InputData(path=path, entries=len(rows), kind=kind, shape_args=_shape_args(config, rows))
 
 
-def input_kind(config: ModelConfig) -> str:
-    inputs = list(config.input)
-    types = [i.data_type for i in inputs]
-    if len(inputs) == 1 and types[0] == _TYPES.TYPE_STRING:
-        payload = STRING_PAYLOADS.get(inputs[0].name)
-        if payload is None:
-            raise ValueError(
-                f"{config.name}: no real data is known for the STRING input {inputs[0].name!r}; "
-                f"known inputs: {', '.join(STRING_PAYLOADS)} (add it to STRING_PAYLOADS)"
-            )
-        return payload
-    if len(inputs) == 1 and types == [_TYPES.TYPE_INT64] and inputs[0].allow_ragged_batch:
-        return "tokens"  # token ids of a ragged-batched encoder
-    if len(inputs) == 1 and types[0] == _TYPES.TYPE_FP32 and len(inputs[0].dims) == 3:
-        return "pixels"
-    if all(t == _TYPES.TYPE_FP32 for t in types) and all(d > 0 for i in inputs for d in i.dims):
-        return "vectors"
-    raise ValueError(f"{config.name}: no real data generator fits its inputs {[i.name for i in inputs]}")
+def data_kind(model: str, config: ModelConfig) -> str:
+    """Which data ``model`` gets: images or sentences for an image or text input, else the rows its
+    description names where it names some, else what its inputs' shapes call for."""
+    kind = input_kind(config)
+    if kind not in ("image", "text") and model_rows.describing(model) is not None:
+        return DESCRIBED
+    return DATA[kind]
 
 
 def serialise_bytes(data: bytes) -> dict[str, str]:
@@ -128,14 +129,26 @@ def _pixels(config: ModelConfig, repository: Path, entries: int, seed: int) -> l
     return [{name: _raw(row)} for row in pixels]
 
 
-def _vectors(config: ModelConfig, repository: Path, entries: int, seed: int) -> list[dict]:
-    rows: list[dict] = [{} for _ in range(entries)]
-    for position, tensor in enumerate(config.input):
-        width = int(np.prod(list(tensor.dims)))
-        values = payloads.vectors(entries, width, seed=seed + position).reshape(entries, *tensor.dims)
-        for row, value in zip(rows, values, strict=True):
-            row[tensor.name] = _raw(value)
-    return rows
+def _described(config: ModelConfig, repository: Path, entries: int, seed: int) -> list[dict]:
+    """The description's check rows, shuffled: an odd count of at least ``entries`` and at most every
+    row (fewer where they would not fit :data:`MAX_ROWS_BYTES`), as for sentences (:func:`_sentences`)."""
+    rows = model_rows.described_rows(config.name, config)
+    assert rows is not None  # data_kind chose them
+    return _entries(rows, entries, seed)
+
+
+def _random(config: ModelConfig, repository: Path, entries: int, seed: int) -> list[dict]:
+    bounds = model_rows.recorded_bounds(repository, config)
+    return _entries(model_rows.random_rows(config, bounds, entries, seed=seed), entries, seed)
+
+
+def _entries(rows: list[model_rows.Row], entries: int, seed: int) -> list[dict]:
+    row_bytes = max(1, sum(value.nbytes for value in rows[0].values()))
+    count = max(entries, min(len(rows), MAX_ROWS_BYTES // row_bytes))
+    count += 1 - count % 2
+    order = np.random.default_rng(seed).permutation(len(rows))
+    chosen = [rows[order[index % len(rows)]] for index in range(count)]
+    return [{name: _raw(value) for name, value in row.items()} for row in chosen]
 
 
 _ROWS = {
@@ -143,7 +156,8 @@ _ROWS = {
     "sentences": _sentences,
     "tokens": _tokens,
     "pixels": _pixels,
-    "vectors": _vectors,
+    DESCRIBED: _described,
+    "random rows": _random,
 }
 
 

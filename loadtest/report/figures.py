@@ -121,10 +121,12 @@ def arm_summary(results: dict, key: str, model: str | None = None) -> list[ArmSu
     return rows
 
 
-def batching_arms(results: dict, concurrency: int) -> tuple[ArmSummary | None, ArmSummary | None]:
-    """The `batching` experiment at ``concurrency``: the 'batching on' and 'batching off' arms over their
-    rounds."""
-    rows = {r.arm: r for r in arm_summary(results, "batching", TEXT_MODEL) if r.concurrency == concurrency}
+def batching_arms(
+    results: dict, concurrency: int, model: str = TEXT_MODEL
+) -> tuple[ArmSummary | None, ArmSummary | None]:
+    """The `batching` experiment on ``model`` at ``concurrency``: the 'batching on' and 'batching off'
+    arms over their rounds."""
+    rows = {r.arm: r for r in arm_summary(results, "batching", model) if r.concurrency == concurrency}
     return rows.get("batching on"), rows.get("batching off")
 
 

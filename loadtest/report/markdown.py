@@ -78,8 +78,8 @@ def _claims(r: dict) -> str:
 
 
 BATCHING_ARMS = (
-    "The same ensemble served twice side by side; the clone has `dynamic_batching` removed from every "
-    "step (derived from the config by `tritonrepo.variants`). Arms alternate at "
+    "The same model served twice side by side; the clone has `dynamic_batching` removed from the model "
+    "and every step it calls (derived from the config by `tritonrepo.variants`). Arms alternate at "
     "each concurrency (on, off, on, off: the plan's rounds); each ratio is of the arms' means."
 )
 INSTANCE_ARMS = (
@@ -98,14 +98,16 @@ def _batching(r: dict, folder: Path) -> str:
 
 
 def _on_off_ratios(r: dict, points: list[ServedRun]) -> str:
-    """On / off at each concurrency, each arm's mean over its rounds."""
+    """On / off for each model at each concurrency, each arm's mean over its rounds."""
     ratios = []
-    for c in sorted({p.perf.concurrency for p in points}):
-        on, off = figures.batching_arms(r, c)
-        runs = min(on.runs, off.runs) if on and off else 0
-        rate = (on.throughput_per_s if on else None), (off.throughput_per_s if off else None)
-        ratios.append((c, runs, rounds.ratio_text(*rate)))
-    return "\n\n" + table(("concurrency", "rounds", "on / off throughput (means)"), ratios)
+    for model in sorted({p.model or figures.TEXT_MODEL for p in points}):
+        measured = [p for p in points if (p.model or figures.TEXT_MODEL) == model]
+        for c in sorted({p.perf.concurrency for p in measured}):
+            on, off = figures.batching_arms(r, c, model)
+            runs = min(on.runs, off.runs) if on and off else 0
+            rate = (on.throughput_per_s if on else None), (off.throughput_per_s if off else None)
+            ratios.append((model, c, runs, rounds.ratio_text(*rate)))
+    return "\n\n" + table(("model", "concurrency", "rounds", "on / off throughput (means)"), ratios)
 
 
 def _instances(r: dict, folder: Path) -> str:

@@ -155,6 +155,8 @@ def make_plan(
     models = load_repository(source)
     targets = {name: profiled_model(name, models) for name in pipelines}
     chosen = SWEEPS[sweep]
+    for model in dict.fromkeys(targets.values()):
+        check_sweep_fits(models[model], chosen)
     if concurrency:
         chosen = replace(chosen, concurrency=tuple(concurrency))
     return TunePlan(
@@ -183,6 +185,30 @@ def profiled_model(name: str, models: dict[str, ModelEntry]) -> str:
     raise ValueError(
         f"{name!r} is a {entry.kind} model; tune an exported model or an ensemble with one exported step"
     )
+
+
+def check_sweep_fits(entry: ModelEntry, sweep: Sweep) -> None:
+    """Refuse a model the sweep cannot configure: without a batch dimension (max_batch_size 0) there is
+    no dynamic batcher to vary, and a preferred batch size above max_batch_size is a configuration Triton
+    refuses to load."""
+    limit = entry.config.max_batch_size
+    if limit < 1:
+        raise ValueError(
+            f"{entry.name!r} has max_batch_size {limit}: a model without a batch dimension has no dynamic "
+            "batcher to tune; give it a batch dimension (max_batch_size >= 1) to tune it"
+        )
+    too_large = sorted({size for sizes in sweep.preferred_batch_sizes for size in sizes if size > limit})
+    if too_large:
+        fitting = [name for name, other in SWEEPS.items() if _largest(other) <= limit]
+        raise ValueError(
+            f"sweep {sweep.name!r} prefers batch sizes {too_large}, above {entry.name}'s max_batch_size "
+            f"{limit}, which Triton refuses to load; choose a sweep whose sizes fit "
+            f"({', '.join(fitting) or 'none fits'}) or raise the model's max_batch_size"
+        )
+
+
+def _largest(sweep: Sweep) -> int:
+    return max(size for sizes in sweep.preferred_batch_sizes for size in sizes)
 
 
 def model_config_parameters(sweep: Sweep, kind: str = "KIND_CPU") -> dict:

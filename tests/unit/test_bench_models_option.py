@@ -26,14 +26,16 @@ STEP = '  step [ { model_name: "%s" model_version: -1 } ]'
 NATIVE = """name: "{name}"
 platform: "onnxruntime_onnx"
 max_batch_size: 8
-input [ {{ name: "X" data_type: {dtype} dims: {dims} }} ]
+input [ {inputs} ]
 output [ {{ name: "Y" data_type: TYPE_FP32 dims: [ 4 ] }} ]
-"""
+{batching}"""
+INPUT = '{{ name: "{name}" data_type: {dtype} dims: {dims} }}'
 PYTHON = """name: "{name}"
 backend: "python"
 max_batch_size: 8
 input [ {{ name: "A" data_type: TYPE_FP32 dims: [ 4 ] }} ]
 output [ {{ name: "B" data_type: TYPE_FP32 dims: [ 4 ] }} ]
+dynamic_batching {{ }}
 """
 
 
@@ -42,9 +44,22 @@ def _model(root: Path, name: str, text: str) -> None:
     (root / name / "config.pbtxt").write_text(text)
 
 
+def _native(root: Path, name: str, *inputs: tuple[str, str, str], batching: str = "") -> None:
+    tensors = ", ".join(INPUT.format(name=n, dtype=dtype, dims=dims) for n, dtype, dims in inputs)
+    _model(root, name, NATIVE.format(name=name, inputs=tensors, batching=batching))
+
+
 def _repository(root: Path) -> Path:
-    _model(root, "vision_onnx", NATIVE.format(name="vision_onnx", dtype="TYPE_FP32", dims="[ 3, 8, 8 ]"))
-    _model(root, "words_onnx", NATIVE.format(name="words_onnx", dtype="TYPE_INT64", dims="[ -1 ]"))
+    _native(root, "vision_onnx", ("X", "TYPE_FP32", "[ 3, 8, 8 ]"))
+    _native(root, "words_onnx", ("X", "TYPE_INT64", "[ -1 ]"))
+    # a model of any other inputs: rows of features and a categorical id, batched by its own batcher
+    _native(
+        root,
+        "rows_onnx",
+        ("FEATURES", "TYPE_FP32", "[ 9 ]"),
+        ("SEX", "TYPE_INT64", "[ 1 ]"),
+        batching="dynamic_batching { }",
+    )
     _model(root, "prep", PYTHON.format(name="prep"))
     for name, input_name, steps in (
         ("see", "IMAGE_BYTES", ("prep", "vision_onnx")),
@@ -65,17 +80,26 @@ def test_an_ensembles_encoder_and_kind_come_from_its_configs(tmp_path: Path) -> 
 
 def test_a_native_model_is_its_own_encoder_and_its_inputs_give_its_kind(tmp_path: Path) -> None:
     models = load_repository(_repository(tmp_path))
-    assert pipeline_steps(models, "vision_onnx").kind == "image"
-    assert pipeline_steps(models, "words_onnx").kind == "text"
+    assert pipeline_steps(models, "vision_onnx").kind == "pixels"
+    assert pipeline_steps(models, "words_onnx").kind == "tokens"
+    rows = pipeline_steps(models, "rows_onnx")
+    assert (rows.encoder, rows.kind) == ("rows_onnx", "tensors")  # neither pixels nor token ids
     prep = pipeline_steps(models, "prep")
-    assert (prep.encoder, prep.kind) == (None, None)
+    assert (prep.encoder, prep.kind) == (None, "tensors")
+
+
+def test_the_shipped_tabular_model_is_measured_as_rows_of_tensors() -> None:
+    models = load_repository(REPOSITORY)
+    for name in ("diabetes_classifier_onnx", "diabetes_classifier_torchscript"):
+        steps = pipeline_steps(models, name)
+        assert (steps.encoder, steps.kind) == (name, "tensors")
 
 
 def test_an_ensemble_of_two_exported_steps_or_an_unknown_model_is_refused(tmp_path: Path) -> None:
     models = load_repository(_repository(tmp_path))
     with pytest.raises(RepositoryError, match="2 exported steps"):
         pipeline_steps(models, "both")
-    with pytest.raises(RepositoryError, match="no model 'nope'.*read, see"):
+    with pytest.raises(RepositoryError, match="no model 'nope'.*read, rows_onnx, see"):
         pipeline_steps(models, "nope")
 
 
@@ -84,14 +108,15 @@ def test_the_shipped_lite2_classifier_derives_its_own_encoder() -> None:
     assert (steps.encoder, steps.kind) == ("efficientnet_lite2_onnx", "image")
 
 
-def test_models_replace_the_sweep_and_the_batching_experiment_takes_their_ensembles(tmp_path: Path) -> None:
+def test_models_replace_the_sweep_and_the_batching_experiment_takes_those_that_batch(tmp_path: Path) -> None:
     root = _repository(tmp_path)
-    plan = experiments_plan.with_models(experiments_plan.PLANS["quick"], ("see", "words_onnx"), root)
-    assert plan.sweep_models == ("see", "words_onnx")
-    assert plan.batching_models == ("see",)
+    models = ("see", "words_onnx", "rows_onnx")
+    plan = experiments_plan.with_models(experiments_plan.PLANS["quick"], models, root)
+    assert plan.sweep_models == models
+    assert plan.batching_models == ("see", "rows_onnx")  # a step's batcher or its own; words_onnx has none
     variants = experiments_plan.served_variants(plan, REPOSITORY, tmp_path / "previous.onnx")
     nobatch = [v for v in variants if not v.batching]
-    assert [v.served_name for v in nobatch] == ["see" + experiments_plan.NOBATCH]
+    assert [v.served_name for v in nobatch] == [m + experiments_plan.NOBATCH for m in ("see", "rows_onnx")]
 
 
 def test_without_models_the_plans_measure_what_they_always_did() -> None:
@@ -136,7 +161,8 @@ def _point(model: str, arm: str, throughput: float) -> dict:
 
 
 def test_the_report_keeps_each_models_batching_arms_apart_and_its_targets_on_the_text_ensemble() -> None:
-    from loadtest.report import figures
+    from loadtest.report import figures, markdown
+    from loadtest.report.records import served_runs
 
     results = {
         "batching": [
@@ -158,3 +184,10 @@ def test_the_report_keeps_each_models_batching_arms_apart_and_its_targets_on_the
     assert (on.throughput_per_s, off.throughput_per_s) == (400.0, 100.0)
     lite2_only = {"batching": results["batching"][2:]}
     assert figures.batching_arms(lite2_only, 32) == (None, None)  # no text target from another model
+    on, off = figures.batching_arms(results, 32, "image_classifier_lite2")
+    assert on is not None and off is not None and (on.throughput_per_s, off.throughput_per_s) == (20.0, 10.0)
+    ratios = markdown._on_off_ratios(results, served_runs(results, "batching"))
+    assert (
+        "| image_classifier_lite2 | 32 | 1 | 2.00x |" in ratios
+        and "| text_embedder | 32 | 1 | 4.00x |" in ratios
+    )

@@ -14,7 +14,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from export import precision
+from export.description import load_description
 from export.device import Capabilities, CudaDevice
+from export.pipeline import Options, export_model
+from tritonrepo.paths import DESCRIPTIONS
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "deploy" / "tritonserver" / "gpu_class_check.py"
@@ -123,6 +127,37 @@ def test_a_file_whose_manifest_does_not_say_where_it_was_gated_is_refused(tmp_pa
         result.returncode == 1
         and "minilm_onnx/1/model.onnx: its manifest does not say where" in result.stderr
     )
+
+
+def test_every_file_the_export_writes_for_a_model_of_any_tensors_is_accepted_where_it_was_gated(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The tabular classifier (a torch_module: the user's own nn.Module) through the real export: each
+    served file gets a manifest naming it and where it was gated, so the server starts on a CPU host and
+    is refused, naming both files, on a GPU."""
+    monkeypatch.setattr(precision, "TIMING_ROUNDS", 1)  # which variant is served does not matter here
+    repository = tmp_path / "models"
+    options = Options(
+        repository=repository,
+        precision="fp32",
+        capabilities=Capabilities(cpu_flags=CPU_FLAGS, served_on="cpu"),
+        record_dir=tmp_path / "records",
+    )
+    export_model(load_description(DESCRIPTIONS / "diabetes_classifier.yaml"), options)
+    written = sorted(p.relative_to(repository).as_posix() for p in repository.glob("*/*/*") if p.is_file())
+    assert written == [
+        "diabetes_classifier_onnx/1/.export.json",
+        "diabetes_classifier_onnx/1/model.onnx",
+        "diabetes_classifier_torchscript/1/.export.json",
+        "diabetes_classifier_torchscript/1/model.pt",
+    ]
+    (tmp_path / "cpu-host").mkdir()
+    served = _start(repository, _host(tmp_path / "cpu-host", None))
+    assert served.returncode == 0 and "tritonserver started" in served.stdout, served.stderr
+    refused = _start(repository, _host(tmp_path, A100))
+    assert refused.returncode == 1 and "tritonserver started" not in refused.stdout
+    for path in ("diabetes_classifier_onnx/1/model.onnx", "diabetes_classifier_torchscript/1/model.pt"):
+        assert f"{path} was gated on a CPU (a CPU export), but this server has NVIDIA A100" in refused.stderr
 
 
 def test_the_manifest_records_the_gpu_cuda_driver_and_runtimes() -> None:

@@ -12,9 +12,9 @@ import pytest
 
 import samples
 from loadtest.load import payloads
-from loadtest.load.perf_inputs import input_kind, serialise_bytes, write_input_data
+from loadtest.load.perf_inputs import DATA, data_kind, serialise_bytes, write_input_data
 from loadtest.load.profiles import Mix, shape_name, users_at
-from tritonrepo.configs import parse_config
+from tritonrepo.configs import INPUT_KINDS, parse_config
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE = ROOT / "model_repository"
@@ -38,15 +38,20 @@ def test_sentences_come_from_the_corpus_in_a_shuffled_cycle() -> None:
 @pytest.mark.parametrize(
     ("model", "kind"),
     [
-        ("l2_normalize", "vectors"),
+        ("l2_normalize", "random rows"),
         ("image_classifier", "images"),
         ("text_embedder", "sentences"),
         ("minilm_onnx", "tokens"),
         ("efficientnet_lite0_torchscript", "pixels"),
+        ("diabetes_classifier_onnx", "described rows"),
     ],
 )
 def test_each_public_model_gets_the_real_data_its_inputs_call_for(model: str, kind: str) -> None:
-    assert input_kind(parse_config(SOURCE / model / "config.pbtxt")) == kind
+    assert data_kind(model, parse_config(SOURCE / model / "config.pbtxt")) == kind
+
+
+def test_every_kind_a_config_can_call_for_has_its_data() -> None:
+    assert set(DATA) == set(INPUT_KINDS)
 
 
 def test_bytes_are_written_in_tritons_length_prefixed_form() -> None:
@@ -68,7 +73,7 @@ def test_text_and_vector_input_data(tmp_path: Path) -> None:
     )
     assert all(row["TEXT"][0] in samples.sentences() for row in text["data"])
     vectors = json.loads(
-        write_input_data("l2_normalize", SOURCE, tmp_path / "v.json", entries=2).path.read_text()
+        write_input_data("l2_normalize", SOURCE, tmp_path / "v.json", entries=3).path.read_text()
     )
     values = np.frombuffer(base64.b64decode(vectors["data"][0]["VECTOR"]["b64"]), dtype=np.float32)
     assert values.shape == (16,) and np.isfinite(values).all()

@@ -282,7 +282,7 @@ def test_the_report_has_every_section_table_and_plot(tmp_path: Path) -> None:
     ):
         assert f"]({image})" in text
         assert (tmp_path / image).stat().st_size > 1000
-    assert "| 32 | 1 | 2.00x |" in text  # batching on / off at concurrency 32, one round
+    assert "| text_embedder | 32 | 1 | 2.00x |" in text  # batching on / off at concurrency 32, one round
     assert "abc123" in text and "2.51.0" in text
 
 

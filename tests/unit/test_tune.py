@@ -127,6 +127,31 @@ def test_a_python_model_cannot_be_tuned() -> None:
         make_plan(["image_preprocess"], sweep="minimal", latency_budget_ms=500, source=REPOSITORY)
 
 
+def test_a_model_of_any_tensors_with_its_own_batcher_is_tuned_itself() -> None:
+    plan = make_plan(["diabetes_classifier_onnx"], sweep="quick", latency_budget_ms=500, source=REPOSITORY)
+    assert plan.targets == {"diabetes_classifier_onnx": "diabetes_classifier_onnx"}
+    assert plan.profiles == SWEEPS["quick"].variants + 1
+
+
+def test_preferred_batch_sizes_above_the_models_max_batch_size_are_refused_naming_a_sweep_that_fits(
+    tmp_path: Path,
+) -> None:
+    _model(tmp_path)  # max_batch_size 16: the quick sweep prefers 32
+    with pytest.raises(
+        ValueError, match=r"'quick' prefers batch sizes \[32\], above classifier's max_batch_size 16.*minimal"
+    ):
+        make_plan(["classifier"], sweep="quick", latency_budget_ms=500, source=tmp_path / "repo")
+    assert make_plan(["classifier"], sweep="minimal", latency_budget_ms=500, source=tmp_path / "repo").targets
+
+
+def test_a_model_without_a_batch_dimension_is_refused(tmp_path: Path) -> None:
+    config = _model(tmp_path) / "config.pbtxt"
+    unbatched = config.read_text().replace("max_batch_size: 16", "max_batch_size: 0")
+    config.write_text(unbatched.replace("dims: [ 3, 4, 4 ]", "dims: [ 1, 3, 4, 4 ]"))
+    with pytest.raises(ValueError, match="max_batch_size 0: a model without a batch dimension"):
+        make_plan(["classifier"], sweep="minimal", latency_budget_ms=500, source=tmp_path / "repo")
+
+
 def test_the_sweep_gives_model_analyzer_one_list_per_swept_field() -> None:
     sweep = SWEEPS["quick"]
     parameters = model_config_parameters(sweep)
