@@ -34,6 +34,17 @@ class Duration:
 
 # The durations of a model's inference statistics, as Triton names them; those averaged per request.
 DURATIONS = ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output")
+
+
+def _average_us(duration: str) -> property:
+    """A read-only float: the average of one of a snapshot's :data:`DURATIONS`, in microseconds."""
+
+    def average(statistics: ModelStatistics) -> float:
+        return float(getattr(statistics, duration).average_us)
+
+    return property(average, doc=f"The average {duration.replace('_', ' ')} time per request, in µs.")
+
+
 AVERAGED = ("queue", "compute_input", "compute_infer", "compute_output")
 
 
@@ -73,21 +84,10 @@ class ModelStatistics:
         """Inferences per execution: how many rows one model run handled on average (0 if none)."""
         return self.inferences / self.executions if self.executions else 0.0
 
-    @property
-    def queue_us(self) -> float:
-        return self.queue.average_us
-
-    @property
-    def compute_input_us(self) -> float:
-        return self.compute_input.average_us
-
-    @property
-    def compute_infer_us(self) -> float:
-        return self.compute_infer.average_us
-
-    @property
-    def compute_output_us(self) -> float:
-        return self.compute_output.average_us
+    queue_us = _average_us("queue")
+    compute_input_us = _average_us("compute_input")
+    compute_infer_us = _average_us("compute_infer")
+    compute_output_us = _average_us("compute_output")
 
     def since(self, earlier: ModelStatistics) -> ModelStatistics:
         """What happened between ``earlier`` (a previous snapshot of the same model) and this one."""

@@ -153,20 +153,13 @@ def main(argv: list[str] | None = None) -> int:
         __doc__,
         exit_codes="0 stopped by Ctrl-C, 1 the model or the port could not be used, 2 a usage error",
     )
-    parser.add_argument(
-        "--model",
-        type=Path,
-        required=True,
-        default=argparse.SUPPRESS,
-        help="exported encoder, .onnx or .pt (required)",
-    )
-    parser.add_argument(
-        "--tokenizer",
-        type=Path,
-        required=True,
-        default=argparse.SUPPRESS,
-        help="its tokenizer.json (required)",
-    )
+    for option, what in (
+        ("--model", "exported encoder, .onnx or .pt"),
+        ("--tokenizer", "its tokenizer.json"),
+    ):
+        parser.add_argument(
+            option, type=Path, required=True, default=argparse.SUPPRESS, help=f"{what} (required)"
+        )
     parser.add_argument("--name", default="text_embedder", help="model name in the URL")
     parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (0: any free port)")
     parser.add_argument("--threads", type=int, default=2, help="intra-op threads of the runtime")

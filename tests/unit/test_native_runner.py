@@ -44,18 +44,23 @@ def runner_module(fake_pb_utils, derived: Path):
     sys.modules.pop("_test_native_runner", None)
 
 
-@pytest.fixture
-def encoder(runner_module, derived: Path):
-    config = load_model_config(derived / "minilm_onnx")
+def _initialized(runner_module, folder: Path):
+    """The runner initialised as Triton initialises it for the model in ``folder``."""
+    config = load_model_config(folder)
     model = runner_module.TritonPythonModel()
     model.initialize(
         {
             "model_config": json.dumps(json_format.MessageToDict(config, preserving_proto_field_name=True)),
-            "model_repository": str(derived / "minilm_onnx"),
+            "model_repository": str(folder),
             "model_version": "1",
         }
     )
     return model
+
+
+@pytest.fixture
+def encoder(runner_module, derived: Path):
+    return _initialized(runner_module, derived / "minilm_onnx")
 
 
 def _ids(tokenizer, texts: list[str]) -> dict:
@@ -193,15 +198,7 @@ def test_a_torchscript_file_takes_its_feeds_in_the_order_given_or_in_forward_ord
 def test_the_torchscript_route_feeds_forward_in_libtorch_order_and_matches_the_reference(
     runner_module, derived: Path
 ) -> None:
-    config = load_model_config(derived / "minilm_torchscript")
-    model = runner_module.TritonPythonModel()
-    model.initialize(
-        {
-            "model_config": json.dumps(json_format.MessageToDict(config, preserving_proto_field_name=True)),
-            "model_repository": str(derived / "minilm_torchscript"),
-            "model_version": "1",
-        }
-    )
+    model = _initialized(runner_module, derived / "minilm_torchscript")
     assert model.runner.input_names == ["INPUT_IDS__0", "ITEM_LENGTHS__1"]  # forward(input_ids, item_lengths)
     model_dir = Path(get_model_path())
     tokenizer = load_tokenizer(model_dir, max_length=256)

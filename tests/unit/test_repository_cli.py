@@ -1,4 +1,5 @@
-"""The repository toolkit's command line: derive and the CPU variant, run without a server."""
+"""The repository toolkit's command line: derive and the CPU variant, run without a server (every
+command's --help, its defaults and exit codes: tests/unit/test_paths_from_any_folder.py)."""
 
 from __future__ import annotations
 
@@ -8,20 +9,6 @@ import pytest
 
 from tritonrepo.__main__ import main
 from tritonrepo.paths import REPOSITORY
-
-
-@pytest.mark.parametrize(
-    ("command", "flag"), [("derive", "--threads"), ("variant", "--kind"), ("variant", "--cores")]
-)
-def test_every_command_is_offered_with_its_flags_and_defaults(
-    command: str, flag: str, capsys: pytest.CaptureFixture[str]
-) -> None:
-    with pytest.raises(SystemExit) as exit_info:
-        main([command, "--help"])
-    assert exit_info.value.code == 0
-    out = capsys.readouterr().out
-    assert flag in out
-    assert "default:" in out
 
 
 def test_the_variant_command_writes_the_cpu_copy_and_says_what_moved(
