@@ -16,7 +16,7 @@ from loadtest.load.perf import PerfSettings
 from loadtest.report.records import ServedRun
 from tritonlocal import LocalTritonServer, ServerConfig
 from tritonrepo.paths import REPOSITORY as SOURCE
-from tritonrepo.variants import build_repository
+from tritonrepo.variants import Variant, build_repository
 
 SHORT = PerfSettings(measurement_interval_ms=500, max_trials=3, stability_percent=60, timeout_s=60)
 NOBATCH = experiments_plan.NOBATCH
@@ -26,7 +26,7 @@ NOBATCH = experiments_plan.NOBATCH
     ("model", "encoder", "served", "data"),
     [
         # an ensemble: its clone copies the steps; sentences for its TEXT input
-        ("text_embedder_torchscript", "minilm_torchscript", 4, "sentences"),
+        ("text_embedder_torchscript", "minilm_torchscript", 6, "sentences"),
         # native, no ensemble: the clone alone; the rows its description's check inputs return
         ("diabetes_classifier_onnx", "diabetes_classifier_onnx", 2, "described rows"),
     ],
@@ -44,10 +44,13 @@ def test_batching_on_and_off_and_the_sweep_measure_the_named_model(
         sweep_concurrency=(1, 4),
         protocols=("grpc",),
     )
-    variants = [v for v in experiments_plan.served_variants(plan, SOURCE, tmp_path) if v.model == model]
-    assert [(v.served_name, v.batching) for v in variants] == [(model, True), (model + NOBATCH, False)]
+    variants = [Variant(model=model), Variant(model=model, suffix=NOBATCH, batching=False)]
+    served_variants = experiments_plan.served_variants(plan, SOURCE, tmp_path)
+    assert {(v.served_name, v.batching) for v in served_variants if v.model == model} == {
+        (v.served_name, v.batching) for v in variants
+    }
     hashes = build_repository(SOURCE, tmp_path / "served", variants, total_threads=2)
-    assert len(hashes) == served
+    assert len(hashes) == served  # an ensemble's clone copies its steps; a native model is cloned alone
     config = ServerConfig(model_repository=tmp_path / "served", exit_timeout_s=2, stop_timeout_s=10)
     with LocalTritonServer(config) as server:
         session = PerfSession.for_server(server, repository=SOURCE, raw=tmp_path, settings=SHORT)
