@@ -28,7 +28,8 @@ from export import image, text
 from export.common import fingerprint, is_up_to_date, write_atomically, write_manifest
 from export.description import ModelDescription, ServedFile
 from export.kinds import Kind, Parity
-from export.precision import Capabilities, Selection, Variant, select_and_write, write_record
+from export.precision import Capabilities, Selection, Variant, select_and_write
+from export.records import write_record
 from tritonrepo.configs import load_model_config
 from tritonrepo.files import exported_file
 from tritonrepo.paths import PRECISION_RECORDS
@@ -146,7 +147,7 @@ def export_file(
         **plan.details,
     }
     write_manifest(destination, inputs, details)
-    write_record(selection, options.record_dir)
+    write_record(selection.as_dict(), options.record_dir)
     logger.info("wrote %s (%s)", destination, selection.served)
     seconds = time.perf_counter() - started
     return ExportResult(

@@ -13,13 +13,12 @@ with its numbers and never served. ``--precision fp32`` (or any one precision) p
 "Fastest" is the geometric mean of items/s over the measured batch sizes (1 and 32 by default), so a
 variant must be quick for a lone request and for a full batch. Every decision, with each gate's numbers
 and each timing, is returned as a :class:`Selection`, recorded beside the file (the manifest) and under
-``build/precision/<model>.json`` (the fp32 file kept beside it when another precision is served);
-:func:`served_variant`, :func:`kept_file` and :func:`report_section` read them back for the benchmark.
+``build/precision/<model>.json`` (the fp32 file kept beside it when another precision is served) by
+:mod:`export.records`, which reads them back for the benchmark.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -31,20 +30,18 @@ from pathlib import Path
 from typing import Any
 
 from export import serving_runtime
-from export.common import ExportError, write_text_atomically
+from export.common import ExportError
 from export.device import Capabilities
 from export.gates import GateResult
-from tritonrepo.paths import PRECISION_RECORDS
+from export.records import RECORD_FORMAT
 
 logger = logging.getLogger(__name__)
 
 PRECISIONS = ("fp32", "bf16", "fp16", "int8")
 CHOICES = ("auto", *PRECISIONS)
 DEVICES = ("cpu", "cuda")
-RECORD_FORMAT = 1
 TIMING_ROUNDS = 3
 TIMING_MIN_S = 0.5
-SERVING_LABEL = f"onnxruntime {serving_runtime.SERVING_ONNXRUNTIME} (the serving runtime)"
 KEPT_PRECISIONS = ("fp32",)  # the benchmark compares the served file with the fp32 one
 
 Runner = Callable[[Any], Any]
@@ -274,10 +271,9 @@ def _build_and_gate(
         return candidate, None
     logger.info("%s: %s", variant.name, candidate.gate.summary())
     if candidate.serving_gate is not None:
-        logger.info("%s, %s: %s", variant.name, SERVING_LABEL, candidate.serving_gate.summary())
-    failures = candidate.gate.failures or [
-        f"{SERVING_LABEL}: {failure}" for failure in (candidate.serving_gate or candidate.gate).failures
-    ]
+        logger.info("%s, %s: %s", variant.name, serving_runtime.LABEL, candidate.serving_gate.summary())
+    serving_failures = (candidate.serving_gate or candidate.gate).failures
+    failures = candidate.gate.failures or [f"{serving_runtime.LABEL}: {f}" for f in serving_failures]
     if failures:
         path.unlink(missing_ok=True)
         candidate.status, candidate.reason = "failed gate", "; ".join(failures)
@@ -318,89 +314,9 @@ def format_table(candidates: Sequence[Candidate], reference: GateResult | None =
     for c in candidates:
         speed = ", ".join(f"b{size} {rate:.0f}/s" for size, rate in c.items_per_s.items())
         gate = c.gate.summary() if c.gate else ""
-        serving = f"{SERVING_LABEL}: {c.serving_gate.summary()}" if c.serving_gate else ""
+        serving = f"{serving_runtime.LABEL}: {c.serving_gate.summary()}" if c.serving_gate else ""
         detail = " | ".join(part for part in (speed, gate, serving, c.reason if not c.gate else "") if part)
         lines.append(f"    {c.variant:<28} {c.status:<18} {detail}")
     if reference is not None:
         lines.append(f"    reference ({reference.gate}): {reference.summary()}")
     return "\n".join(lines)
-
-
-def write_record(selection: Selection, directory: Path = PRECISION_RECORDS) -> Path:
-    """``<directory>/<model>.json``: the selection, for the benchmark report."""
-    path = Path(directory) / f"{selection.model}.json"
-    write_text_atomically(path, json.dumps(selection.as_dict(), indent=2, sort_keys=True) + "\n")
-    return path
-
-
-def load_records(directory: Path = PRECISION_RECORDS) -> list[dict]:
-    """Every recorded selection under ``directory`` (none when nothing was exported here)."""
-    records = []
-    for path in sorted(Path(directory).glob("*.json")):
-        record = json.loads(path.read_text(encoding="utf-8"))
-        if record.get("format") == RECORD_FORMAT:
-            records.append(record)
-    return records
-
-
-def report_section(directory: Path = PRECISION_RECORDS) -> str:
-    """Markdown for the benchmark report: which variant each model serves, and every gate's numbers."""
-    records = load_records(directory)
-    if not records:
-        return f"No precision records under {directory}: `python -m export` writes them."
-    served = ", ".join(f"{r['model']}: {r['served']} (--precision {r['choice']})" for r in records)
-    return f"Served variants: {served}.\n\n{markdown_table(records)}\n"
-
-
-def _record(model: str, directory: Path) -> dict | None:
-    path = Path(directory) / f"{model}.json"
-    if not path.is_file():
-        return None
-    record = json.loads(path.read_text(encoding="utf-8"))
-    return record if record.get("format") == RECORD_FORMAT else None
-
-
-def served_variant(model: str, directory: Path = PRECISION_RECORDS) -> str:
-    """The precision of the file served for ``model`` ("fp32" where the export left no record)."""
-    record = _record(model, directory)
-    if record is None:
-        return "fp32"
-    return next(c["precision"] for c in record["candidates"] if c["status"] == "served")
-
-
-def kept_file(model: str, precision: str, directory: Path = PRECISION_RECORDS) -> Path | None:
-    """The passing ``precision`` file the export kept beside ``model``'s record, if any (none when that
-    precision is the one served: the served file is in the model repository)."""
-    record = _record(model, directory)
-    for candidate in record["candidates"] if record else ():
-        if candidate["precision"] == precision and candidate.get("kept_file"):
-            path = Path(directory) / model / candidate["kept_file"]
-            return path if path.is_file() else None
-    return None
-
-
-def markdown_table(records: Sequence[dict]) -> str:
-    """The gate numbers and speeds of every recorded variant, as a Markdown table for the report."""
-    rows = [
-        "| model | variant | status | gate numbers | items/s (batch: rate) |",
-        "|---|---|---|---|---|",
-    ]
-    for record in records:
-        for c in record["candidates"]:
-            gate = c["gate"]
-            numbers = _numbers(gate["metrics"]) if gate else c["reason"]
-            if c.get("serving_gate"):
-                numbers += f"; {SERVING_LABEL}: {_numbers(c['serving_gate']['metrics'])}"
-            speed = ", ".join(f"{size}: {rate:.0f}" for size, rate in c["items_per_s"].items())
-            rows.append(f"| {record['model']} | {c['variant']} | {c['status']} | {numbers} | {speed} |")
-        reference = record.get("reference")
-        if reference:
-            numbers = _numbers(reference["metrics"])
-            rows.append(
-                f"| {record['model']} | {reference['gate']} | reference, not a variant | {numbers} | |"
-            )
-    return "\n".join(rows)
-
-
-def _numbers(metrics: dict[str, float]) -> str:
-    return ", ".join(f"{name} {value:.4f}" for name, value in metrics.items())

@@ -31,6 +31,7 @@ from export.gates import GateResult
 from tritonrepo.paths import SERVING_RUNTIME
 
 SERVING_ONNXRUNTIME = "1.19.2"  # Triton 24.10's onnxruntime backend
+LABEL = f"onnxruntime {SERVING_ONNXRUNTIME} (the serving runtime)"
 WORKER = Path(__file__).with_name("serving_worker.py")
 CREATE = (
     f"`make venv` creates it, or: python3.11 -m venv {SERVING_RUNTIME} && "

@@ -14,7 +14,7 @@ from typing import Any
 
 import samples
 from export import image as export_image
-from export import precision
+from export import records as precision
 from loadtest.experiments import clients as client_experiments
 from loadtest.experiments import inprocess, minimal, profiling, registry
 from loadtest.experiments.served import PerfSession, arms_experiment, sweeps

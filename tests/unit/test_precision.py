@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from export import precision
+from export import precision, records
 from export.common import ExportError
 from export.device import Capabilities, CudaDevice
 from export.gates import image_gate, nearest_neighbours, overlap, text_gate
@@ -218,20 +218,20 @@ def test_the_record_round_trips_into_the_reports_table(tmp_path: Path, speeds: d
     speeds.update({"fp32": 100.0, "int8": 1000.0})
     variants = [_variant("fp32", "fp32", 1.0, built), _variant("int8", "int8", 0.0, built)]
     selection, _ = _select(tmp_path, variants)
-    precision.write_record(selection, tmp_path / "records")
-    records = precision.load_records(tmp_path / "records")
-    assert [r["served"] for r in records] == ["fp32"]
-    assert precision.served_variant("m", tmp_path / "records") == "fp32"
-    rows = precision.report_section(tmp_path / "records").splitlines()
+    records.write_record(selection.as_dict(), tmp_path / "records")
+    loaded = records.load_records(tmp_path / "records")
+    assert [r["served"] for r in loaded] == ["fp32"]
+    assert records.served_variant("m", tmp_path / "records") == "fp32"
+    rows = records.report_section(tmp_path / "records").splitlines()
     served = next(row for row in rows if row.startswith("| m | fp32 | served |"))
     failed = next(row for row in rows if row.startswith("| m | int8 | failed gate |"))
     assert "top1_agreement 1.0000" in served and "1: 100, 32: 100" in served
     assert "top1_agreement 0.0000" in failed
-    assert precision.report_section(tmp_path / "records").startswith(
+    assert records.report_section(tmp_path / "records").startswith(
         "Served variants: m: fp32 (--precision auto)"
     )
-    assert precision.report_section(tmp_path / "none").startswith("No precision records")
-    assert precision.served_variant("m", tmp_path / "none") == "fp32"
+    assert records.report_section(tmp_path / "none").startswith("No precision records")
+    assert records.served_variant("m", tmp_path / "none") == "fp32"
 
 
 def test_a_reference_noise_floor_is_recorded_and_listed_beside_the_variants(
@@ -252,10 +252,10 @@ def test_a_reference_noise_floor_is_recorded_and_listed_beside_the_variants(
         reference=floor,
     )
     assert selection.served == "fp32" and selection.reference is floor
-    precision.write_record(selection, tmp_path / "records")
-    (record,) = precision.load_records(tmp_path / "records")
+    records.write_record(selection.as_dict(), tmp_path / "records")
+    (record,) = records.load_records(tmp_path / "records")
     assert record["reference"]["metrics"]["top1_agreement"] == 0.5 and not record["reference"]["passed"]
-    rows = precision.report_section(tmp_path / "records").splitlines()
+    rows = records.report_section(tmp_path / "records").splitlines()
     assert any(
         row.startswith("| m | image | reference, not a variant |") and "top1_agreement 0.5000" in row
         for row in rows
@@ -280,12 +280,12 @@ def test_the_fp32_file_is_kept_for_the_benchmark_when_another_precision_is_serve
         capabilities=WITH_BF16,
         keep_dir=tmp_path / "records" / "m",
     )
-    precision.write_record(selection, tmp_path / "records")
+    records.write_record(selection.as_dict(), tmp_path / "records")
     assert destination.read_text() == "bf16"
-    assert precision.served_variant("m", tmp_path / "records") == "bf16"
-    kept = precision.kept_file("m", "fp32", tmp_path / "records")
+    assert records.served_variant("m", tmp_path / "records") == "bf16"
+    kept = records.kept_file("m", "fp32", tmp_path / "records")
     assert kept == tmp_path / "records" / "m" / "fp32.onnx" and kept.read_text() == "fp32"
-    assert precision.kept_file("m", "bf16", tmp_path / "records") is None
+    assert records.kept_file("m", "bf16", tmp_path / "records") is None
 
 
 def test_an_unknown_precision_is_refused_with_the_choices(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from export import precision
+from export.records import kept_file, served_variant
 from loadtest.load.perf import PerfSettings
 from tritonrepo.configs import exported_step, load_repository
 from tritonrepo.variants import Variant
@@ -104,11 +104,11 @@ def variants(plan: GpuPlan, source: Path, records: Path) -> tuple[list[Variant],
     }
     for route, ensemble in ROUTES.items():
         encoder = encoder_of(source, route)
-        chosen = precision.served_variant(encoder, records)
+        chosen = served_variant(encoder, records)
         if route != "onnx":
             served.append(Variant(model=ensemble))
         arms["precision"][f"{route}: {chosen} (served)"] = ensemble
-        fp32 = precision.kept_file(encoder, "fp32", records) if chosen != "fp32" else None
+        fp32 = kept_file(encoder, "fp32", records) if chosen != "fp32" else None
         if fp32 is not None:
             parameters = ((encoder, "model_filename", str(fp32.resolve())),)
             served.append(Variant(model=ensemble, suffix=FP32, parameters=parameters))
