@@ -8,6 +8,10 @@ classifier / sentence encoder.
 ``--precision auto`` (the default) builds every precision variant this machine can run, gates each on real
 inputs against eager fp32, times the ones that pass and serves the fastest; ``--precision fp32`` pins
 float32. The choice and every gate's numbers are printed and recorded under build/precision/.
+
+A variant that fails (an exception while building, gating or timing it, or its gate) is recorded and
+left out. Every model is tried; the command exits 1 when any served file ends with no variant passing
+(or its model cannot be loaded), naming each such file and why, after all the others are exported.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from pathlib import Path
 
 from export.common import ExportError
 from export.description import ModelDescription, load_descriptions
-from export.pipeline import Options, export_model
+from export.pipeline import ExportResult, Options, export_model
 from export.precision import CHOICES, Capabilities
 from tritonrepo.errors import RepositoryError
 from tritonrepo.paths import DESCRIPTIONS, PRECISION_RECORDS, REPOSITORY
@@ -49,16 +53,28 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         descriptions = _selected(load_descriptions(args.models), args.only)
-        for description in descriptions:
-            started = time.perf_counter()
-            results = export_model(description, options)
-            print(f"{description.name}: done in {time.perf_counter() - started:.1f} s")
-            for result in results:
-                print(f"  {result}")
-    except (ExportError, RepositoryError) as e:  # a bad description or config, or a missing file
+    except (ExportError, RepositoryError) as e:  # a bad description, or --only naming none
         print(f"export failed: {e}", file=sys.stderr)
         return 1
-    return 0
+    failed: list[ExportResult] = []
+    for description in descriptions:
+        started = time.perf_counter()
+        results = export_model(description, options)
+        print(f"{description.name}: done in {time.perf_counter() - started:.1f} s")
+        for result in results:
+            print(f"  {result}")
+        failed += [result for result in results if result.failure]
+    return _exit_status(failed)
+
+
+def _exit_status(failed: list[ExportResult]) -> int:
+    """0 when every file has a servable file; otherwise 1, naming each file without one and why."""
+    if not failed:
+        return 0
+    print(f"export failed: {len(failed)} file(s) have no servable file:", file=sys.stderr)
+    for result in failed:
+        print(f"  {result.model}: {result.failure}", file=sys.stderr)
+    return 1
 
 
 def _selected(descriptions: list[ModelDescription], only: str | None) -> list[ModelDescription]:

@@ -6,12 +6,16 @@ load the model once, export and verify fp32, build the reduced precisions the de
 export/precision.py finds this machine can run), gate them, time the passing ones, serve the fastest,
 write the manifest beside the file and the record under build/precision/. Then the kind's support files.
 Every step is called from here; the kinds (export/image.py, export/text.py) only provide them.
+
+Nothing one file does stops the others: a variant that fails is recorded and left out (export/precision.py),
+and a file that cannot be written (its config refused, its model not loadable, no variant passing) is
+returned as a failed :class:`ExportResult`, with its record saying why, while the next file and the next
+model go on.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
 import tempfile
 import time
@@ -58,8 +62,11 @@ class ExportResult:
     seconds: float = 0.0
     parity: Parity | None = None
     selection: Selection | None = None
+    failure: str = ""  # why no servable file was written (the old file, if any, is left as it was)
 
     def __str__(self) -> str:
+        if self.failure:
+            return f"{self.model}: FAILED, no servable file: {self.failure}"
         if not self.written:
             return f"{self.model}: up to date ({self.path})"
         if self.selection is None:
@@ -69,18 +76,47 @@ class ExportResult:
         return f"{self.model}: wrote {self.path} in {self.seconds:.1f} s, serving {served}{parity}"
 
 
-def export_all(descriptions: Sequence[ModelDescription], options: Options) -> list[ExportResult]:
-    return [result for description in descriptions for result in export_model(description, options)]
-
-
 def export_model(description: ModelDescription, options: Options) -> list[ExportResult]:
-    """Every served file of ``description`` (each a no-op when up to date), then its support files."""
+    """Every served file of ``description`` (each a no-op when up to date), then its support files. A file
+    that fails is returned with its ``failure``; the others are still exported."""
     kind = KINDS[description.kind]
-    prepared = functools.cache(lambda: kind.prepare(description, options.repository))
+    prepared = _once(lambda: kind.prepare(description, options.repository))
     results = [export_file(description, kind, served, prepared, options) for served in description.served]
-    for destination, source in kind.support_files(description, options.repository).items():
-        results.append(copy_support_file(source, destination, description, options))
+    try:
+        support = kind.support_files(description, options.repository)
+    except Exception as e:  # noqa: BLE001 - reported as this model's failure; the next model goes on
+        model = description.served[0].model
+        return [*results, _failed(model, options.repository / model, e)]
+    for destination, source in support.items():
+        try:
+            results.append(copy_support_file(source, destination, description, options))
+        except Exception as e:  # noqa: BLE001
+            results.append(_failed(destination.parent.parent.name, destination, e))
     return results
+
+
+def _once(make: Callable[[], Any]) -> Callable[[], Any]:
+    """``make()`` called at most once: its value, or its exception raised again to every later caller."""
+    outcome: list[tuple[Any, BaseException | None]] = []
+
+    def get() -> Any:
+        if not outcome:
+            try:
+                outcome.append((make(), None))
+            except Exception as e:  # noqa: BLE001 - kept, and raised to each file that needs the model
+                outcome.append((None, e))
+        value, error = outcome[0]
+        if error is not None:
+            raise error
+        return value
+
+    return get
+
+
+def _failed(model: str, path: Path, error: BaseException) -> ExportResult:
+    failure = f"{type(error).__name__}: {error}"
+    logger.error("%s: %s", model, failure)
+    return ExportResult(model=model, path=path, written=False, failure=failure)
 
 
 def copy_support_file(
@@ -111,7 +147,32 @@ def export_file(
     prepared: Callable[[], Any],
     options: Options,
 ) -> ExportResult:
-    """One served file unless it is up to date: every allowed variant gated, the fastest passing served."""
+    """One served file unless it is up to date: every allowed variant gated, the fastest passing served.
+    Any failure is returned as the result's ``failure`` and recorded under ``options.record_dir``."""
+    try:
+        return _export_file(description, kind, served, prepared, options)
+    except Exception as e:  # noqa: BLE001 - a file that cannot be exported must not stop the others
+        model_dir = options.repository / served.model
+        result = _failed(served.model, model_dir, e)
+        record = Selection(
+            model=served.model,
+            choice=options.precision,
+            capabilities=options.capabilities,
+            candidates=[],
+            served=None,
+            failure=result.failure,
+        )
+        write_record(record.as_dict(), options.record_dir)
+        return result
+
+
+def _export_file(
+    description: ModelDescription,
+    kind: Kind,
+    served: ServedFile,
+    prepared: Callable[[], Any],
+    options: Options,
+) -> ExportResult:
     model_dir = options.repository / served.model
     config = load_model_config(model_dir)
     kind.check_config(description, options.repository, config)
@@ -135,6 +196,9 @@ def export_file(
             keep_dir=options.record_dir / config.name,
             reference=plan.reference,
         )
+    write_record(selection.as_dict(), options.record_dir)
+    if selection.served is None:
+        return ExportResult(model=config.name, path=destination, written=False, failure=selection.failure)
     parity = plan.parity[0] if plan.parity else None
     details = {
         "model": config.name,
@@ -147,7 +211,6 @@ def export_file(
         **plan.details,
     }
     write_manifest(destination, inputs, details)
-    write_record(selection.as_dict(), options.record_dir)
     logger.info("wrote %s (%s)", destination, selection.served)
     seconds = time.perf_counter() - started
     return ExportResult(

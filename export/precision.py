@@ -115,7 +115,9 @@ class Candidate:
     variant: str
     precision: str
     device: str
-    status: str  # served | passed | failed gate | build failed | not runnable here | not requested
+    # served | passed | failed gate | error (an exception while building, gating or timing: the reason
+    # says which) | not runnable here | not requested
+    status: str
     reason: str = ""
     gate: GateResult | None = None
     serving_gate: GateResult | None = None  # the same gate, the file run by the serving onnxruntime
@@ -150,8 +152,9 @@ class Selection:
     choice: str
     capabilities: Capabilities
     candidates: list[Candidate]
-    served: str
+    served: str | None  # None: nothing passed (``failure`` says why) and the old file, if any, is kept
     reference: GateResult | None = None  # the gate applied to fp32 itself (a noise floor), for reading
+    failure: str = ""
 
     def as_dict(self) -> dict:
         return {
@@ -163,6 +166,7 @@ class Selection:
             "served": self.served,
             "candidates": [candidate.as_dict() for candidate in self.candidates],
             "reference": self.reference.as_dict() if self.reference else None,
+            "failure": self.failure or None,
         }
 
 
@@ -183,46 +187,61 @@ def select_and_write(
 
     ``reference``: the gate's numbers for fp32 itself under a perturbation (a noise floor), recorded and
     listed beside the variants so that a reader can tell a gate no variant could pass from a bad variant.
-
-    When another precision is served, the passing fp32 file is kept in ``keep_dir`` (as
-    ``<variant><suffix>``) so that the benchmark can serve it beside the chosen one (:func:`kept_file`).
-    Raises ExportError (leaving ``destination`` untouched) when no requested variant passes.
+    A variant that raises while it is built, gated or timed is recorded as an error with the exception and
+    left out; the others go on. When another precision is served, the passing fp32 file is kept in
+    ``keep_dir`` (as ``<variant><suffix>``) so that the benchmark can serve it beside the chosen one
+    (:func:`export.records.kept_file`). When no requested variant passes, ``destination`` is left
+    untouched and the selection serves nothing (``served`` None, ``failure`` saying why).
     """
     if choice not in CHOICES:
         raise ExportError(f"precision {choice!r} is not one of {CHOICES}; use --precision auto to measure")
     candidates: list[Candidate] = []
     built: dict[str, tuple[Path, Runner]] = {}
+    selection = Selection(
+        model=model,
+        choice=choice,
+        capabilities=capabilities,
+        candidates=candidates,
+        served=None,
+        reference=reference,
+    )
     try:
         for variant in variants:
             candidate, outcome = _build_and_gate(variant, destination, gate, choice, capabilities)
             candidates.append(candidate)
             if outcome is not None:
                 built[variant.name] = outcome
+        _time(candidates, {name: runner for name, (_, runner) in built.items()}, workload, timing_min_s)
         passing = [c for c in candidates if c.status == "passed"]
         if not passing:
-            raise ExportError(
-                f"{model}: no variant passed for --precision {choice}; the old file is kept.\n"
-                + format_table(candidates, reference)
-            )
-        _time(passing, {name: runner for name, (_, runner) in built.items()}, workload, timing_min_s)
+            selection.failure = nothing_passed(choice, candidates)
+            logger.error("%s: %s\n%s", model, selection.failure, format_table(candidates, reference))
+            return selection
         best = max(passing, key=lambda c: c.score)
-        best.status = "served"
+        best.status, selection.served = "served", best.variant
         logger.info("%s: serving %s\n%s", model, best.variant, format_table(candidates, reference))
-        os.replace(built.pop(best.variant)[0], destination)
-        os.chmod(destination, 0o644)
+        _move(built.pop(best.variant)[0], destination)
         if keep_dir is not None:
             _keep(passing, built, keep_dir, destination.suffix)
     finally:
         for path, _ in built.values():
             path.unlink(missing_ok=True)
-    return Selection(
-        model=model,
-        choice=choice,
-        capabilities=capabilities,
-        candidates=candidates,
-        served=best.variant,
-        reference=reference,
+    return selection
+
+
+def nothing_passed(choice: str, candidates: Sequence[Candidate]) -> str:
+    """Why no variant can be served: each tried variant's status and reason."""
+    tried = [c for c in candidates if c.status not in ("not requested", "not runnable here")]
+    why = "; ".join(f"{c.variant}: {c.status} ({c.reason})" for c in tried)
+    return (
+        f"no variant passed for --precision {choice} ({why or 'none of them is runnable here'}); "
+        "the old file, if any, is kept"
     )
+
+
+def _move(path: Path, destination: Path) -> None:
+    os.replace(path, destination)
+    os.chmod(destination, 0o644)  # mkstemp makes 0600; the server (maybe another user) must read it
 
 
 def _keep(passing: list[Candidate], built: dict[str, tuple[Path, Runner]], folder: Path, suffix: str) -> None:
@@ -232,8 +251,7 @@ def _keep(passing: list[Candidate], built: dict[str, tuple[Path, Runner]], folde
     for candidate in passing:
         if candidate.precision in KEPT_PRECISIONS and candidate.variant in built:
             name = f"{candidate.variant}{suffix}"
-            os.replace(built.pop(candidate.variant)[0], folder / name)
-            os.chmod(folder / name, 0o644)
+            _move(built.pop(candidate.variant)[0], folder / name)
             candidate.kept_file = name
 
 
@@ -257,16 +275,17 @@ def _build_and_gate(
     )
     os.close(handle)
     path = Path(name)
+    stage = "building"
     try:
         runner = variant.build(path)
+        stage = "gating"
         candidate.gate = gate(runner)
         if candidate.gate.passed and variant.feed is not None:  # an ONNX file: the serving runtime too
+            stage = f"gating with {serving_runtime.LABEL}"
             candidate.serving_gate = serving_runtime.serving_gate(path, variant.device, variant.feed, gate)
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 - any failure of one variant is recorded; the others go on
         path.unlink(missing_ok=True)
-        if variant.precision == "fp32":
-            raise  # the reference export itself is broken: fail loudly, as before variants existed
-        candidate.status, candidate.reason = "build failed", f"{type(e).__name__}: {e}"
+        candidate.status, candidate.reason = "error", f"{stage}: {type(e).__name__}: {e}"
         logger.warning("%s: %s", variant.name, candidate.reason)
         return candidate, None
     logger.info("%s: %s", variant.name, candidate.gate.summary())
@@ -285,12 +304,20 @@ def _build_and_gate(
 def _time(
     candidates: list[Candidate], runners: dict[str, Runner], workload: dict[int, list[Batch]], min_s: float
 ) -> None:
-    """Items/s of each candidate at each batch size: interleaved rounds, the best round kept."""
+    """Items/s of each passing candidate at each batch size: interleaved rounds, the best round kept. A
+    candidate whose runner raises becomes an error (and is no longer timed)."""
     for _ in range(TIMING_ROUNDS):
         for candidate in candidates:
-            for size, batches in workload.items():
-                rate = items_per_second(runners[candidate.variant], batches, min_s=min_s)
-                candidate.items_per_s[size] = max(rate, candidate.items_per_s.get(size, 0.0))
+            if candidate.status != "passed":
+                continue
+            try:
+                for size, batches in workload.items():
+                    rate = items_per_second(runners[candidate.variant], batches, min_s=min_s)
+                    candidate.items_per_s[size] = max(rate, candidate.items_per_s.get(size, 0.0))
+            except Exception as e:  # noqa: BLE001 - recorded; the other candidates are still timed
+                candidate.status, candidate.reason = "error", f"timing: {type(e).__name__}: {e}"
+                candidate.items_per_s = {}
+                logger.warning("%s: %s", candidate.variant, candidate.reason)
 
 
 def items_per_second(runner: Runner, batches: list[Batch], *, min_s: float) -> float:

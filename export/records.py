@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from export import serving_runtime
-from export.common import write_text_atomically
+from export.common import ExportError, write_text_atomically
 from tritonrepo.paths import PRECISION_RECORDS
 
 RECORD_FORMAT = 1
@@ -44,8 +44,12 @@ def report_section(directory: Path = PRECISION_RECORDS) -> str:
     records = load_records(directory)
     if not records:
         return f"No precision records under {directory}: `python -m export` writes them."
-    served = ", ".join(f"{r['model']}: {r['served']} (--precision {r['choice']})" for r in records)
+    served = ", ".join(f"{r['model']}: {_served(r)} (--precision {r['choice']})" for r in records)
     return f"Served variants: {served}.\n\n{markdown_table(records)}\n"
+
+
+def _served(record: dict) -> str:
+    return record["served"] or f"nothing, the export failed: {record.get('failure')}"
 
 
 def _record(model: str, directory: Path) -> dict | None:
@@ -57,10 +61,16 @@ def _record(model: str, directory: Path) -> dict | None:
 
 
 def served_variant(model: str, directory: Path = PRECISION_RECORDS) -> str:
-    """The precision of the file served for ``model`` ("fp32" where the export left no record)."""
+    """The precision of the file served for ``model`` ("fp32" where the export left no record). Raises
+    ExportError when the last export of ``model`` failed: what its folder holds was not gated."""
     record = _record(model, directory)
     if record is None:
         return "fp32"
+    if record["served"] is None:
+        raise ExportError(
+            f"{model}: the last export wrote no servable file ({record.get('failure')}); "
+            f"fix that and run `python -m export --only <its description>` (record: {directory})"
+        )
     return next(c["precision"] for c in record["candidates"] if c["status"] == "served")
 
 
@@ -84,11 +94,14 @@ def markdown_table(records: Sequence[dict]) -> str:
     for record in records:
         for c in record["candidates"]:
             gate = c["gate"]
-            numbers = _numbers(gate["metrics"]) if gate else c["reason"]
+            numbers = _numbers(gate["metrics"]) if gate else _cell(c["reason"])
             if c.get("serving_gate"):
                 numbers += f"; {serving_runtime.LABEL}: {_numbers(c['serving_gate']['metrics'])}"
             speed = ", ".join(f"{size}: {rate:.0f}" for size, rate in c["items_per_s"].items())
             rows.append(f"| {record['model']} | {c['variant']} | {c['status']} | {numbers} | {speed} |")
+        if record.get("failure"):
+            failure = _cell(record["failure"])
+            rows.append(f"| {record['model']} | - | export failed, nothing served | {failure} | |")
         reference = record.get("reference")
         if reference:
             numbers = _numbers(reference["metrics"])
@@ -100,3 +113,8 @@ def markdown_table(records: Sequence[dict]) -> str:
 
 def _numbers(metrics: dict[str, float]) -> str:
     return ", ".join(f"{name} {value:.4f}" for name, value in metrics.items())
+
+
+def _cell(text: str) -> str:
+    """``text`` on one line of a Markdown table cell (an exception's message may hold both)."""
+    return " ".join(text.split()).replace("|", "\\|")

@@ -61,7 +61,7 @@ def tokenizer():
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A repository holding copies of the text configs, exported into by export_all."""
+    """A repository holding copies of the text configs, exported into by export_model."""
     repository = tmp_path_factory.mktemp("repository")
     for name in ("minilm_onnx", "minilm_torchscript", "text_tokenizer"):
         (repository / name).mkdir()
@@ -277,10 +277,13 @@ def test_export_that_fails_its_check_writes_nothing(tmp_path: Path) -> None:
     for name in ("minilm_onnx", "minilm_torchscript", "text_tokenizer"):
         (tmp_path / name).mkdir()
         shutil.copyfile(DEPLOYABLE / name / "config.pbtxt", tmp_path / name / "config.pbtxt")
-    strict = dataclasses.replace(MINILM, tolerance=1.5)  # no embedding can pass
-    with pytest.raises(ExportError, match="below 1.5"):
-        _export(strict, tmp_path)
+    strict = dataclasses.replace(MINILM, tolerance=1.5, served=MINILM.served[:1])  # no embedding can pass
+    (result, tokenizer) = _export(strict, tmp_path)
+    assert not result.written and "no variant passed for --precision fp32 (onnx-fp32: error" in result.failure
+    assert "below 1.5" in result.failure and tokenizer.written and not tokenizer.failure
     assert list((tmp_path / "minilm_onnx" / "1").iterdir()) == []
+    record = json.loads((tmp_path / "precision" / "minilm_onnx.json").read_text())
+    assert record["served"] is None and record["failure"] == result.failure
 
 
 def test_fp32_pinned_export_serves_fp32_and_records_its_gate_on_the_corpus(exported: Path) -> None:
