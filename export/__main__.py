@@ -1,5 +1,5 @@
 """Command line: ``python -m export [--only NAME] [--precision auto|fp32|bf16|fp16|int8] [--force]
-[--repository PATH] [--models PATH] [--records PATH]``.
+[--quiet] [--served-on here|gpu|cpu] [--repository PATH] [--models PATH] [--records PATH]``.
 
 Every model description under ``--models`` (model_descriptions/*.yaml) goes through the one pipeline
 (export/pipeline.py); ``--only`` takes a description's name, or ``image`` / ``text`` for every image
@@ -12,6 +12,9 @@ float32. The choice and every gate's numbers are printed and recorded under buil
 A variant that fails (an exception while building, gating or timing it, or its gate) is recorded and
 left out. Every model is tried; the command exits 1 when any served file ends with no variant passing
 (or its model cannot be loaded), naming each such file and why, after all the others are exported.
+
+Progress (export/progress.py): models and variants as N of M, what runs now, the time elapsed and left,
+as a bar on a terminal and as one plain line per step elsewhere; ``--quiet`` prints only the results.
 """
 
 from __future__ import annotations
@@ -22,10 +25,13 @@ import sys
 import time
 from pathlib import Path
 
+from tqdm.contrib.logging import logging_redirect_tqdm
+
 from export.common import ExportError
 from export.description import ModelDescription, load_descriptions
-from export.pipeline import ExportResult, Options, export_model
+from export.pipeline import ExportResult, Options, estimated_variants, export_model
 from export.precision import CHOICES, Capabilities
+from export.progress import Progress, mode_for
 from tritonrepo.errors import RepositoryError
 from tritonrepo.paths import DESCRIPTIONS, PRECISION_RECORDS, REPOSITORY
 
@@ -37,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     # The export's own progress at INFO; libraries only from WARNING (onnxruntime's quantizer logs a line
     # per rescaled bias at INFO on the root logger: hundreds for one model).
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    logging.getLogger("export").setLevel(logging.INFO)
+    logging.getLogger("export").setLevel(logging.WARNING if args.quiet else logging.INFO)
     try:
         capabilities = Capabilities.detect(served_on=args.served_on)
     except ExportError as e:  # --served-on gpu where there is no GPU
@@ -50,21 +56,33 @@ def main(argv: list[str] | None = None) -> int:
         precision=args.precision,
         capabilities=capabilities,
         record_dir=args.records,
+        progress=Progress(mode=mode_for(sys.stdout, quiet=args.quiet)),
     )
     try:
         descriptions = _selected(load_descriptions(args.models), args.only)
     except (ExportError, RepositoryError) as e:  # a bad description, or --only naming none
         print(f"export failed: {e}", file=sys.stderr)
         return 1
+    with options.progress, logging_redirect_tqdm(loggers=[logging.getLogger()]):
+        failed = _export(descriptions, options)
+    return _exit_status(failed)
+
+
+def _export(descriptions: list[ModelDescription], options: Options) -> list[ExportResult]:
+    """Every description in turn, its results printed; the results without a servable file."""
+    progress = options.progress
+    progress.start({d.name: estimated_variants(d, options) for d in descriptions})
     failed: list[ExportResult] = []
     for description in descriptions:
         started = time.perf_counter()
+        progress.model(description.name)
         results = export_model(description, options)
-        print(f"{description.name}: done in {time.perf_counter() - started:.1f} s")
+        progress.write(f"{description.name}: done in {time.perf_counter() - started:.1f} s")
         for result in results:
-            print(f"  {result}")
+            progress.write(f"  {result}")
         failed += [result for result in results if result.failure]
-    return _exit_status(failed)
+    progress.step("finished")
+    return failed
 
 
 def _exit_status(failed: list[ExportResult]) -> int:
@@ -93,6 +111,12 @@ def _parser() -> argparse.ArgumentParser:
         "--only", metavar="NAME", help="one description's name, or image / text for a kind (default: all)"
     )
     parser.add_argument("--force", action="store_true", help="re-export even when the files are up to date")
+    parser.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no progress and no per-variant log, only each model's results and any failure (CI logs); "
+        "without it, a progress bar on a terminal and a plain line per step elsewhere",
+    )
     parser.add_argument(
         "--precision",
         choices=CHOICES,

@@ -20,7 +20,7 @@ import logging
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,11 +28,12 @@ import onnx
 import onnxruntime
 import torch
 
-from export import image, text
+from export import image, precision, text
 from export.common import fingerprint, is_up_to_date, write_atomically, write_manifest
 from export.description import ModelDescription, ServedFile
 from export.kinds import Kind, Parity
 from export.precision import Capabilities, Selection, Variant, select_and_write
+from export.progress import Progress
 from export.records import write_record
 from tritonrepo.configs import load_model_config
 from tritonrepo.files import exported_file
@@ -50,6 +51,7 @@ class Options:
     precision: str = "auto"  # "auto" serves the fastest variant that passes its gate; a precision pins it
     capabilities: Capabilities
     record_dir: Path = PRECISION_RECORDS
+    progress: Progress = field(default_factory=Progress)  # quiet unless the command line asks
 
 
 @dataclass(kw_only=True)
@@ -152,6 +154,7 @@ def export_file(
     try:
         return _export_file(description, kind, served, prepared, options)
     except Exception as e:  # noqa: BLE001 - a file that cannot be exported must not stop the others
+        options.progress.settle(served.model)
         model_dir = options.repository / served.model
         result = _failed(served.model, model_dir, e)
         record = Selection(
@@ -173,6 +176,7 @@ def _export_file(
     prepared: Callable[[], Any],
     options: Options,
 ) -> ExportResult:
+    options.progress.step(f"{served.model}: checking whether it is up to date")
     model_dir = options.repository / served.model
     config = load_model_config(model_dir)
     kind.check_config(description, options.repository, config)
@@ -180,11 +184,15 @@ def _export_file(
     inputs = input_fingerprint(description, kind, served, model_dir, options)
     if not options.force and is_up_to_date(destination, inputs):
         logger.info("%s is up to date", destination)
+        options.progress.settle(served.model)
         return ExportResult(model=config.name, path=destination, written=False)
     started = time.perf_counter()
     destination.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="fp32-onnx-") as scratch:
-        plan = kind.plan(prepared(), config, served.format, options.capabilities, Path(scratch))
+        options.progress.step(f"{description.name}: loading the model and its check inputs")
+        model = prepared()
+        options.progress.step(f"{config.name}: planning its variants")
+        plan = kind.plan(model, config, served.format, options.capabilities, Path(scratch))
         selection = select_and_write(
             model=config.name,
             destination=destination,
@@ -195,6 +203,7 @@ def _export_file(
             capabilities=options.capabilities,
             keep_dir=options.record_dir / config.name,
             reference=plan.reference,
+            progress=options.progress,
         )
     write_record(selection.as_dict(), options.record_dir)
     if selection.served is None:
@@ -216,6 +225,20 @@ def _export_file(
     return ExportResult(
         model=config.name, path=destination, written=True, seconds=seconds, parity=parity, selection=selection
     )
+
+
+def estimated_variants(description: ModelDescription, options: Options) -> dict[str, int]:
+    """Per served file, how many variants the export will build: the description's precisions this machine
+    runs for the device that serves, as requested. An estimate for the progress shown (a kind's formats
+    need not have a variant for each precision); the plan, once known, corrects it."""
+    requested = [
+        (name, device)
+        for device, names in description.precisions.items()
+        for name in names
+        if options.precision in ("auto", name)
+        and precision.why_unavailable(name, device, options.capabilities) is None
+    ]
+    return {served.model: len(requested) for served in description.served}
 
 
 def allowed_variants(variants: Sequence[Variant], description: ModelDescription) -> list[Variant]:

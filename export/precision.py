@@ -19,6 +19,7 @@ and each timing, is returned as a :class:`Selection`, recorded beside the file (
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
@@ -33,6 +34,7 @@ from export import serving_runtime
 from export.common import ExportError
 from export.device import Capabilities
 from export.gates import GateResult
+from export.progress import Progress
 from export.records import RECORD_FORMAT
 
 logger = logging.getLogger(__name__)
@@ -182,6 +184,7 @@ def select_and_write(
     keep_dir: Path | None = None,
     timing_min_s: float = TIMING_MIN_S,
     reference: GateResult | None = None,
+    progress: Progress | None = None,
 ) -> Selection:
     """Build, gate and time ``variants``; move the fastest passing one onto ``destination``.
 
@@ -195,23 +198,23 @@ def select_and_write(
     """
     if choice not in CHOICES:
         raise ExportError(f"precision {choice!r} is not one of {CHOICES}; use --precision auto to measure")
-    candidates: list[Candidate] = []
-    built: dict[str, tuple[Path, Runner]] = {}
+    progress = progress or Progress()
     selection = Selection(
         model=model,
         choice=choice,
         capabilities=capabilities,
-        candidates=candidates,
+        candidates=[],
         served=None,
         reference=reference,
     )
+    built: dict[str, tuple[Path, Runner]] = {}
     try:
-        for variant in variants:
-            candidate, outcome = _build_and_gate(variant, destination, gate, choice, capabilities)
-            candidates.append(candidate)
-            if outcome is not None:
-                built[variant.name] = outcome
-        _time(candidates, {name: runner for name, (_, runner) in built.items()}, workload, timing_min_s)
+        selection.candidates = _build_all(
+            model, variants, destination, gate, choice, capabilities, built, progress
+        )
+        candidates = selection.candidates
+        runners = {name: runner for name, (_, runner) in built.items()}
+        _time(candidates, runners, workload, timing_min_s, progress=progress, model=model)
         passing = [c for c in candidates if c.status == "passed"]
         if not passing:
             selection.failure = nothing_passed(choice, candidates)
@@ -227,6 +230,31 @@ def select_and_write(
         for path, _ in built.values():
             path.unlink(missing_ok=True)
     return selection
+
+
+def _build_all(
+    model: str,
+    variants: Sequence[Variant],
+    destination: Path,
+    gate: Callable[[Runner], GateResult],
+    choice: str,
+    capabilities: Capabilities,
+    built: dict[str, tuple[Path, Runner]],
+    progress: Progress,
+) -> list[Candidate]:
+    """Each variant's candidate; the files of those that passed go into ``built`` (name -> file, runner)."""
+    to_build = [v for v in variants if _skipped(v, choice, capabilities) is None]
+    progress.expect(model, len(to_build))
+    candidates = []
+    for variant in variants:
+        step = functools.partial(_step, progress, f"{model} {variant.name}")
+        candidate, outcome = _build_and_gate(variant, destination, gate, choice, capabilities, step)
+        candidates.append(candidate)
+        if outcome is not None:
+            built[variant.name] = outcome
+        if variant in to_build:
+            progress.variant_done(model)
+    return candidates
 
 
 def nothing_passed(choice: str, candidates: Sequence[Candidate]) -> str:
@@ -261,14 +289,12 @@ def _build_and_gate(
     gate: Callable[[Runner], GateResult],
     choice: str,
     capabilities: Capabilities,
+    step: Callable[[str], None],
 ) -> tuple[Candidate, tuple[Path, Runner] | None]:
     candidate = Candidate(variant=variant.name, precision=variant.precision, device=variant.device, status="")
-    if choice not in ("auto", variant.precision):
-        candidate.status, candidate.reason = "not requested", f"--precision {choice}"
-        return candidate, None
-    reason = why_unavailable(variant.precision, variant.device, capabilities)
-    if reason is not None:
-        candidate.status, candidate.reason = "not runnable here", reason
+    skipped = _skipped(variant, choice, capabilities)
+    if skipped is not None:
+        candidate.status, candidate.reason = skipped
         return candidate, None
     handle, name = tempfile.mkstemp(
         prefix=f".{destination.name}.{variant.name}.", suffix=".tmp", dir=destination.parent
@@ -277,11 +303,14 @@ def _build_and_gate(
     path = Path(name)
     stage = "building"
     try:
+        step(stage)
         runner = variant.build(path)
         stage = "gating"
+        step(stage)
         candidate.gate = gate(runner)
         if candidate.gate.passed and variant.feed is not None:  # an ONNX file: the serving runtime too
             stage = f"gating with {serving_runtime.LABEL}"
+            step(stage)
             candidate.serving_gate = serving_runtime.serving_gate(path, variant.device, variant.feed, gate)
     except Exception as e:  # noqa: BLE001 - any failure of one variant is recorded; the others go on
         path.unlink(missing_ok=True)
@@ -301,15 +330,34 @@ def _build_and_gate(
     return candidate, (path, runner)
 
 
+def _step(progress: Progress, what: str, stage: str) -> None:
+    progress.step(f"{what}: {stage}")
+
+
+def _skipped(variant: Variant, choice: str, capabilities: Capabilities) -> tuple[str, str] | None:
+    """(status, reason) of a variant this export does not build, or None when it builds it."""
+    if choice not in ("auto", variant.precision):
+        return "not requested", f"--precision {choice}"
+    reason = why_unavailable(variant.precision, variant.device, capabilities)
+    return None if reason is None else ("not runnable here", reason)
+
+
 def _time(
-    candidates: list[Candidate], runners: dict[str, Runner], workload: dict[int, list[Batch]], min_s: float
+    candidates: list[Candidate],
+    runners: dict[str, Runner],
+    workload: dict[int, list[Batch]],
+    min_s: float,
+    *,
+    progress: Progress,
+    model: str = "",
 ) -> None:
     """Items/s of each passing candidate at each batch size: interleaved rounds, the best round kept. A
     candidate whose runner raises becomes an error (and is no longer timed)."""
-    for _ in range(TIMING_ROUNDS):
+    for round_ in range(1, TIMING_ROUNDS + 1):
         for candidate in candidates:
             if candidate.status != "passed":
                 continue
+            progress.step(f"{model} {candidate.variant}: timing, round {round_} of {TIMING_ROUNDS}")
             try:
                 for size, batches in workload.items():
                     rate = items_per_second(runners[candidate.variant], batches, min_s=min_s)

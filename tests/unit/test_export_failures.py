@@ -147,7 +147,17 @@ def test_the_models_after_a_failed_one_are_still_exported(project: Path, exporte
 def test_the_export_exits_1_naming_only_the_file_without_a_servable_variant(exported) -> None:
     status, _, err = exported
     assert status == 1
-    assert "export failed: 1 file(s) have no servable file:" in err
-    failed = [line for line in err.splitlines() if line.startswith("  ")]
+    summary = err[err.index("export failed: 1 file(s) have no servable file:\n") :]
+    failed = summary.splitlines()[1:]
     assert len(failed) == 1 and failed[0].startswith("  b_tiny_onnx: no variant passed")
     assert "CUDA provider" in failed[0]
+
+
+def test_the_log_shows_each_model_and_variant_as_n_of_m_with_the_time_left(exported) -> None:
+    _, out, _ = exported
+    steps = [line for line in out.splitlines() if line.startswith("[")]  # stdout is no terminal: lines
+    assert steps[-1].endswith(" left] model 3/3 c_tiny, variants 5/5 - finished")
+    assert any(
+        "model 2/3 b_tiny, variants 3/5 - b_tiny_onnx onnx-fp32-cuda: building" in line for line in steps
+    )
+    assert any(" left] model 1/3 a_tiny, variants 1/5 - a_tiny_onnx onnx-int8" in line for line in steps)

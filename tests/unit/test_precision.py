@@ -137,7 +137,7 @@ def speeds(monkeypatch: pytest.MonkeyPatch) -> dict[str, float]:
 
 
 def _fake_time(table: dict[str, float]):
-    def time(candidates, runners, workload, min_s) -> None:
+    def time(candidates, runners, workload, min_s, **_) -> None:
         for candidate in candidates:
             if candidate.status == "passed":
                 candidate.items_per_s = {size: table[candidate.variant] for size in workload}
