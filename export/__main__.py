@@ -1,4 +1,4 @@
-"""Command line: ``python -m export [--only NAME] [--precision auto|fp32|bf16|fp16|int8] [--force]
+"""Command line: ``python -m export [--only NAME] [--precision auto|fp32|tf32|bf16|fp16|int8] [--force]
 [--quiet] [--served-on here|gpu|cpu] [--repository PATH] [--models PATH] [--records PATH]``.
 
 Every model description under ``--models`` (model_descriptions/*.yaml) goes through the one pipeline

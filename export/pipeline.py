@@ -28,10 +28,10 @@ import onnx
 import onnxruntime
 import torch
 
-from export import image, precision, text
-from export.common import fingerprint, is_up_to_date, write_atomically, write_manifest
+from export import cuda_runtime, device, image, text
+from export.common import ModelConfig, fingerprint, is_up_to_date, write_atomically, write_manifest
 from export.description import ModelDescription, ServedFile
-from export.kinds import Kind, Parity
+from export.kinds import Kind, Parity, Plan
 from export.precision import Capabilities, Selection, Variant, select_and_write
 from export.progress import Progress
 from export.records import write_record
@@ -209,17 +209,7 @@ def _export_file(
     if selection.served is None:
         return ExportResult(model=config.name, path=destination, written=False, failure=selection.failure)
     parity = plan.parity[0] if plan.parity else None
-    details = {
-        "model": config.name,
-        "description": description.name,
-        "weights": _weights_source(description),
-        "torch": torch.__version__,
-        "parity": parity.as_dict() if parity else None,
-        "precision": selection.as_dict(),
-        "gated_on": options.capabilities.gated_on(),
-        **plan.details,
-    }
-    write_manifest(destination, inputs, details)
+    write_manifest(destination, inputs, _manifest(description, config, selection, plan, options))
     logger.info("wrote %s (%s)", destination, selection.served)
     seconds = time.perf_counter() - started
     return ExportResult(
@@ -227,16 +217,39 @@ def _export_file(
     )
 
 
+def _manifest(
+    description: ModelDescription, config: ModelConfig, selection: Selection, plan: Plan, options: Options
+) -> dict[str, Any]:
+    """What the manifest beside a written file records, besides its fingerprint; a note (also logged)
+    where its config would serve the chosen variant otherwise than it was gated."""
+    served_runtime = next(c.runtime for c in selection.candidates if c.status == "served")
+    note = cuda_runtime.serving_mismatch(served_runtime, config)
+    if note:
+        logger.warning(note)
+    parity = plan.parity[0] if plan.parity else None
+    return {
+        "model": config.name,
+        "description": description.name,
+        "weights": _weights_source(description),
+        "torch": torch.__version__,
+        "parity": parity.as_dict() if parity else None,
+        "precision": selection.as_dict(),
+        "gated_on": options.capabilities.gated_on(),
+        "serving_note": note,
+        **plan.details,
+    }
+
+
 def estimated_variants(description: ModelDescription, options: Options) -> dict[str, int]:
     """Per served file, how many variants the export will build: the description's precisions this machine
     runs for the device that serves, as requested. An estimate for the progress shown (a kind's formats
     need not have a variant for each precision); the plan, once known, corrects it."""
     requested = [
-        (name, device)
-        for device, names in description.precisions.items()
+        (name, on)
+        for on, names in description.precisions.items()
         for name in names
         if options.precision in ("auto", name)
-        and precision.why_unavailable(name, device, options.capabilities) is None
+        and device.why_unavailable(name, on, options.capabilities) is None
     ]
     return {served.model: len(requested) for served in description.served}
 

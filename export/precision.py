@@ -2,13 +2,13 @@
 
 A pipeline (export/image.py, export/text.py) lists its :class:`Variant` s per served file, each on a
 device: for CPU serving fp32, bf16 where the CPU has bf16 instructions and int8 through onnxruntime's
-quantization; for GPU serving fp32, fp16 and bf16 (compute capability 8.0 and up) on the GPU, never int8
-(:func:`why_unavailable`, for the device described in export/device.py). :func:`select_and_write` builds
-each variant offered beside the destination,
-gates it against eager fp32 on real inputs (:mod:`export.gates`), times every variant that passed
-in-process at each batch size of the pipeline's workload (interleaved rounds, best round kept: this
-machine is shared and noisy), and moves the fastest onto the served file. A failing variant is reported
-with its numbers and never served. ``--precision fp32`` (or any one precision) pins the choice.
+quantization; for GPU serving fp32 (TF32 off), fp16, and from compute capability 8.0 bf16 and TF32
+(export/cuda_runtime.py) on the GPU, never int8 (:func:`export.device.why_unavailable`).
+:func:`select_and_write` builds each variant offered beside the destination, gates it against eager fp32
+on real inputs (:mod:`export.gates`), times every variant that passed in-process at each batch size of
+the pipeline's workload (interleaved rounds, best round kept: this machine is shared and noisy), and
+moves the fastest onto the served file. A variant that fails its gate, or raises, is reported and never
+served. ``--precision fp32`` (or any one precision) pins the choice.
 
 "Fastest" is the geometric mean of items/s over the measured batch sizes (1 and 32 by default), so a
 variant must be quick for a lone request and for a full batch. Every decision, with each gate's numbers
@@ -25,12 +25,12 @@ import math
 import os
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from export import serving_runtime
+from export import device, serving_runtime
 from export.common import ExportError
 from export.device import Capabilities
 from export.gates import GateResult
@@ -39,7 +39,7 @@ from export.records import RECORD_FORMAT
 
 logger = logging.getLogger(__name__)
 
-PRECISIONS = ("fp32", "bf16", "fp16", "int8")
+PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "int8")
 CHOICES = ("auto", *PRECISIONS)
 DEVICES = ("cpu", "cuda")
 TIMING_ROUNDS = 3
@@ -50,45 +50,9 @@ Runner = Callable[[Any], Any]
 Batch = tuple[Any, int]  # (runner input, number of items in it)
 
 
-def why_unavailable(precision: str, device: str, capabilities: Capabilities) -> str | None:
-    """Why a (precision, device) variant is not offered for this export, or None when it is.
-
-    A variant is gated and timed where it runs: CUDA variants only when a GPU serves the models (and this
-    machine has it), CPU variants only when a CPU does.
-    """
-    if device == "cuda":
-        return _why_not_on_the_gpu(precision, capabilities)
-    if capabilities.gpu_serves:
-        return "a GPU serves this model: a file gated and timed on this CPU is offered only for CPU serving"
-    if precision == "fp16":
-        return "fp16 runs only on a GPU here (CPUs without fp16 arithmetic emulate it slowly)"
-    if precision == "bf16" and not capabilities.cpu_bf16:
-        return "the CPU has no bf16 instructions (avx512_bf16 / amx_bf16)"
-    return None
-
-
-def _why_not_on_the_gpu(precision: str, capabilities: Capabilities) -> str | None:
-    gpu = capabilities.cuda
-    if not capabilities.gpu_serves:
-        why = "--served-on cpu" if capabilities.served_on == "cpu" else "this machine has no GPU"
-        return f"a CPU serves this model ({why}): CUDA variants are offered only for GPU serving"
-    if gpu is None:
-        return "no CUDA device"
-    if precision == "int8":
-        # onnxruntime's CUDA provider multiplies int8 x int8 only: a u8 x s8 product (and the integer ops
-        # of a QDQ graph) would run on the CPU beside the GPU, with copies each way.
-        return "int8 is never served from a GPU: its integer kernels would run on the CPU"
-    if precision == "bf16" and not gpu.bf16:
-        return (
-            f"{gpu.name} (compute capability {gpu.capability}) has no bf16 arithmetic; bf16 needs compute "
-            "capability 8.0 or later"
-        )
-    return None
-
-
 def offered(variants: Sequence[Variant], capabilities: Capabilities) -> list[str]:
     """The names of the variants an export for ``capabilities`` builds and gates (under --precision auto)."""
-    return [v.name for v in variants if why_unavailable(v.precision, v.device, capabilities) is None]
+    return [v.name for v in variants if device.why_unavailable(v.precision, v.device, capabilities) is None]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -101,6 +65,15 @@ class Variant:
     build: Callable[[Path], Runner]
     # An ONNX file's runner input as onnxruntime's feed: the file is gated again in the serving runtime.
     feed: Callable[[Any], dict[str, Any]] | None = None
+    # An ONNX file for CUDA: the CUDA provider options its sessions get (the config's, and use_tf32).
+    cuda_options: Mapping[str, str] | None = None
+
+    @property
+    def runtime(self) -> dict[str, Any]:
+        """How a CUDA runtime runs this variant (recorded with its gate): TF32, the provider options."""
+        if self.device != "cuda":
+            return {}
+        return {"tf32": self.precision == "tf32", "cuda_options": dict(self.cuda_options or {}) or None}
 
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS or self.device not in DEVICES:
@@ -125,6 +98,7 @@ class Candidate:
     serving_gate: GateResult | None = None  # the same gate, the file run by the serving onnxruntime
     items_per_s: dict[int, float] = field(default_factory=dict)
     kept_file: str | None = None  # name of this variant's file kept beside the record (not served)
+    runtime: dict[str, Any] = field(default_factory=dict)  # Variant.runtime: how it was gated and timed
 
     @property
     def score(self) -> float:
@@ -145,6 +119,7 @@ class Candidate:
             "serving_gate": self.serving_gate.as_dict() if self.serving_gate else None,
             "items_per_s": {str(size): rate for size, rate in self.items_per_s.items()},
             "kept_file": self.kept_file,
+            "runtime": self.runtime,
         }
 
 
@@ -291,7 +266,13 @@ def _build_and_gate(
     capabilities: Capabilities,
     step: Callable[[str], None],
 ) -> tuple[Candidate, tuple[Path, Runner] | None]:
-    candidate = Candidate(variant=variant.name, precision=variant.precision, device=variant.device, status="")
+    candidate = Candidate(
+        variant=variant.name,
+        precision=variant.precision,
+        device=variant.device,
+        status="",
+        runtime=variant.runtime,
+    )
     skipped = _skipped(variant, choice, capabilities)
     if skipped is not None:
         candidate.status, candidate.reason = skipped
@@ -311,7 +292,9 @@ def _build_and_gate(
         if candidate.gate.passed and variant.feed is not None:  # an ONNX file: the serving runtime too
             stage = f"gating with {serving_runtime.LABEL}"
             step(stage)
-            candidate.serving_gate = serving_runtime.serving_gate(path, variant.device, variant.feed, gate)
+            candidate.serving_gate = serving_runtime.serving_gate(
+                path, variant.device, variant.feed, gate, cuda_options=variant.cuda_options
+            )
     except Exception as e:  # noqa: BLE001 - any failure of one variant is recorded; the others go on
         path.unlink(missing_ok=True)
         candidate.status, candidate.reason = "error", f"{stage}: {type(e).__name__}: {e}"
@@ -338,7 +321,7 @@ def _skipped(variant: Variant, choice: str, capabilities: Capabilities) -> tuple
     """(status, reason) of a variant this export does not build, or None when it builds it."""
     if choice not in ("auto", variant.precision):
         return "not requested", f"--precision {choice}"
-    reason = why_unavailable(variant.precision, variant.device, capabilities)
+    reason = device.why_unavailable(variant.precision, variant.device, capabilities)
     return None if reason is None else ("not runnable here", reason)
 
 

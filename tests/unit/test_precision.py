@@ -9,7 +9,7 @@ import pytest
 
 from export import precision, records
 from export.common import ExportError
-from export.device import Capabilities, CudaDevice
+from export.device import Capabilities, CudaDevice, why_unavailable
 from export.gates import image_gate, nearest_neighbours, overlap, text_gate
 from export.precision import Variant, select_and_write
 
@@ -82,22 +82,22 @@ def test_gates_reject_arrays_of_different_shapes() -> None:
 
 # -- capabilities -------------------------------------------------------------------------------------------
 def test_bf16_and_fp16_are_unavailable_without_the_hardware_for_them() -> None:
-    assert precision.why_unavailable("bf16", "cpu", NO_BF16) is not None
-    assert precision.why_unavailable("bf16", "cpu", WITH_BF16) is None
-    assert precision.why_unavailable("fp16", "cpu", WITH_BF16) is not None
-    assert "CUDA" in precision.why_unavailable("fp16", "cuda", WITH_BF16)
-    assert precision.why_unavailable("int8", "cpu", NO_BF16) is None
+    assert why_unavailable("bf16", "cpu", NO_BF16) is not None
+    assert why_unavailable("bf16", "cpu", WITH_BF16) is None
+    assert why_unavailable("fp16", "cpu", WITH_BF16) is not None
+    assert "CUDA" in why_unavailable("fp16", "cuda", WITH_BF16)
+    assert why_unavailable("int8", "cpu", NO_BF16) is None
 
 
 def test_cpu_int8_is_not_offered_where_a_gpu_serves_the_model() -> None:
     gpu = CudaDevice(name="NVIDIA L4", compute_capability=(8, 9))
     with_gpu = Capabilities(cpu_flags=frozenset({"avx512_vnni"}), cuda=gpu)
-    assert "GPU" in precision.why_unavailable("int8", "cpu", with_gpu)
-    assert precision.why_unavailable("fp16", "cuda", with_gpu) is None
+    assert "GPU" in why_unavailable("int8", "cpu", with_gpu)
+    assert why_unavailable("fp16", "cuda", with_gpu) is None
     assert with_gpu.as_dict()["served_on_gpu"] is True
     # ... and a GPU machine exporting for CPU servers (--served-on cpu).
     for_cpu_server = Capabilities(cpu_flags=frozenset({"avx512_vnni"}), cuda=gpu, served_on="cpu")
-    assert precision.why_unavailable("int8", "cpu", for_cpu_server) is None
+    assert why_unavailable("int8", "cpu", for_cpu_server) is None
 
 
 def test_the_export_command_says_where_the_models_will_be_served() -> None:

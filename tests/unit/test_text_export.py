@@ -296,6 +296,7 @@ def test_fp32_pinned_export_serves_fp32_and_records_its_gate_on_the_corpus(expor
     assert others == {
         "torchscript-bf16": "not requested",
         "torchscript-fp32-cuda": "not runnable here",  # float32 too, but for GPU serving only
+        "torchscript-tf32-cuda": "not requested",
         "torchscript-bf16-cuda": "not requested",
         "torchscript-fp16-cuda": "not requested",
     }
@@ -311,7 +312,7 @@ def test_per_tensor_int8_fails_the_corpus_gate_and_is_not_served(
     def variants(kind: str, *, fp32, fp32_onnx_file, onnx_runner, **_) -> list[Variant]:
         def per_tensor(path: Path):
             quantize_dynamic(str(fp32_onnx_file()), str(path), per_channel=False, weight_type=QuantType.QInt8)
-            return onnx_runner(path, "cpu")
+            return onnx_runner(path, "cpu", None)
 
         return [
             Variant(name="onnx-fp32", precision="fp32", device="cpu", build=fp32),
