@@ -13,6 +13,7 @@ is the time per variant so far times the variants left: unknown until the first 
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -25,10 +26,17 @@ MODES = ("bar", "lines", "quiet")
 
 
 def mode_for(stream: TextIO, *, quiet: bool) -> str:
-    """``quiet``, else a bar on a terminal and plain lines elsewhere."""
+    """``quiet``, else a bar on a terminal and plain lines elsewhere (a terminal that reports no width,
+    such as a pseudo-terminal without a size, gets lines: a bar there would be cut to nothing)."""
     if quiet:
         return "quiet"
-    return "bar" if stream.isatty() else "lines"
+    if not stream.isatty():
+        return "lines"
+    try:
+        width = os.get_terminal_size(stream.fileno()).columns
+    except (OSError, ValueError):  # no file descriptor behind the stream: trust isatty
+        return "bar"
+    return "bar" if width > 0 else "lines"
 
 
 def duration(seconds: float | None) -> str:

@@ -3,7 +3,11 @@ elapsed and left (from the variants done), as a bar on a terminal, plain lines e
 
 from __future__ import annotations
 
+import fcntl
 import io
+import os
+import struct
+import termios
 
 import pytest
 
@@ -89,6 +93,15 @@ def test_quiet_shows_nothing_and_a_log_gets_plain_lines() -> None:
     assert _parser().parse_args(["--quiet"]).quiet and not _parser().parse_args([]).quiet
     with pytest.raises(ValueError, match="progress mode must be one of"):
         Progress(mode="fancy")
+
+
+def test_a_terminal_without_a_width_gets_lines_not_a_bar_cut_to_nothing() -> None:
+    leader, follower = os.openpty()  # a pseudo-terminal, 0 columns until its size is set
+    with os.fdopen(follower, "w") as terminal:
+        assert terminal.isatty() and mode_for(terminal, quiet=False) == "lines"
+        fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+        assert mode_for(terminal, quiet=False) == "bar"
+    os.close(leader)
 
 
 def test_durations_read_as_minutes_and_seconds() -> None:
