@@ -1,5 +1,5 @@
-"""Command line: ``python -m export [--only NAME] [--precision auto|fp32|bf16|fp16|int8] [--force]
-[--repository PATH] [--models PATH] [--records PATH] [--configs-only]``.
+"""Command line: ``python -m export [--only NAME] [--precision auto|fp32|tf32|bf16|fp16|int8] [--force]
+[--quiet] [--served-on here|gpu|cpu] [--repository PATH] [--models PATH] [--records PATH] [--configs-only]``.
 
 Every model description under ``--models`` (model_descriptions/*.yaml) goes through the one pipeline
 (export/pipeline.py); ``--only`` takes a description's name, or ``image`` / ``text`` for every image
@@ -9,8 +9,15 @@ classifier / sentence encoder.
 inputs against eager fp32, times the ones that pass and serves the fastest; ``--precision fp32`` pins
 float32. The choice and every gate's numbers are printed and recorded under build/precision/.
 
+A variant that fails (an exception while building, gating or timing it, or its gate) is recorded and
+left out. Every model is tried; the command exits 1 when any served file ends with no variant passing
+(or its model cannot be loaded), naming each such file and why, after all the others are exported.
+
 ``--configs-only`` writes the generated config.pbtxt of every ``torch_module`` description selected
 (export/module_configs.py) and stops, without loading any model.
+
+Progress (export/progress.py): models and variants as N of M, what runs now, the time elapsed and left,
+as a bar on a terminal and as one plain line per step elsewhere; ``--quiet`` prints only the results.
 """
 
 from __future__ import annotations
@@ -21,11 +28,15 @@ import sys
 import time
 from pathlib import Path
 
+from tqdm.contrib.logging import logging_redirect_tqdm
+
 from export.common import ExportError
 from export.description import ModelDescription, load_descriptions
 from export.module_configs import write_configs
-from export.pipeline import Options, export_model
+from export.pipeline import ExportResult, Options, estimated_variants, export_model
 from export.precision import CHOICES, Capabilities
+from export.progress import Progress, mode_for
+from tritonrepo.commands import command_parser
 from tritonrepo.errors import RepositoryError
 from tritonrepo.paths import DESCRIPTIONS, PRECISION_RECORDS, REPOSITORY
 
@@ -37,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     # The export's own progress at INFO; libraries only from WARNING (onnxruntime's quantizer logs a line
     # per rescaled bias at INFO on the root logger: hundreds for one model).
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    logging.getLogger("export").setLevel(logging.INFO)
+    logging.getLogger("export").setLevel(logging.WARNING if args.quiet else logging.INFO)
     try:
         capabilities = Capabilities.detect(served_on=args.served_on)
     except ExportError as e:  # --served-on gpu where there is no GPU
@@ -50,24 +61,48 @@ def main(argv: list[str] | None = None) -> int:
         precision=args.precision,
         capabilities=capabilities,
         record_dir=args.records,
+        progress=Progress(mode=mode_for(sys.stdout, quiet=args.quiet)),
     )
     try:
         descriptions = _selected(load_descriptions(args.models), args.only)
-        if args.configs_only:
-            for description in descriptions:
-                written = write_configs(description, args.repository)
-                print(f"{description.name}: {', '.join(map(str, written)) or 'configs up to date'}")
-            return 0
-        for description in descriptions:
-            started = time.perf_counter()
-            results = export_model(description, options)
-            print(f"{description.name}: done in {time.perf_counter() - started:.1f} s")
-            for result in results:
-                print(f"  {result}")
-    except (ExportError, RepositoryError) as e:  # a bad description or config, or a missing file
+    except (ExportError, RepositoryError) as e:  # a bad description, or --only naming none
         print(f"export failed: {e}", file=sys.stderr)
         return 1
-    return 0
+    if args.configs_only:
+        for description in descriptions:
+            written = write_configs(description, args.repository)
+            print(f"{description.name}: {', '.join(map(str, written)) or 'configs up to date'}")
+        return 0
+    with options.progress, logging_redirect_tqdm(loggers=[logging.getLogger()]):
+        failed = _export(descriptions, options)
+    return _exit_status(failed)
+
+
+def _export(descriptions: list[ModelDescription], options: Options) -> list[ExportResult]:
+    """Every description in turn, its results printed; the results without a servable file."""
+    progress = options.progress
+    progress.start({d.name: estimated_variants(d, options) for d in descriptions})
+    failed: list[ExportResult] = []
+    for description in descriptions:
+        started = time.perf_counter()
+        progress.model(description.name)
+        results = export_model(description, options)
+        progress.write(f"{description.name}: done in {time.perf_counter() - started:.1f} s")
+        for result in results:
+            progress.write(f"  {result}")
+        failed += [result for result in results if result.failure]
+    progress.step("finished")
+    return failed
+
+
+def _exit_status(failed: list[ExportResult]) -> int:
+    """0 when every file has a servable file; otherwise 1, naming each file without one and why."""
+    if not failed:
+        return 0
+    print(f"export failed: {len(failed)} file(s) have no servable file:", file=sys.stderr)
+    for result in failed:
+        print(f"  {result.model}: {result.failure}", file=sys.stderr)
+    return 1
 
 
 def _selected(descriptions: list[ModelDescription], only: str | None) -> list[ModelDescription]:
@@ -81,15 +116,21 @@ def _selected(descriptions: list[ModelDescription], only: str | None) -> list[Mo
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m export", description=__doc__)
+    parser = command_parser(
+        "python -m export",
+        __doc__,
+        exit_codes="0 every file exported or up to date, 1 a file has no servable file (each named, after "
+        "every other model) or a description is malformed, 2 a usage error or --served-on gpu without a GPU",
+    )
     parser.add_argument(
-        "--only", metavar="NAME", help="one description's name, or image / text for a kind (default: all)"
+        "--only", metavar="NAME", help="one description's name, or image / text for a kind; None: all of them"
     )
     parser.add_argument("--force", action="store_true", help="re-export even when the files are up to date")
     parser.add_argument(
-        "--configs-only",
+        "--quiet",
         action="store_true",
-        help="write each torch_module description's generated config.pbtxt and stop (no model is loaded)",
+        help="no progress and no per-variant log, only each model's results and any failure (CI logs); "
+        "without it, a progress bar on a terminal and a plain line per step elsewhere",
     )
     parser.add_argument(
         "--precision",
@@ -109,19 +150,24 @@ def _parser() -> argparse.ArgumentParser:
         "--repository",
         type=Path,
         default=REPOSITORY,
-        help=f"the model repository to write into (default: {REPOSITORY})",
+        help="the model repository to write into",
     )
     parser.add_argument(
         "--models",
         type=Path,
         default=DESCRIPTIONS,
-        help=f"the folder of model descriptions, *.yaml (default: {DESCRIPTIONS})",
+        help="the folder of model descriptions, *.yaml",
     )
     parser.add_argument(
         "--records",
         type=Path,
         default=PRECISION_RECORDS,
-        help=f"where each variant's gate and timing record is written (default: {PRECISION_RECORDS})",
+        help="where each variant's gate and timing record is written",
+    )
+    parser.add_argument(
+        "--configs-only",
+        action="store_true",
+        help="write each torch_module description's generated config.pbtxt and stop (no model is loaded)",
     )
     return parser
 

@@ -31,7 +31,7 @@ from tritonrepo.paths import DESCRIPTIONS
 KINDS = ("image_classifier", "sentence_encoder", "torch_module")
 MODULE_KIND = "torch_module"  # the kind whose description holds a ``module`` section
 FORMATS = ("onnx", "torchscript")
-DEVICE_PRECISIONS = {"cpu": ("fp32", "bf16", "int8"), "cuda": ("fp32", "bf16", "fp16")}
+DEVICE_PRECISIONS = {"cpu": ("fp32", "bf16", "int8"), "cuda": ("fp32", "tf32", "bf16", "fp16")}
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -2,12 +2,12 @@
 
 A :class:`Capabilities` is detected (:meth:`Capabilities.detect`, what ``python -m export`` does) or
 stated (the tests describe a CPU host, a compute capability 7.5 GPU and an 8.0 one). Which precision
-variants an export offers follows from it alone (:func:`export.precision.why_unavailable`):
+variants an export offers follows from it alone (:func:`why_unavailable`):
 
 - served on a CPU: fp32, int8 and, where the CPU has bf16 instructions, bf16, all gated on this CPU;
-- served on a GPU: fp32, fp16 and, from compute capability 8.0, bf16, all gated on this GPU; never int8
-  (onnxruntime's CUDA provider multiplies int8 x int8 only, so a u8 x s8 graph runs on the CPU) and
-  never a file gated on the CPU.
+- served on a GPU: fp32, fp16 and, from compute capability 8.0, bf16 and TF32 (export/cuda_runtime.py),
+  all gated on this GPU; never int8 (onnxruntime's CUDA provider multiplies int8 x int8 only, so a u8 x s8
+  graph runs on the CPU) and never a file gated on the CPU.
 
 A GPU is served only by an export that ran on a GPU of its class: ``--served-on gpu`` without a CUDA
 device here is refused, and the manifest records where each file was gated (:meth:`Capabilities.gated_on`)
@@ -28,6 +28,7 @@ logger = logging.getLogger(__name__)
 
 SERVED_ON = ("here", "gpu", "cpu")
 GPU_BF16_MIN_CAPABILITY = (8, 0)  # Ampere and later compute in bf16; Turing (7.5) and Volta (7.0) do not
+GPU_TF32_MIN_CAPABILITY = (8, 0)  # TF32 tensor cores: Ampere and later
 CPU_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
 CPU_VNNI_FLAGS = frozenset({"avx512_vnni", "avx_vnni", "amx_int8"})
 NO_GPU_FOR_GPU_SERVING = (
@@ -62,6 +63,10 @@ class CudaDevice:
     @property
     def bf16(self) -> bool:
         return self.compute_capability >= GPU_BF16_MIN_CAPABILITY
+
+    @property
+    def tf32(self) -> bool:
+        return self.compute_capability >= GPU_TF32_MIN_CAPABILITY
 
     @classmethod
     def detect(cls) -> CudaDevice | None:
@@ -164,6 +169,49 @@ class Capabilities:
             "onnxruntime": onnxruntime.__version__,
             "serving_onnxruntime": SERVING_ONNXRUNTIME,
         }
+
+
+def why_unavailable(precision: str, device: str, capabilities: Capabilities) -> str | None:
+    """Why a (precision, device) variant is not offered for this export, or None when it is.
+
+    A variant is gated and timed where it runs: CUDA variants only when a GPU serves the models (and this
+    machine has it), CPU variants only when a CPU does.
+    """
+    if device == "cuda":
+        return _why_not_on_the_gpu(precision, capabilities)
+    if capabilities.gpu_serves:
+        return "a GPU serves this model: a file gated and timed on this CPU is offered only for CPU serving"
+    if precision == "fp16":
+        return "fp16 runs only on a GPU here (CPUs without fp16 arithmetic emulate it slowly)"
+    if precision == "tf32":
+        return "TF32 is a math mode of NVIDIA GPUs (compute capability 8.0 and later), not of a CPU"
+    if precision == "bf16" and not capabilities.cpu_bf16:
+        return "the CPU has no bf16 instructions (avx512_bf16 / amx_bf16)"
+    return None
+
+
+def _why_not_on_the_gpu(precision: str, capabilities: Capabilities) -> str | None:
+    gpu = capabilities.cuda
+    if not capabilities.gpu_serves:
+        why = "--served-on cpu" if capabilities.served_on == "cpu" else "this machine has no GPU"
+        return f"a CPU serves this model ({why}): CUDA variants are offered only for GPU serving"
+    if gpu is None:
+        return "no CUDA device"
+    if precision == "int8":
+        # onnxruntime's CUDA provider multiplies int8 x int8 only: a u8 x s8 product (and the integer ops
+        # of a QDQ graph) would run on the CPU beside the GPU, with copies each way.
+        return "int8 is never served from a GPU: its integer kernels would run on the CPU"
+    if precision == "bf16" and not gpu.bf16:
+        return (
+            f"{gpu.name} (compute capability {gpu.capability}) has no bf16 arithmetic; bf16 needs compute "
+            "capability 8.0 or later"
+        )
+    if precision == "tf32" and not gpu.tf32:
+        return (
+            f"{gpu.name} (compute capability {gpu.capability}) has no TF32 tensor cores; TF32 needs "
+            "compute capability 8.0 or later"
+        )
+    return None
 
 
 def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:

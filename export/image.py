@@ -27,7 +27,7 @@ import onnx
 import torch
 from google.protobuf import json_format
 
-from export import efficientnet_lite, image_variants, onnx_graph
+from export import cuda_runtime, efficientnet_lite, image_variants, onnx_graph
 from export.common import ExportError, ModelConfig, TensorSpec, single_io
 from export.description import ModelDescription, description_serving
 from export.gates import GateResult, image_gate
@@ -166,7 +166,7 @@ class ImageClassifierKind:
             )
 
     def fingerprint_files(self, description: ModelDescription) -> list[Path]:
-        modules = (efficientnet_lite, image_variants, onnx_graph)
+        modules = (efficientnet_lite, image_variants, onnx_graph, cuda_runtime)
         return [description.weights_path(), Path(__file__), *(Path(m.__file__ or "") for m in modules)]
 
     def prepare(self, description: ModelDescription, repository: Path) -> Prepared:
@@ -212,6 +212,7 @@ class ImageClassifierKind:
                 fp32_onnx_file=fp32_onnx_file,
                 calibration=lambda: check.gate_pixels[image_variants.calibration_mask(check.gate_names)],
                 capabilities=capabilities,
+                cuda_options=cuda_runtime.provider_options(config),
             ),
             gate=gate,
             workload=image_variants.timing_workload(

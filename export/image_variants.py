@@ -15,7 +15,8 @@ variants' gate numbers; it is a reference, never a threshold.
 
 Variants, each gated on the device that serves it (export/device.py): for a CPU, ONNX fp32 and int8
 (static QDQ, per-channel weights), TorchScript fp32 and bf16 channels-last (with bf16 instructions); for
-a GPU, ONNX fp32 and fp16, TorchScript fp32, fp16 and bf16 (compute capability 8.0 and up). A
+a GPU, ONNX and TorchScript fp32 and fp16, and from compute capability 8.0 TorchScript bf16 and both
+float32 files run with TF32 (export/cuda_runtime.py; fp32 on a GPU runs with TF32 off). A
 reduced-precision TorchScript file folds the batch norms into the convolutions in float32 before the
 cast, casts its float32 input to its own dtype and its logits back to float32, so the served tensor
 types stay as the config declares them.
@@ -26,7 +27,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import io
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +37,7 @@ from torch import nn
 
 from export import efficientnet_lite, onnx_graph
 from export.common import TensorSpec
+from export.cuda_runtime import with_tf32, with_use_tf32
 from export.gates import GateResult, image_gate
 from export.onnx_variants import convert_fp16, quantize_int8_static
 from export.placement import require_cuda_placement
@@ -190,8 +192,15 @@ def torchscript_runner(path: Path, device: str) -> Runner:
     return run
 
 
-def onnx_session_runner(path: Path, pixels: TensorSpec, logits: TensorSpec, *, device: str) -> Runner:
-    session = onnx_graph.session(path, device)
+def onnx_session_runner(
+    path: Path,
+    pixels: TensorSpec,
+    logits: TensorSpec,
+    *,
+    device: str,
+    cuda_options: Mapping[str, str] | None = None,
+) -> Runner:
+    session = onnx_graph.session(path, device, cuda_options)
     return lambda batch: session.run([logits.name], {pixels.name: batch})[0]
 
 
@@ -205,8 +214,10 @@ def classifier_variants(
     fp32_onnx_file: Callable[[], Path],
     calibration: Callable[[], np.ndarray],
     capabilities: Capabilities,
+    cuda_options: Mapping[str, str],
 ) -> list[Variant]:
-    """The variants of one classifier file; ``fp32`` writes and verifies the float32 file."""
+    """The variants of one classifier file; ``fp32`` writes and verifies the float32 file.
+    ``cuda_options``: the CUDA provider options the ONNX model's config serves."""
     if kind == "onnx":
         return _onnx_classifier_variants(
             pixels=pixels,
@@ -215,27 +226,36 @@ def classifier_variants(
             fp32_onnx_file=fp32_onnx_file,
             calibration=calibration,
             capabilities=capabilities,
+            cuda_options=cuda_options,
         )
 
     def reduced(dtype: torch.dtype, device: str) -> Callable[[Path], Runner]:
-        # Batch norms folded in float32 first, so each weight is rounded to ``dtype`` once.
-        return lambda path: torchscript_file(
-            efficientnet_lite.fold_batch_norms(model),
-            path,
-            pixels,
-            dtype=dtype,
-            device=device,
-            channels_last=True,
-        )
+        def build(path: Path) -> Runner:
+            # Batch norms folded in float32 first, so each weight is rounded to ``dtype`` once.
+            folded = efficientnet_lite.fold_batch_norms(model)
+            runner = torchscript_file(folded, path, pixels, dtype=dtype, device=device, channels_last=True)
+            return runner if device == "cpu" else with_tf32(runner, tf32=False)
 
-    def fp32_torchscript_cuda(path: Path) -> Runner:
-        fp32(path)  # traced on the CPU and verified against eager; the libtorch backend maps it to the GPU
-        return torchscript_runner(path, "cuda")
+        return build
+
+    def float32_on_cuda(*, tf32: bool) -> Callable[[Path], Runner]:
+        def build(path: Path) -> Runner:
+            fp32(
+                path
+            )  # traced on the CPU and verified against eager; the libtorch backend maps it to the GPU
+            return with_tf32(torchscript_runner(path, "cuda"), tf32=tf32)
+
+        return build
 
     bf16, half = torch.bfloat16, torch.float16
     return [
         Variant(name="torchscript-fp32", precision="fp32", device="cpu", build=fp32),
-        Variant(name="torchscript-fp32-cuda", precision="fp32", device="cuda", build=fp32_torchscript_cuda),
+        Variant(
+            name="torchscript-fp32-cuda", precision="fp32", device="cuda", build=float32_on_cuda(tf32=False)
+        ),
+        Variant(
+            name="torchscript-tf32-cuda", precision="tf32", device="cuda", build=float32_on_cuda(tf32=True)
+        ),
         Variant(
             name="torchscript-bf16-channels-last", precision="bf16", device="cpu", build=reduced(bf16, "cpu")
         ),
@@ -252,8 +272,11 @@ def _onnx_classifier_variants(
     fp32_onnx_file: Callable[[], Path],
     calibration: Callable[[], np.ndarray],
     capabilities: Capabilities,
+    cuda_options: Mapping[str, str],
 ) -> list[Variant]:
-    """The ONNX classifier's variants: float32 and static int8 for a CPU, float32 and fp16 for CUDA."""
+    """The ONNX classifier's variants: float32 and static int8 for a CPU; float32, TF32 and fp16 for
+    CUDA, each in sessions with the config's CUDA provider options and its own ``use_tf32``."""
+    strict, tf32 = with_use_tf32(cuda_options, tf32=False), with_use_tf32(cuda_options, tf32=True)
 
     def int8(path: Path) -> Runner:
         feeds = ({pixels.name: row[None]} for row in calibration())
@@ -262,24 +285,33 @@ def _onnx_classifier_variants(
         )
         return onnx_session_runner(path, pixels, logits, device="cpu")
 
-    def on_cuda(path: Path, what: str) -> Runner:
-        require_cuda_placement(path, {pixels.name: calibration()[:1]}, what=what)
-        return onnx_session_runner(path, pixels, logits, device="cuda")
+    def on_cuda(path: Path, what: str, options: dict[str, str]) -> Runner:
+        require_cuda_placement(path, {pixels.name: calibration()[:1]}, what=what, cuda_options=options)
+        return onnx_session_runner(path, pixels, logits, device="cuda", cuda_options=options)
 
-    def fp32_cuda(path: Path) -> Runner:
-        fp32(path)
-        return on_cuda(path, "onnx-fp32-cuda")
+    def float32_on_cuda(what: str, options: dict[str, str]) -> Callable[[Path], Runner]:
+        def build(path: Path) -> Runner:
+            fp32(path)
+            return on_cuda(path, what, options)
+
+        return build
 
     def fp16(path: Path) -> Runner:
         convert_fp16(fp32_onnx_file(), path)
-        return on_cuda(path, "onnx-fp16-cuda")
+        return on_cuda(path, "onnx-fp16-cuda", strict)
 
     def feed(batch: np.ndarray) -> dict[str, np.ndarray]:
         return {pixels.name: batch}
 
+    def cuda(name: str, precision: str, build: Callable[[Path], Runner], options: dict[str, str]) -> Variant:
+        return Variant(
+            name=name, precision=precision, device="cuda", build=build, feed=feed, cuda_options=options
+        )
+
     return [
         Variant(name="onnx-fp32", precision="fp32", device="cpu", build=fp32, feed=feed),
         Variant(name="onnx-int8-static-qdq", precision="int8", device="cpu", build=int8, feed=feed),
-        Variant(name="onnx-fp32-cuda", precision="fp32", device="cuda", build=fp32_cuda, feed=feed),
-        Variant(name="onnx-fp16-cuda", precision="fp16", device="cuda", build=fp16, feed=feed),
+        cuda("onnx-fp32-cuda", "fp32", float32_on_cuda("onnx-fp32-cuda", strict), strict),
+        cuda("onnx-tf32-cuda", "tf32", float32_on_cuda("onnx-tf32-cuda", tf32), tf32),
+        cuda("onnx-fp16-cuda", "fp16", fp16, strict),
     ]

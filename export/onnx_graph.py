@@ -3,23 +3,30 @@ intermediate tensors, and folding a ``Pad`` into the convolution it feeds."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 import onnx
 import onnxruntime
 
-_PROVIDERS = {"cpu": ["CPUExecutionProvider"], "cuda": ["CUDAExecutionProvider"]}
+
+def providers(device: str, cuda_options: Mapping[str, str] | None = None) -> list:
+    """onnxruntime's providers for ``device`` ("cpu", or "cuda" with the CUDA provider's options)."""
+    if device == "cpu":
+        return ["CPUExecutionProvider"]
+    return [("CUDAExecutionProvider", dict(cuda_options or {}))]
 
 
-def session(model: Path | str | bytes, device: str = "cpu") -> onnxruntime.InferenceSession:
-    """An onnxruntime session on ``device`` ("cpu" or "cuda") for a file or a serialized model, warnings
-    silenced."""
+def session(
+    model: Path | str | bytes, device: str = "cpu", cuda_options: Mapping[str, str] | None = None
+) -> onnxruntime.InferenceSession:
+    """An onnxruntime session on ``device`` ("cpu" or "cuda", with ``cuda_options`` for the CUDA
+    provider) for a file or a serialized model, warnings silenced."""
     options = onnxruntime.SessionOptions()
     options.log_severity_level = 3
     source = model if isinstance(model, bytes) else str(model)
-    return onnxruntime.InferenceSession(source, options, providers=_PROVIDERS[device])
+    return onnxruntime.InferenceSession(source, options, providers=providers(device, cuda_options))
 
 
 def probe_session(model: onnx.ModelProto, tensors: Sequence[str]) -> onnxruntime.InferenceSession:

@@ -8,17 +8,21 @@ write the manifest beside the file and the record under build/precision/. Then t
 A ``torch_module`` description's configs are generated (export/module_configs.py) before its files, once
 its model has been loaded and checked. Every step is called from here; the kinds (export/image.py,
 export/text.py, export/module_kind.py) only provide them.
+
+Nothing one file does stops the others: a variant that fails is recorded and left out (export/precision.py),
+and a file that cannot be written (its config refused, its model not loadable, no variant passing) is
+returned as a failed :class:`ExportResult`, with its record saying why, while the next file and the next
+model go on.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,12 +30,14 @@ import onnx
 import onnxruntime
 import torch
 
-from export import image, module_kind, text
-from export.common import fingerprint, is_up_to_date, write_atomically, write_manifest
+from export import cuda_runtime, device, image, module_kind, text
+from export.common import ModelConfig, fingerprint, is_up_to_date, write_atomically, write_manifest
 from export.description import ModelDescription, ServedFile
-from export.kinds import Kind, Parity
+from export.kinds import Kind, Parity, Plan
 from export.module_configs import write_configs
-from export.precision import Capabilities, Selection, Variant, select_and_write, write_record
+from export.precision import Capabilities, Selection, Variant, select_and_write
+from export.progress import Progress
+from export.records import write_record
 from tritonrepo.configs import load_model_config
 from tritonrepo.files import exported_file
 from tritonrepo.paths import PRECISION_RECORDS
@@ -52,6 +58,7 @@ class Options:
     precision: str = "auto"  # "auto" serves the fastest variant that passes its gate; a precision pins it
     capabilities: Capabilities
     record_dir: Path = PRECISION_RECORDS
+    progress: Progress = field(default_factory=Progress)  # quiet unless the command line asks
 
 
 @dataclass(kw_only=True)
@@ -64,8 +71,11 @@ class ExportResult:
     seconds: float = 0.0
     parity: Parity | None = None
     selection: Selection | None = None
+    failure: str = ""  # why no servable file was written (the old file, if any, is left as it was)
 
     def __str__(self) -> str:
+        if self.failure:
+            return f"{self.model}: FAILED, no servable file: {self.failure}"
         if not self.written:
             return f"{self.model}: up to date ({self.path})"
         if self.selection is None:
@@ -75,20 +85,53 @@ class ExportResult:
         return f"{self.model}: wrote {self.path} in {self.seconds:.1f} s, serving {served}{parity}"
 
 
-def export_all(descriptions: Sequence[ModelDescription], options: Options) -> list[ExportResult]:
-    return [result for description in descriptions for result in export_model(description, options)]
-
-
 def export_model(description: ModelDescription, options: Options) -> list[ExportResult]:
-    """Every served file of ``description`` (each a no-op when up to date), then its support files."""
+    """Every served file of ``description`` (each a no-op when up to date), then its support files. A file
+    that fails is returned with its ``failure``; the others are still exported."""
     kind = KINDS[description.kind]
-    prepared = functools.cache(lambda: kind.prepare(description, options.repository))
-    configs = write_configs(description, options.repository, check=prepared)  # torch_module: generated
+    prepared = _once(lambda: kind.prepare(description, options.repository))
+    try:  # torch_module: the configs are generated, once its model is loaded and checked
+        configs = write_configs(description, options.repository, check=prepared)
+    except Exception as e:  # noqa: BLE001 - reported as this model's failure; the next model goes on
+        model = description.served[0].model
+        return [_failed(model, options.repository / model, e)]
     results = [ExportResult(model=path.parent.name, path=path, written=True) for path in configs]
     results += [export_file(description, kind, served, prepared, options) for served in description.served]
-    for destination, source in kind.support_files(description, options.repository).items():
-        results.append(copy_support_file(source, destination, description, options))
+    try:
+        support = kind.support_files(description, options.repository)
+    except Exception as e:  # noqa: BLE001 - reported as this model's failure; the next model goes on
+        model = description.served[0].model
+        return [*results, _failed(model, options.repository / model, e)]
+    for destination, source in support.items():
+        try:
+            results.append(copy_support_file(source, destination, description, options))
+        except Exception as e:  # noqa: BLE001
+            results.append(_failed(destination.parent.parent.name, destination, e))
     return results
+
+
+def _once(make: Callable[[], Any]) -> Callable[[], Any]:
+    """``make()`` called at most once: its value, or its exception raised again to every later caller."""
+    outcome: list[tuple[Any, BaseException | None]] = []
+
+    def get() -> Any:
+        if not outcome:
+            try:
+                outcome.append((make(), None))
+            except Exception as e:  # noqa: BLE001 - kept, and raised to each file that needs the model
+                outcome.append((None, e))
+        value, error = outcome[0]
+        if error is not None:
+            raise error
+        return value
+
+    return get
+
+
+def _failed(model: str, path: Path, error: BaseException) -> ExportResult:
+    failure = f"{type(error).__name__}: {error}"
+    logger.error("%s: %s", model, failure)
+    return ExportResult(model=model, path=path, written=False, failure=failure)
 
 
 def copy_support_file(
@@ -119,7 +162,34 @@ def export_file(
     prepared: Callable[[], Any],
     options: Options,
 ) -> ExportResult:
-    """One served file unless it is up to date: every allowed variant gated, the fastest passing served."""
+    """One served file unless it is up to date: every allowed variant gated, the fastest passing served.
+    Any failure is returned as the result's ``failure`` and recorded under ``options.record_dir``."""
+    try:
+        return _export_file(description, kind, served, prepared, options)
+    except Exception as e:  # noqa: BLE001 - a file that cannot be exported must not stop the others
+        options.progress.settle(served.model)
+        model_dir = options.repository / served.model
+        result = _failed(served.model, model_dir, e)
+        record = Selection(
+            model=served.model,
+            choice=options.precision,
+            capabilities=options.capabilities,
+            candidates=[],
+            served=None,
+            failure=result.failure,
+        )
+        write_record(record.as_dict(), options.record_dir)
+        return result
+
+
+def _export_file(
+    description: ModelDescription,
+    kind: Kind,
+    served: ServedFile,
+    prepared: Callable[[], Any],
+    options: Options,
+) -> ExportResult:
+    options.progress.step(f"{served.model}: checking whether it is up to date")
     model_dir = options.repository / served.model
     config = load_model_config(model_dir)
     kind.check_config(description, options.repository, config)
@@ -127,11 +197,15 @@ def export_file(
     inputs = input_fingerprint(description, kind, served, model_dir, options)
     if not options.force and is_up_to_date(destination, inputs):
         logger.info("%s is up to date", destination)
+        options.progress.settle(served.model)
         return ExportResult(model=config.name, path=destination, written=False)
     started = time.perf_counter()
     destination.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="fp32-onnx-") as scratch:
-        plan = kind.plan(prepared(), config, served.format, options.capabilities, Path(scratch))
+        options.progress.step(f"{description.name}: loading the model and its check inputs")
+        model = prepared()
+        options.progress.step(f"{config.name}: planning its variants")
+        plan = kind.plan(model, config, served.format, options.capabilities, Path(scratch))
         selection = select_and_write(
             model=config.name,
             destination=destination,
@@ -142,9 +216,31 @@ def export_file(
             capabilities=options.capabilities,
             keep_dir=options.record_dir / config.name,
             reference=plan.reference,
+            progress=options.progress,
         )
+    write_record(selection.as_dict(), options.record_dir)
+    if selection.served is None:
+        return ExportResult(model=config.name, path=destination, written=False, failure=selection.failure)
     parity = plan.parity[0] if plan.parity else None
-    details = {
+    write_manifest(destination, inputs, _manifest(description, config, selection, plan, options))
+    logger.info("wrote %s (%s)", destination, selection.served)
+    seconds = time.perf_counter() - started
+    return ExportResult(
+        model=config.name, path=destination, written=True, seconds=seconds, parity=parity, selection=selection
+    )
+
+
+def _manifest(
+    description: ModelDescription, config: ModelConfig, selection: Selection, plan: Plan, options: Options
+) -> dict[str, Any]:
+    """What the manifest beside a written file records, besides its fingerprint; a note (also logged)
+    where its config would serve the chosen variant otherwise than it was gated."""
+    served_runtime = next(c.runtime for c in selection.candidates if c.status == "served")
+    note = cuda_runtime.serving_mismatch(served_runtime, config)
+    if note:
+        logger.warning(note)
+    parity = plan.parity[0] if plan.parity else None
+    return {
         "model": config.name,
         "description": description.name,
         "weights": _weights_source(description),
@@ -152,15 +248,23 @@ def export_file(
         "parity": parity.as_dict() if parity else None,
         "precision": selection.as_dict(),
         "gated_on": options.capabilities.gated_on(),
+        "serving_note": note,
         **plan.details,
     }
-    write_manifest(destination, inputs, details)
-    write_record(selection, options.record_dir)
-    logger.info("wrote %s (%s)", destination, selection.served)
-    seconds = time.perf_counter() - started
-    return ExportResult(
-        model=config.name, path=destination, written=True, seconds=seconds, parity=parity, selection=selection
-    )
+
+
+def estimated_variants(description: ModelDescription, options: Options) -> dict[str, int]:
+    """Per served file, how many variants the export will build: the description's precisions this machine
+    runs for the device that serves, as requested. An estimate for the progress shown (a kind's formats
+    need not have a variant for each precision); the plan, once known, corrects it."""
+    requested = [
+        (name, on)
+        for on, names in description.precisions.items()
+        for name in names
+        if options.precision in ("auto", name)
+        and device.why_unavailable(name, on, options.capabilities) is None
+    ]
+    return {served.model: len(requested) for served in description.served}
 
 
 def allowed_variants(variants: Sequence[Variant], description: ModelDescription) -> list[Variant]:

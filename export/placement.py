@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +26,7 @@ import onnx
 import onnxruntime
 from onnx import TensorProto
 
+from export import onnx_graph
 from export.common import ExportError
 
 GPU_PROVIDERS = frozenset({"CUDAExecutionProvider", "TensorrtExecutionProvider"})
@@ -87,10 +88,17 @@ def check_cuda_placement(placements: Iterable[NodePlacement], *, what: str) -> N
 
 
 def profiled_placement(
-    model: Path | bytes, feed: dict[str, np.ndarray], *, device: str
+    model: Path | bytes,
+    feed: dict[str, np.ndarray],
+    *,
+    device: str,
+    cuda_options: Mapping[str, str] | None = None,
 ) -> list[NodePlacement]:
-    """Run ``model`` once on ``feed`` under onnxruntime's profiler; every node that ran, with its provider."""
-    providers = {"cuda": ["CUDAExecutionProvider", "CPUExecutionProvider"], "cpu": ["CPUExecutionProvider"]}
+    """Run ``model`` once on ``feed`` under onnxruntime's profiler (the CUDA provider with
+    ``cuda_options``, the CPU beside it); every node that ran, with its provider."""
+    providers = onnx_graph.providers(device, cuda_options)
+    if device == "cuda":
+        providers.append("CPUExecutionProvider")  # what a node without a CUDA kernel falls back to
     if device == "cuda" and "CUDAExecutionProvider" not in onnxruntime.get_available_providers():
         raise ExportError(
             f"onnxruntime {onnxruntime.__version__} here has no CUDA provider, so a file for CUDA cannot be "
@@ -102,7 +110,7 @@ def profiled_placement(
         options.enable_profiling = True
         options.profile_file_prefix = str(Path(folder) / "profile")
         source = model if isinstance(model, bytes) else str(model)
-        session = onnxruntime.InferenceSession(source, options, providers=providers[device])
+        session = onnxruntime.InferenceSession(source, options, providers=providers)
         session.run(None, feed)
         events = json.loads(Path(session.end_profiling()).read_text(encoding="utf-8"))
     return placements_from_profile(events)
@@ -120,9 +128,17 @@ def placements_from_profile(events: list[dict]) -> list[NodePlacement]:
     return list(seen.values())
 
 
-def require_cuda_placement(model: Path | bytes, feed: dict[str, np.ndarray], *, what: str) -> None:
-    """Run ``model`` on the CUDA provider once and fail unless its compute nodes ran on the GPU."""
-    check_cuda_placement(profiled_placement(model, feed, device="cuda"), what=what)
+def require_cuda_placement(
+    model: Path | bytes,
+    feed: dict[str, np.ndarray],
+    *,
+    what: str,
+    cuda_options: Mapping[str, str] | None = None,
+) -> None:
+    """Run ``model`` on the CUDA provider (with ``cuda_options``) once and fail unless its compute nodes
+    ran on the GPU."""
+    placements = profiled_placement(model, feed, device="cuda", cuda_options=cuda_options)
+    check_cuda_placement(placements, what=what)
 
 
 def predicted_placement(model: onnx.ModelProto) -> list[NodePlacement]:

@@ -2,94 +2,57 @@
 
 A pipeline (export/image.py, export/text.py) lists its :class:`Variant` s per served file, each on a
 device: for CPU serving fp32, bf16 where the CPU has bf16 instructions and int8 through onnxruntime's
-quantization; for GPU serving fp32, fp16 and bf16 (compute capability 8.0 and up) on the GPU, never int8
-(:func:`why_unavailable`, for the device described in export/device.py). :func:`select_and_write` builds
-each variant offered beside the destination,
-gates it against eager fp32 on real inputs (:mod:`export.gates`), times every variant that passed
-in-process at each batch size of the pipeline's workload (interleaved rounds, best round kept: this
-machine is shared and noisy), and moves the fastest onto the served file. A failing variant is reported
-with its numbers and never served. ``--precision fp32`` (or any one precision) pins the choice.
+quantization; for GPU serving fp32 (TF32 off), fp16, and from compute capability 8.0 bf16 and TF32
+(export/cuda_runtime.py) on the GPU, never int8 (:func:`export.device.why_unavailable`).
+:func:`select_and_write` builds each variant offered beside the destination, gates it against eager fp32
+on real inputs (:mod:`export.gates`), times every variant that passed in-process at each batch size of
+the pipeline's workload (interleaved rounds, best round kept: this machine is shared and noisy), and
+moves the fastest onto the served file. A variant that fails its gate, or raises, is reported and never
+served. ``--precision fp32`` (or any one precision) pins the choice.
 
 "Fastest" is the geometric mean of items/s over the measured batch sizes (1 and 32 by default), so a
 variant must be quick for a lone request and for a full batch. Every decision, with each gate's numbers
 and each timing, is returned as a :class:`Selection`, recorded beside the file (the manifest) and under
-``build/precision/<model>.json`` (the fp32 file kept beside it when another precision is served);
-:func:`served_variant`, :func:`kept_file` and :func:`report_section` read them back for the benchmark.
+``build/precision/<model>.json`` (the fp32 file kept beside it when another precision is served) by
+:mod:`export.records`, which reads them back for the benchmark.
 """
 
 from __future__ import annotations
 
-import json
+import functools
 import logging
 import math
 import os
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from export import serving_runtime
-from export.common import ExportError, write_text_atomically
+from export import device, serving_runtime
+from export.common import ExportError
 from export.device import Capabilities
 from export.gates import GateResult
-from tritonrepo.paths import PRECISION_RECORDS
+from export.progress import Progress
+from export.records import RECORD_FORMAT
 
 logger = logging.getLogger(__name__)
 
-PRECISIONS = ("fp32", "bf16", "fp16", "int8")
+PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "int8")
 CHOICES = ("auto", *PRECISIONS)
 DEVICES = ("cpu", "cuda")
-RECORD_FORMAT = 1
 TIMING_ROUNDS = 3
 TIMING_MIN_S = 0.5
-SERVING_LABEL = f"onnxruntime {serving_runtime.SERVING_ONNXRUNTIME} (the serving runtime)"
 KEPT_PRECISIONS = ("fp32",)  # the benchmark compares the served file with the fp32 one
 
 Runner = Callable[[Any], Any]
 Batch = tuple[Any, int]  # (runner input, number of items in it)
 
 
-def why_unavailable(precision: str, device: str, capabilities: Capabilities) -> str | None:
-    """Why a (precision, device) variant is not offered for this export, or None when it is.
-
-    A variant is gated and timed where it runs: CUDA variants only when a GPU serves the models (and this
-    machine has it), CPU variants only when a CPU does.
-    """
-    if device == "cuda":
-        return _why_not_on_the_gpu(precision, capabilities)
-    if capabilities.gpu_serves:
-        return "a GPU serves this model: a file gated and timed on this CPU is offered only for CPU serving"
-    if precision == "fp16":
-        return "fp16 runs only on a GPU here (CPUs without fp16 arithmetic emulate it slowly)"
-    if precision == "bf16" and not capabilities.cpu_bf16:
-        return "the CPU has no bf16 instructions (avx512_bf16 / amx_bf16)"
-    return None
-
-
-def _why_not_on_the_gpu(precision: str, capabilities: Capabilities) -> str | None:
-    gpu = capabilities.cuda
-    if not capabilities.gpu_serves:
-        why = "--served-on cpu" if capabilities.served_on == "cpu" else "this machine has no GPU"
-        return f"a CPU serves this model ({why}): CUDA variants are offered only for GPU serving"
-    if gpu is None:
-        return "no CUDA device"
-    if precision == "int8":
-        # onnxruntime's CUDA provider multiplies int8 x int8 only: a u8 x s8 product (and the integer ops
-        # of a QDQ graph) would run on the CPU beside the GPU, with copies each way.
-        return "int8 is never served from a GPU: its integer kernels would run on the CPU"
-    if precision == "bf16" and not gpu.bf16:
-        return (
-            f"{gpu.name} (compute capability {gpu.capability}) has no bf16 arithmetic; bf16 needs compute "
-            "capability 8.0 or later"
-        )
-    return None
-
-
 def offered(variants: Sequence[Variant], capabilities: Capabilities) -> list[str]:
     """The names of the variants an export for ``capabilities`` builds and gates (under --precision auto)."""
-    return [v.name for v in variants if why_unavailable(v.precision, v.device, capabilities) is None]
+    return [v.name for v in variants if device.why_unavailable(v.precision, v.device, capabilities) is None]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -102,6 +65,15 @@ class Variant:
     build: Callable[[Path], Runner]
     # An ONNX file's runner input as onnxruntime's feed: the file is gated again in the serving runtime.
     feed: Callable[[Any], dict[str, Any]] | None = None
+    # An ONNX file for CUDA: the CUDA provider options its sessions get (the config's, and use_tf32).
+    cuda_options: Mapping[str, str] | None = None
+
+    @property
+    def runtime(self) -> dict[str, Any]:
+        """How a CUDA runtime runs this variant (recorded with its gate): TF32, the provider options."""
+        if self.device != "cuda":
+            return {}
+        return {"tf32": self.precision == "tf32", "cuda_options": dict(self.cuda_options or {}) or None}
 
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS or self.device not in DEVICES:
@@ -118,12 +90,15 @@ class Candidate:
     variant: str
     precision: str
     device: str
-    status: str  # served | passed | failed gate | build failed | not runnable here | not requested
+    # served | passed | failed gate | error (an exception while building, gating or timing: the reason
+    # says which) | not runnable here | not requested
+    status: str
     reason: str = ""
     gate: GateResult | None = None
     serving_gate: GateResult | None = None  # the same gate, the file run by the serving onnxruntime
     items_per_s: dict[int, float] = field(default_factory=dict)
     kept_file: str | None = None  # name of this variant's file kept beside the record (not served)
+    runtime: dict[str, Any] = field(default_factory=dict)  # Variant.runtime: how it was gated and timed
 
     @property
     def score(self) -> float:
@@ -144,6 +119,7 @@ class Candidate:
             "serving_gate": self.serving_gate.as_dict() if self.serving_gate else None,
             "items_per_s": {str(size): rate for size, rate in self.items_per_s.items()},
             "kept_file": self.kept_file,
+            "runtime": self.runtime,
         }
 
 
@@ -153,8 +129,9 @@ class Selection:
     choice: str
     capabilities: Capabilities
     candidates: list[Candidate]
-    served: str
+    served: str | None  # None: nothing passed (``failure`` says why) and the old file, if any, is kept
     reference: GateResult | None = None  # the gate applied to fp32 itself (a noise floor), for reading
+    failure: str = ""
 
     def as_dict(self) -> dict:
         return {
@@ -166,6 +143,7 @@ class Selection:
             "served": self.served,
             "candidates": [candidate.as_dict() for candidate in self.candidates],
             "reference": self.reference.as_dict() if self.reference else None,
+            "failure": self.failure or None,
         }
 
 
@@ -181,51 +159,92 @@ def select_and_write(
     keep_dir: Path | None = None,
     timing_min_s: float = TIMING_MIN_S,
     reference: GateResult | None = None,
+    progress: Progress | None = None,
 ) -> Selection:
     """Build, gate and time ``variants``; move the fastest passing one onto ``destination``.
 
     ``reference``: the gate's numbers for fp32 itself under a perturbation (a noise floor), recorded and
     listed beside the variants so that a reader can tell a gate no variant could pass from a bad variant.
-
-    When another precision is served, the passing fp32 file is kept in ``keep_dir`` (as
-    ``<variant><suffix>``) so that the benchmark can serve it beside the chosen one (:func:`kept_file`).
-    Raises ExportError (leaving ``destination`` untouched) when no requested variant passes.
+    A variant that raises while it is built, gated or timed is recorded as an error with the exception and
+    left out; the others go on. When another precision is served, the passing fp32 file is kept in
+    ``keep_dir`` (as ``<variant><suffix>``) so that the benchmark can serve it beside the chosen one
+    (:func:`export.records.kept_file`). When no requested variant passes, ``destination`` is left
+    untouched and the selection serves nothing (``served`` None, ``failure`` saying why).
     """
     if choice not in CHOICES:
         raise ExportError(f"precision {choice!r} is not one of {CHOICES}; use --precision auto to measure")
-    candidates: list[Candidate] = []
+    progress = progress or Progress()
+    selection = Selection(
+        model=model,
+        choice=choice,
+        capabilities=capabilities,
+        candidates=[],
+        served=None,
+        reference=reference,
+    )
     built: dict[str, tuple[Path, Runner]] = {}
     try:
-        for variant in variants:
-            candidate, outcome = _build_and_gate(variant, destination, gate, choice, capabilities)
-            candidates.append(candidate)
-            if outcome is not None:
-                built[variant.name] = outcome
+        selection.candidates = _build_all(
+            model, variants, destination, gate, choice, capabilities, built, progress
+        )
+        candidates = selection.candidates
+        runners = {name: runner for name, (_, runner) in built.items()}
+        _time(candidates, runners, workload, timing_min_s, progress=progress, model=model)
         passing = [c for c in candidates if c.status == "passed"]
         if not passing:
-            raise ExportError(
-                f"{model}: no variant passed for --precision {choice}; the old file is kept.\n"
-                + format_table(candidates, reference)
-            )
-        _time(passing, {name: runner for name, (_, runner) in built.items()}, workload, timing_min_s)
+            selection.failure = nothing_passed(choice, candidates)
+            logger.error("%s: %s\n%s", model, selection.failure, format_table(candidates, reference))
+            return selection
         best = max(passing, key=lambda c: c.score)
-        best.status = "served"
+        best.status, selection.served = "served", best.variant
         logger.info("%s: serving %s\n%s", model, best.variant, format_table(candidates, reference))
-        os.replace(built.pop(best.variant)[0], destination)
-        os.chmod(destination, 0o644)
+        _move(built.pop(best.variant)[0], destination)
         if keep_dir is not None:
             _keep(passing, built, keep_dir, destination.suffix)
     finally:
         for path, _ in built.values():
             path.unlink(missing_ok=True)
-    return Selection(
-        model=model,
-        choice=choice,
-        capabilities=capabilities,
-        candidates=candidates,
-        served=best.variant,
-        reference=reference,
+    return selection
+
+
+def _build_all(
+    model: str,
+    variants: Sequence[Variant],
+    destination: Path,
+    gate: Callable[[Runner], GateResult],
+    choice: str,
+    capabilities: Capabilities,
+    built: dict[str, tuple[Path, Runner]],
+    progress: Progress,
+) -> list[Candidate]:
+    """Each variant's candidate; the files of those that passed go into ``built`` (name -> file, runner)."""
+    to_build = [v for v in variants if _skipped(v, choice, capabilities) is None]
+    progress.expect(model, len(to_build))
+    candidates = []
+    for variant in variants:
+        step = functools.partial(_step, progress, f"{model} {variant.name}")
+        candidate, outcome = _build_and_gate(variant, destination, gate, choice, capabilities, step)
+        candidates.append(candidate)
+        if outcome is not None:
+            built[variant.name] = outcome
+        if variant in to_build:
+            progress.variant_done(model)
+    return candidates
+
+
+def nothing_passed(choice: str, candidates: Sequence[Candidate]) -> str:
+    """Why no variant can be served: each tried variant's status and reason."""
+    tried = [c for c in candidates if c.status not in ("not requested", "not runnable here")]
+    why = "; ".join(f"{c.variant}: {c.status} ({c.reason})" for c in tried)
+    return (
+        f"no variant passed for --precision {choice} ({why or 'none of them is runnable here'}); "
+        "the old file, if any, is kept"
     )
+
+
+def _move(path: Path, destination: Path) -> None:
+    os.replace(path, destination)
+    os.chmod(destination, 0o644)  # mkstemp makes 0600; the server (maybe another user) must read it
 
 
 def _keep(passing: list[Candidate], built: dict[str, tuple[Path, Runner]], folder: Path, suffix: str) -> None:
@@ -235,8 +254,7 @@ def _keep(passing: list[Candidate], built: dict[str, tuple[Path, Runner]], folde
     for candidate in passing:
         if candidate.precision in KEPT_PRECISIONS and candidate.variant in built:
             name = f"{candidate.variant}{suffix}"
-            os.replace(built.pop(candidate.variant)[0], folder / name)
-            os.chmod(folder / name, 0o644)
+            _move(built.pop(candidate.variant)[0], folder / name)
             candidate.kept_file = name
 
 
@@ -246,38 +264,47 @@ def _build_and_gate(
     gate: Callable[[Runner], GateResult],
     choice: str,
     capabilities: Capabilities,
+    step: Callable[[str], None],
 ) -> tuple[Candidate, tuple[Path, Runner] | None]:
-    candidate = Candidate(variant=variant.name, precision=variant.precision, device=variant.device, status="")
-    if choice not in ("auto", variant.precision):
-        candidate.status, candidate.reason = "not requested", f"--precision {choice}"
-        return candidate, None
-    reason = why_unavailable(variant.precision, variant.device, capabilities)
-    if reason is not None:
-        candidate.status, candidate.reason = "not runnable here", reason
+    candidate = Candidate(
+        variant=variant.name,
+        precision=variant.precision,
+        device=variant.device,
+        status="",
+        runtime=variant.runtime,
+    )
+    skipped = _skipped(variant, choice, capabilities)
+    if skipped is not None:
+        candidate.status, candidate.reason = skipped
         return candidate, None
     handle, name = tempfile.mkstemp(
         prefix=f".{destination.name}.{variant.name}.", suffix=".tmp", dir=destination.parent
     )
     os.close(handle)
     path = Path(name)
+    stage = "building"
     try:
+        step(stage)
         runner = variant.build(path)
+        stage = "gating"
+        step(stage)
         candidate.gate = gate(runner)
         if candidate.gate.passed and variant.feed is not None:  # an ONNX file: the serving runtime too
-            candidate.serving_gate = serving_runtime.serving_gate(path, variant.device, variant.feed, gate)
-    except Exception as e:
+            stage = f"gating with {serving_runtime.LABEL}"
+            step(stage)
+            candidate.serving_gate = serving_runtime.serving_gate(
+                path, variant.device, variant.feed, gate, cuda_options=variant.cuda_options
+            )
+    except Exception as e:  # noqa: BLE001 - any failure of one variant is recorded; the others go on
         path.unlink(missing_ok=True)
-        if variant.precision == "fp32":
-            raise  # the reference export itself is broken: fail loudly, as before variants existed
-        candidate.status, candidate.reason = "build failed", f"{type(e).__name__}: {e}"
+        candidate.status, candidate.reason = "error", f"{stage}: {type(e).__name__}: {e}"
         logger.warning("%s: %s", variant.name, candidate.reason)
         return candidate, None
     logger.info("%s: %s", variant.name, candidate.gate.summary())
     if candidate.serving_gate is not None:
-        logger.info("%s, %s: %s", variant.name, SERVING_LABEL, candidate.serving_gate.summary())
-    failures = candidate.gate.failures or [
-        f"{SERVING_LABEL}: {failure}" for failure in (candidate.serving_gate or candidate.gate).failures
-    ]
+        logger.info("%s, %s: %s", variant.name, serving_runtime.LABEL, candidate.serving_gate.summary())
+    serving_failures = (candidate.serving_gate or candidate.gate).failures
+    failures = candidate.gate.failures or [f"{serving_runtime.LABEL}: {f}" for f in serving_failures]
     if failures:
         path.unlink(missing_ok=True)
         candidate.status, candidate.reason = "failed gate", "; ".join(failures)
@@ -286,15 +313,42 @@ def _build_and_gate(
     return candidate, (path, runner)
 
 
+def _step(progress: Progress, what: str, stage: str) -> None:
+    progress.step(f"{what}: {stage}")
+
+
+def _skipped(variant: Variant, choice: str, capabilities: Capabilities) -> tuple[str, str] | None:
+    """(status, reason) of a variant this export does not build, or None when it builds it."""
+    if choice not in ("auto", variant.precision):
+        return "not requested", f"--precision {choice}"
+    reason = device.why_unavailable(variant.precision, variant.device, capabilities)
+    return None if reason is None else ("not runnable here", reason)
+
+
 def _time(
-    candidates: list[Candidate], runners: dict[str, Runner], workload: dict[int, list[Batch]], min_s: float
+    candidates: list[Candidate],
+    runners: dict[str, Runner],
+    workload: dict[int, list[Batch]],
+    min_s: float,
+    *,
+    progress: Progress,
+    model: str = "",
 ) -> None:
-    """Items/s of each candidate at each batch size: interleaved rounds, the best round kept."""
-    for _ in range(TIMING_ROUNDS):
+    """Items/s of each passing candidate at each batch size: interleaved rounds, the best round kept. A
+    candidate whose runner raises becomes an error (and is no longer timed)."""
+    for round_ in range(1, TIMING_ROUNDS + 1):
         for candidate in candidates:
-            for size, batches in workload.items():
-                rate = items_per_second(runners[candidate.variant], batches, min_s=min_s)
-                candidate.items_per_s[size] = max(rate, candidate.items_per_s.get(size, 0.0))
+            if candidate.status != "passed":
+                continue
+            progress.step(f"{model} {candidate.variant}: timing, round {round_} of {TIMING_ROUNDS}")
+            try:
+                for size, batches in workload.items():
+                    rate = items_per_second(runners[candidate.variant], batches, min_s=min_s)
+                    candidate.items_per_s[size] = max(rate, candidate.items_per_s.get(size, 0.0))
+            except Exception as e:  # noqa: BLE001 - recorded; the other candidates are still timed
+                candidate.status, candidate.reason = "error", f"timing: {type(e).__name__}: {e}"
+                candidate.items_per_s = {}
+                logger.warning("%s: %s", candidate.variant, candidate.reason)
 
 
 def items_per_second(runner: Runner, batches: list[Batch], *, min_s: float) -> float:
@@ -318,89 +372,9 @@ def format_table(candidates: Sequence[Candidate], reference: GateResult | None =
     for c in candidates:
         speed = ", ".join(f"b{size} {rate:.0f}/s" for size, rate in c.items_per_s.items())
         gate = c.gate.summary() if c.gate else ""
-        serving = f"{SERVING_LABEL}: {c.serving_gate.summary()}" if c.serving_gate else ""
+        serving = f"{serving_runtime.LABEL}: {c.serving_gate.summary()}" if c.serving_gate else ""
         detail = " | ".join(part for part in (speed, gate, serving, c.reason if not c.gate else "") if part)
         lines.append(f"    {c.variant:<28} {c.status:<18} {detail}")
     if reference is not None:
         lines.append(f"    reference ({reference.gate}): {reference.summary()}")
     return "\n".join(lines)
-
-
-def write_record(selection: Selection, directory: Path = PRECISION_RECORDS) -> Path:
-    """``<directory>/<model>.json``: the selection, for the benchmark report."""
-    path = Path(directory) / f"{selection.model}.json"
-    write_text_atomically(path, json.dumps(selection.as_dict(), indent=2, sort_keys=True) + "\n")
-    return path
-
-
-def load_records(directory: Path = PRECISION_RECORDS) -> list[dict]:
-    """Every recorded selection under ``directory`` (none when nothing was exported here)."""
-    records = []
-    for path in sorted(Path(directory).glob("*.json")):
-        record = json.loads(path.read_text(encoding="utf-8"))
-        if record.get("format") == RECORD_FORMAT:
-            records.append(record)
-    return records
-
-
-def report_section(directory: Path = PRECISION_RECORDS) -> str:
-    """Markdown for the benchmark report: which variant each model serves, and every gate's numbers."""
-    records = load_records(directory)
-    if not records:
-        return f"No precision records under {directory}: `python -m export` writes them."
-    served = ", ".join(f"{r['model']}: {r['served']} (--precision {r['choice']})" for r in records)
-    return f"Served variants: {served}.\n\n{markdown_table(records)}\n"
-
-
-def _record(model: str, directory: Path) -> dict | None:
-    path = Path(directory) / f"{model}.json"
-    if not path.is_file():
-        return None
-    record = json.loads(path.read_text(encoding="utf-8"))
-    return record if record.get("format") == RECORD_FORMAT else None
-
-
-def served_variant(model: str, directory: Path = PRECISION_RECORDS) -> str:
-    """The precision of the file served for ``model`` ("fp32" where the export left no record)."""
-    record = _record(model, directory)
-    if record is None:
-        return "fp32"
-    return next(c["precision"] for c in record["candidates"] if c["status"] == "served")
-
-
-def kept_file(model: str, precision: str, directory: Path = PRECISION_RECORDS) -> Path | None:
-    """The passing ``precision`` file the export kept beside ``model``'s record, if any (none when that
-    precision is the one served: the served file is in the model repository)."""
-    record = _record(model, directory)
-    for candidate in record["candidates"] if record else ():
-        if candidate["precision"] == precision and candidate.get("kept_file"):
-            path = Path(directory) / model / candidate["kept_file"]
-            return path if path.is_file() else None
-    return None
-
-
-def markdown_table(records: Sequence[dict]) -> str:
-    """The gate numbers and speeds of every recorded variant, as a Markdown table for the report."""
-    rows = [
-        "| model | variant | status | gate numbers | items/s (batch: rate) |",
-        "|---|---|---|---|---|",
-    ]
-    for record in records:
-        for c in record["candidates"]:
-            gate = c["gate"]
-            numbers = _numbers(gate["metrics"]) if gate else c["reason"]
-            if c.get("serving_gate"):
-                numbers += f"; {SERVING_LABEL}: {_numbers(c['serving_gate']['metrics'])}"
-            speed = ", ".join(f"{size}: {rate:.0f}" for size, rate in c["items_per_s"].items())
-            rows.append(f"| {record['model']} | {c['variant']} | {c['status']} | {numbers} | {speed} |")
-        reference = record.get("reference")
-        if reference:
-            numbers = _numbers(reference["metrics"])
-            rows.append(
-                f"| {record['model']} | {reference['gate']} | reference, not a variant | {numbers} | |"
-            )
-    return "\n".join(rows)
-
-
-def _numbers(metrics: dict[str, float]) -> str:
-    return ", ".join(f"{name} {value:.4f}" for name, value in metrics.items())

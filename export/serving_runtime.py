@@ -18,7 +18,7 @@ import json
 import struct
 import subprocess
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
@@ -31,6 +31,7 @@ from export.gates import GateResult
 from tritonrepo.paths import SERVING_RUNTIME
 
 SERVING_ONNXRUNTIME = "1.19.2"  # Triton 24.10's onnxruntime backend
+LABEL = f"onnxruntime {SERVING_ONNXRUNTIME} (the serving runtime)"
 WORKER = Path(__file__).with_name("serving_worker.py")
 CREATE = (
     f"`make venv` creates it, or: python3.11 -m venv {SERVING_RUNTIME} && "
@@ -72,12 +73,21 @@ def read_message(stream: IO[bytes]) -> tuple[bytes, bytes]:
 
 
 class ServingSession:
-    """An onnxruntime session on ``model`` in the serving runtime's process (a context manager)."""
+    """An onnxruntime session on ``model`` in the serving runtime's process (a context manager); on
+    "cuda", the CUDA provider gets ``cuda_options`` (those the model's config serves, and use_tf32)."""
 
-    def __init__(self, model: Path, device: str, *, runtime_dir: Path = SERVING_RUNTIME) -> None:
+    def __init__(
+        self,
+        model: Path,
+        device: str,
+        *,
+        cuda_options: Mapping[str, str] | None = None,
+        runtime_dir: Path = SERVING_RUNTIME,
+    ) -> None:
         self._log = tempfile.TemporaryFile()
+        options = json.dumps(dict(cuda_options or {}))
         self._process = subprocess.Popen(
-            [str(interpreter(runtime_dir)), "-I", str(WORKER), str(model), device],
+            [str(interpreter(runtime_dir)), "-I", str(WORKER), str(model), device, options],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._log,
@@ -143,11 +153,13 @@ def serving_gate(
     feed: Feed,
     gate: Callable[[Runner], GateResult],
     *,
+    cuda_options: Mapping[str, str] | None = None,
     runtime_dir: Path = SERVING_RUNTIME,
 ) -> GateResult | None:
     """``gate`` applied to ``model`` run by the serving onnxruntime (``feed`` turns a runner's input into
-    the session's feed); None where the local onnxruntime is the serving version."""
+    the session's feed; on "cuda" with ``cuda_options``); None where the local onnxruntime is the serving
+    version."""
     if not needed():
         return None
-    with ServingSession(model, device, runtime_dir=runtime_dir) as session:
+    with ServingSession(model, device, cuda_options=cuda_options, runtime_dir=runtime_dir) as session:
         return gate(lambda batch: session.run(feed(batch)))

@@ -1,7 +1,8 @@
 """Worker run by the serving onnxruntime's own Python (export/serving_runtime.py): one session on a file.
 
-``python -I serving_worker.py MODEL DEVICE``. It imports only numpy and onnxruntime (it runs in
-build/serving-runtime, not in the project's environment). Messages on stdin/stdout are a status byte,
+``python -I serving_worker.py MODEL DEVICE [CUDA_OPTIONS_JSON]`` (the CUDA provider's options, as a JSON
+object). It imports only numpy and onnxruntime (it runs in build/serving-runtime, not in the project's
+environment). Messages on stdin/stdout are a status byte,
 an 8-byte big-endian length and a payload: first it sends its onnxruntime version and providers (JSON),
 then for each feed it reads (an ``.npz`` of named arrays) it answers the first output (an ``.npy``) or an
 error message; it exits at the end of its input.
@@ -18,7 +19,6 @@ import numpy as np
 import onnxruntime
 
 _HEADER = struct.Struct(">cQ")  # the same framing as export.serving_runtime
-_PROVIDERS = {"cpu": ["CPUExecutionProvider"], "cuda": ["CUDAExecutionProvider"]}
 
 
 def _send(payload: bytes, status: bytes = b"0") -> None:
@@ -26,7 +26,7 @@ def _send(payload: bytes, status: bytes = b"0") -> None:
     sys.stdout.buffer.flush()
 
 
-def _session(model: str, device: str) -> onnxruntime.InferenceSession:
+def _session(model: str, device: str, cuda_options: dict[str, str]) -> onnxruntime.InferenceSession:
     if device == "cuda" and "CUDAExecutionProvider" not in onnxruntime.get_available_providers():
         raise RuntimeError(
             f"this onnxruntime {onnxruntime.__version__} has no CUDA provider: gate a file for CUDA where "
@@ -34,12 +34,13 @@ def _session(model: str, device: str) -> onnxruntime.InferenceSession:
         )
     options = onnxruntime.SessionOptions()
     options.log_severity_level = 3
-    return onnxruntime.InferenceSession(model, options, providers=_PROVIDERS[device])
+    providers = [("CUDAExecutionProvider", cuda_options)] if device == "cuda" else ["CPUExecutionProvider"]
+    return onnxruntime.InferenceSession(model, options, providers=providers)
 
 
-def main(model: str, device: str) -> int:
+def main(model: str, device: str, cuda_options: str = "{}") -> int:
     try:
-        session = _session(model, device)
+        session = _session(model, device, json.loads(cuda_options))
     except Exception as e:  # the file does not load in this runtime: say why, then stop
         _send(f"{type(e).__name__}: {e}".encode(), b"1")
         return 1
@@ -63,4 +64,4 @@ def main(model: str, device: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(*sys.argv[1:3]))
+    sys.exit(main(*sys.argv[1:4]))

@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 import logging
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from copy import deepcopy
 from dataclasses import dataclass, field
@@ -31,7 +31,7 @@ import torch
 from tokenizers import Tokenizer
 from tritonclient.grpc import model_config_pb2
 
-from export import onnx_graph, per_token_int8, text_variants
+from export import cuda_runtime, onnx_graph, per_token_int8, text_variants
 from export.common import (
     ExportError,
     ModelConfig,
@@ -158,7 +158,7 @@ class SentenceEncoderKind:
 
     def fingerprint_files(self, description: ModelDescription) -> list[Path]:
         weights = description.weights_path()
-        modules = (text_variants, per_token_int8, onnx_graph)
+        modules = (text_variants, per_token_int8, onnx_graph, cuda_runtime)
         return [
             weights / "model.safetensors",
             weights / "config.json",
@@ -211,12 +211,13 @@ class SentenceEncoderKind:
                 reduced_torchscript=lambda path, dtype, device: export_torchscript(
                     context, config, path, dtype=getattr(torch, dtype), device=device
                 ),
-                onnx_runner=lambda path, device: onnx_runner(
-                    config, path, _hidden_size(context.encoder), device
+                onnx_runner=lambda path, device, cuda_options: onnx_runner(
+                    config, path, _hidden_size(context.encoder), device, cuda_options
                 ),
                 fp32_onnx_file=fp32_onnx_file,
                 calibration=[dict(zip(input_names, (context.input_ids, context.item_lengths), strict=True))],
                 capabilities=capabilities,
+                cuda_options=cuda_runtime.provider_options(config),
             ),
             gate=gate,
             workload=gate_set["workload"],
@@ -283,10 +284,16 @@ def _deliberate_legacy_apis() -> Iterator[None]:
         yield
 
 
-def onnx_runner(config: ModelConfig, path: Path, hidden_size: int, device: str = "cpu") -> Runner:
+def onnx_runner(
+    config: ModelConfig,
+    path: Path,
+    hidden_size: int,
+    device: str = "cpu",
+    cuda_options: Mapping[str, str] | None = None,
+) -> Runner:
     """A runner on an encoder ONNX file: (input ids [T], item lengths [B]) -> embeddings [B, H]."""
     input_names, output_name, _ = encoder_io(config, hidden_size)
-    session = onnx_graph.session(path, device)
+    session = onnx_graph.session(path, device, cuda_options)
     return lambda batch: session.run([output_name], dict(zip(input_names, batch, strict=True)))[0]
 
 

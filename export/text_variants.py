@@ -8,8 +8,9 @@ all token ids concatenated, and each sentence's length.
 
 Variants, each gated on the device that serves it (export/device.py): for a CPU, TorchScript fp32 and bf16
 (with bf16 instructions), ONNX fp32 and int8 with per-token activation ranges and smoothed channels
-(export/per_token_int8.py); for a GPU, TorchScript fp32, fp16 and bf16 (compute capability 8.0 and up)
-and ONNX fp32 and fp16 (float16 inside, float32 inputs and outputs).
+(export/per_token_int8.py); for a GPU, TorchScript fp32 and fp16, ONNX fp32 and fp16 (float16 inside,
+float32 inputs and outputs), and from compute capability 8.0 TorchScript bf16 and both float32 files run
+with TF32 (export/cuda_runtime.py; fp32 on a GPU runs with TF32 off).
 onnxruntime's dynamic int8 is not a variant: its activation range is taken over the whole batch, so a
 sentence embedded in a batch differs from the same sentence alone, which the batch-invariance gate
 refuses (docs/measurements.md).
@@ -20,7 +21,7 @@ embeddings stay closest to float32 there.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +31,7 @@ from tokenizers import Tokenizer
 import samples
 from export import onnx_graph
 from export.common import ExportError
+from export.cuda_runtime import with_tf32, with_use_tf32
 from export.onnx_variants import convert_fp16
 from export.per_token_int8 import Feed, rewrite
 from export.placement import require_cuda_placement
@@ -116,55 +118,90 @@ def encoder_variants(
     *,
     fp32: Callable[[Path], Runner],
     reduced_torchscript: Callable[[Path, str, str], Runner],
-    onnx_runner: Callable[[Path, str], Runner],
+    onnx_runner: Callable[[Path, str, Mapping[str, str] | None], Runner],
     fp32_onnx_file: Callable[[], Path],
     calibration: Sequence[Feed],
     capabilities: Capabilities,
+    cuda_options: Mapping[str, str],
 ) -> list[Variant]:
     """The variants of one encoder file. ``fp32`` writes and verifies the float32 file (on the CPU);
     ``reduced_torchscript(path, dtype_name, device)`` writes a TorchScript file in that dtype on that device
-    (float32 on "cuda" verified as ``fp32`` is)."""
+    (float32 on "cuda" verified as ``fp32`` is); ``onnx_runner(path, device, cuda_options)`` runs an ONNX
+    file. ``cuda_options``: the CUDA provider options the ONNX model's config serves."""
     if kind == "onnx":
+        return _onnx_encoder_variants(
+            fp32=fp32,
+            onnx_runner=onnx_runner,
+            fp32_onnx_file=fp32_onnx_file,
+            calibration=calibration,
+            capabilities=capabilities,
+            cuda_options=cuda_options,
+        )
 
-        def int8(path: Path) -> Runner:
-            write_int8_per_token(
-                fp32_onnx_file(), path, calibration=calibration, reduce_range=not capabilities.cpu_vnni
-            )
-            return onnx_runner(path, "cpu")
+    def reduced(dtype: str, device: str, *, tf32: bool = False) -> Callable[[Path], Runner]:
+        if device == "cpu":
+            return lambda path: reduced_torchscript(path, dtype, device)
+        return lambda path: with_tf32(reduced_torchscript(path, dtype, device), tf32=tf32)
 
-        def fp32_cuda(path: Path) -> Runner:
-            fp32(path)
-            require_cuda_placement(path, calibration[0], what="onnx-fp32-cuda")
-            return onnx_runner(path, "cuda")
-
-        def fp16(path: Path) -> Runner:
-            convert_fp16(fp32_onnx_file(), path)
-            require_cuda_placement(path, calibration[0], what="onnx-fp16-cuda")
-            return onnx_runner(path, "cuda")
-
-        def feed(batch: tuple[np.ndarray, np.ndarray]) -> dict[str, np.ndarray]:
-            return dict(zip(calibration[0], batch, strict=True))  # a feed's names are the graph's inputs
-
-        return [
-            Variant(name="onnx-fp32", precision="fp32", device="cpu", build=fp32, feed=feed),
-            Variant(name="onnx-int8-per-token", precision="int8", device="cpu", build=int8, feed=feed),
-            Variant(name="onnx-fp32-cuda", precision="fp32", device="cuda", build=fp32_cuda, feed=feed),
-            Variant(name="onnx-fp16-cuda", precision="fp16", device="cuda", build=fp16, feed=feed),
-        ]
-
-    def reduced(dtype: str, device: str) -> Callable[[Path], Runner]:
-        return lambda path: reduced_torchscript(path, dtype, device)
+    def cuda(name: str, precision: str, build: Callable[[Path], Runner]) -> Variant:
+        return Variant(name=name, precision=precision, device="cuda", build=build)
 
     return [
         Variant(name="torchscript-fp32", precision="fp32", device="cpu", build=fp32),
         Variant(name="torchscript-bf16", precision="bf16", device="cpu", build=reduced("bfloat16", "cpu")),
-        Variant(
-            name="torchscript-fp32-cuda", precision="fp32", device="cuda", build=reduced("float32", "cuda")
-        ),
-        Variant(
-            name="torchscript-bf16-cuda", precision="bf16", device="cuda", build=reduced("bfloat16", "cuda")
-        ),
-        Variant(
-            name="torchscript-fp16-cuda", precision="fp16", device="cuda", build=reduced("float16", "cuda")
-        ),
+        cuda("torchscript-fp32-cuda", "fp32", reduced("float32", "cuda", tf32=False)),
+        cuda("torchscript-tf32-cuda", "tf32", reduced("float32", "cuda", tf32=True)),
+        cuda("torchscript-bf16-cuda", "bf16", reduced("bfloat16", "cuda")),
+        cuda("torchscript-fp16-cuda", "fp16", reduced("float16", "cuda")),
+    ]
+
+
+def _onnx_encoder_variants(
+    *,
+    fp32: Callable[[Path], Runner],
+    onnx_runner: Callable[[Path, str, Mapping[str, str] | None], Runner],
+    fp32_onnx_file: Callable[[], Path],
+    calibration: Sequence[Feed],
+    capabilities: Capabilities,
+    cuda_options: Mapping[str, str],
+) -> list[Variant]:
+    """The ONNX encoder's variants: float32 and per-token int8 for a CPU; float32, TF32 and fp16 for CUDA,
+    each in sessions with the config's CUDA provider options and its own ``use_tf32``."""
+    strict, tf32 = with_use_tf32(cuda_options, tf32=False), with_use_tf32(cuda_options, tf32=True)
+
+    def int8(path: Path) -> Runner:
+        write_int8_per_token(
+            fp32_onnx_file(), path, calibration=calibration, reduce_range=not capabilities.cpu_vnni
+        )
+        return onnx_runner(path, "cpu", None)
+
+    def on_cuda(path: Path, what: str, options: dict[str, str]) -> Runner:
+        require_cuda_placement(path, calibration[0], what=what, cuda_options=options)
+        return onnx_runner(path, "cuda", options)
+
+    def float32_on_cuda(what: str, options: dict[str, str]) -> Callable[[Path], Runner]:
+        def build(path: Path) -> Runner:
+            fp32(path)
+            return on_cuda(path, what, options)
+
+        return build
+
+    def fp16(path: Path) -> Runner:
+        convert_fp16(fp32_onnx_file(), path)
+        return on_cuda(path, "onnx-fp16-cuda", strict)
+
+    def feed(batch: tuple[np.ndarray, np.ndarray]) -> dict[str, np.ndarray]:
+        return dict(zip(calibration[0], batch, strict=True))  # a feed's names are the graph's inputs
+
+    def cuda(name: str, precision: str, build: Callable[[Path], Runner], options: dict[str, str]) -> Variant:
+        return Variant(
+            name=name, precision=precision, device="cuda", build=build, feed=feed, cuda_options=options
+        )
+
+    return [
+        Variant(name="onnx-fp32", precision="fp32", device="cpu", build=fp32, feed=feed),
+        Variant(name="onnx-int8-per-token", precision="int8", device="cpu", build=int8, feed=feed),
+        cuda("onnx-fp32-cuda", "fp32", float32_on_cuda("onnx-fp32-cuda", strict), strict),
+        cuda("onnx-tf32-cuda", "tf32", float32_on_cuda("onnx-tf32-cuda", tf32), tf32),
+        cuda("onnx-fp16-cuda", "fp16", fp16, strict),
     ]

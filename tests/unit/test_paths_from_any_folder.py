@@ -166,16 +166,7 @@ def _takes_a_value(invocation: str) -> bool:
     )
 
 
-# Strict: once the export's parser (changed with its progress) shows its exit codes and the defaults of
-# --precision and --served-on, this passes, fails as an unexpected pass, and the mark goes.
-EXPORT_HELP_PENDING = pytest.mark.xfail(
-    strict=True, reason="python -m export's --help shows no exit codes and two options without default"
-)
-
-
-@pytest.mark.parametrize(
-    "module", [pytest.param(m, marks=EXPORT_HELP_PENDING) if m == "export" else m for m in ENTRY_POINTS]
-)
+@pytest.mark.parametrize("module", ENTRY_POINTS)
 def test_every_option_of_every_command_has_a_help_text_its_default_and_the_exit_codes(
     module: str, help_of: Callable[..., subprocess.CompletedProcess[str]]
 ) -> None:

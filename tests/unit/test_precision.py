@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from export import precision
+from export import precision, records
 from export.common import ExportError
-from export.device import Capabilities, CudaDevice
+from export.device import Capabilities, CudaDevice, why_unavailable
 from export.gates import image_gate, nearest_neighbours, overlap, text_gate
 from export.precision import Variant, select_and_write
 
@@ -82,22 +82,22 @@ def test_gates_reject_arrays_of_different_shapes() -> None:
 
 # -- capabilities -------------------------------------------------------------------------------------------
 def test_bf16_and_fp16_are_unavailable_without_the_hardware_for_them() -> None:
-    assert precision.why_unavailable("bf16", "cpu", NO_BF16) is not None
-    assert precision.why_unavailable("bf16", "cpu", WITH_BF16) is None
-    assert precision.why_unavailable("fp16", "cpu", WITH_BF16) is not None
-    assert "CUDA" in precision.why_unavailable("fp16", "cuda", WITH_BF16)
-    assert precision.why_unavailable("int8", "cpu", NO_BF16) is None
+    assert why_unavailable("bf16", "cpu", NO_BF16) is not None
+    assert why_unavailable("bf16", "cpu", WITH_BF16) is None
+    assert why_unavailable("fp16", "cpu", WITH_BF16) is not None
+    assert "CUDA" in why_unavailable("fp16", "cuda", WITH_BF16)
+    assert why_unavailable("int8", "cpu", NO_BF16) is None
 
 
 def test_cpu_int8_is_not_offered_where_a_gpu_serves_the_model() -> None:
     gpu = CudaDevice(name="NVIDIA L4", compute_capability=(8, 9))
     with_gpu = Capabilities(cpu_flags=frozenset({"avx512_vnni"}), cuda=gpu)
-    assert "GPU" in precision.why_unavailable("int8", "cpu", with_gpu)
-    assert precision.why_unavailable("fp16", "cuda", with_gpu) is None
+    assert "GPU" in why_unavailable("int8", "cpu", with_gpu)
+    assert why_unavailable("fp16", "cuda", with_gpu) is None
     assert with_gpu.as_dict()["served_on_gpu"] is True
     # ... and a GPU machine exporting for CPU servers (--served-on cpu).
     for_cpu_server = Capabilities(cpu_flags=frozenset({"avx512_vnni"}), cuda=gpu, served_on="cpu")
-    assert precision.why_unavailable("int8", "cpu", for_cpu_server) is None
+    assert why_unavailable("int8", "cpu", for_cpu_server) is None
 
 
 def test_the_export_command_says_where_the_models_will_be_served() -> None:
@@ -137,9 +137,10 @@ def speeds(monkeypatch: pytest.MonkeyPatch) -> dict[str, float]:
 
 
 def _fake_time(table: dict[str, float]):
-    def time(candidates, runners, workload, min_s) -> None:
+    def time(candidates, runners, workload, min_s, **_) -> None:
         for candidate in candidates:
-            candidate.items_per_s = {size: table[candidate.variant] for size in workload}
+            if candidate.status == "passed":
+                candidate.items_per_s = {size: table[candidate.variant] for size in workload}
 
     return time
 
@@ -203,14 +204,87 @@ def test_precision_fp32_pins_fp32_even_when_another_is_faster(
     assert [c.status for c in selection.candidates] == ["served", "not requested", "not requested"]
 
 
-def test_when_no_variant_passes_the_old_file_is_kept_and_the_numbers_reported(
+def test_when_no_variant_passes_the_old_file_is_kept_and_the_selection_says_why(
     tmp_path: Path, speeds: dict[str, float]
 ) -> None:
     built: list[str] = []
-    with pytest.raises(ExportError, match=r"no variant passed for --precision int8(.|\n)*top1_agreement 0"):
-        _select(tmp_path, [_variant("int8", "int8", 0.0, built)], choice="int8")
-    assert (tmp_path / "model.onnx").read_text() == "old"
+    selection, destination = _select(tmp_path, [_variant("int8", "int8", 0.0, built)], choice="int8")
+    assert selection.served is None and destination.read_text() == "old"
+    assert "no variant passed for --precision int8" in selection.failure
+    assert "int8: failed gate (top1_agreement 0.00000 < 0.99" in selection.failure
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.onnx"]
+    assert selection.as_dict()["served"] is None and selection.as_dict()["failure"] == selection.failure
+
+
+def _raising(name: str, kind: str, device: str = "cpu", *, when: str) -> Variant:
+    """A variant that raises while it is built, or whose runner raises when called (gated or timed)."""
+
+    def fail(*_args: object) -> np.ndarray:
+        raise RuntimeError(f"CUDA error: an illegal memory access was encountered ({name})")
+
+    def build(path: Path):
+        path.write_text(name)
+        if when == "building":
+            fail()
+        return fail
+
+    return Variant(name=name, precision=kind, device=device, build=build)
+
+
+def test_a_variant_that_raises_while_built_or_gated_is_recorded_and_the_others_still_served(
+    tmp_path: Path, speeds: dict[str, float]
+) -> None:
+    built: list[str] = []
+    speeds.update({"bf16": 250.0})
+    variants = [
+        _raising("fp32", "fp32", when="building"),  # the float32 variant is no exception
+        _raising("int8", "int8", when="gating"),
+        _variant("bf16", "bf16", 1.0, built),
+    ]
+    selection, destination = _select(tmp_path, variants)
+    assert selection.served == "bf16" and destination.read_text() == "bf16"
+    fp32, int8, _ = selection.candidates
+    assert fp32.status == int8.status == "error"
+    assert (
+        fp32.reason == "building: RuntimeError: CUDA error: an illegal memory access was encountered (fp32)"
+    )
+    assert int8.reason.startswith("gating: RuntimeError: CUDA error") and int8.gate is None
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.onnx"]  # no temporary left behind
+
+
+def test_a_variant_that_raises_while_timed_is_recorded_and_not_served(tmp_path: Path) -> None:
+    calls = {"n": 0}
+
+    def passes_the_gate_then_raises(path: Path):
+        path.write_text("bf16")
+
+        def run(batch):
+            calls["n"] += 1
+            if calls["n"] > 1:  # the gate's call passes; timing's calls fail
+                raise RuntimeError("CUDA out of memory")
+            return np.full((len(batch), 4), 1.0)
+
+        return run
+
+    variants = [
+        _variant("fp32", "fp32", 1.0, []),
+        Variant(name="bf16", precision="bf16", device="cpu", build=passes_the_gate_then_raises),
+    ]
+    destination = tmp_path / "model.onnx"
+    selection = select_and_write(
+        model="m",
+        destination=destination,
+        variants=variants,
+        gate=_gate,
+        workload={1: [(np.zeros(1), 1)]},
+        choice="auto",
+        capabilities=WITH_BF16,
+        timing_min_s=0.001,
+    )
+    bf16 = selection.candidates[1]
+    assert bf16.status == "error" and bf16.reason == "timing: RuntimeError: CUDA out of memory"
+    assert bf16.items_per_s == {} and bf16.gate is not None and bf16.gate.passed
+    assert selection.served == "fp32" and destination.read_text() == "fp32"
 
 
 def test_the_record_round_trips_into_the_reports_table(tmp_path: Path, speeds: dict) -> None:
@@ -218,20 +292,31 @@ def test_the_record_round_trips_into_the_reports_table(tmp_path: Path, speeds: d
     speeds.update({"fp32": 100.0, "int8": 1000.0})
     variants = [_variant("fp32", "fp32", 1.0, built), _variant("int8", "int8", 0.0, built)]
     selection, _ = _select(tmp_path, variants)
-    precision.write_record(selection, tmp_path / "records")
-    records = precision.load_records(tmp_path / "records")
-    assert [r["served"] for r in records] == ["fp32"]
-    assert precision.served_variant("m", tmp_path / "records") == "fp32"
-    rows = precision.report_section(tmp_path / "records").splitlines()
+    records.write_record(selection.as_dict(), tmp_path / "records")
+    loaded = records.load_records(tmp_path / "records")
+    assert [r["served"] for r in loaded] == ["fp32"]
+    assert records.served_variant("m", tmp_path / "records") == "fp32"
+    rows = records.report_section(tmp_path / "records").splitlines()
     served = next(row for row in rows if row.startswith("| m | fp32 | served |"))
     failed = next(row for row in rows if row.startswith("| m | int8 | failed gate |"))
     assert "top1_agreement 1.0000" in served and "1: 100, 32: 100" in served
     assert "top1_agreement 0.0000" in failed
-    assert precision.report_section(tmp_path / "records").startswith(
+    assert records.report_section(tmp_path / "records").startswith(
         "Served variants: m: fp32 (--precision auto)"
     )
-    assert precision.report_section(tmp_path / "none").startswith("No precision records")
-    assert precision.served_variant("m", tmp_path / "none") == "fp32"
+    assert records.report_section(tmp_path / "none").startswith("No precision records")
+    assert records.served_variant("m", tmp_path / "none") == "fp32"
+
+
+def test_a_failed_export_is_recorded_and_nothing_reads_it_as_served(tmp_path: Path, speeds: dict) -> None:
+    selection, _ = _select(tmp_path, [_variant("int8", "int8", 0.0, [])], choice="int8")
+    records.write_record(selection.as_dict(), tmp_path / "records")
+    section = records.report_section(tmp_path / "records")
+    assert "m: nothing, the export failed: no variant passed for --precision int8" in section
+    assert "| m | - | export failed, nothing served | no variant passed" in section
+    assert "| m | int8 | failed gate | " in section
+    with pytest.raises(ExportError, match="m: the last export wrote no servable file"):
+        records.served_variant("m", tmp_path / "records")
 
 
 def test_a_reference_noise_floor_is_recorded_and_listed_beside_the_variants(
@@ -252,10 +337,10 @@ def test_a_reference_noise_floor_is_recorded_and_listed_beside_the_variants(
         reference=floor,
     )
     assert selection.served == "fp32" and selection.reference is floor
-    precision.write_record(selection, tmp_path / "records")
-    (record,) = precision.load_records(tmp_path / "records")
+    records.write_record(selection.as_dict(), tmp_path / "records")
+    (record,) = records.load_records(tmp_path / "records")
     assert record["reference"]["metrics"]["top1_agreement"] == 0.5 and not record["reference"]["passed"]
-    rows = precision.report_section(tmp_path / "records").splitlines()
+    rows = records.report_section(tmp_path / "records").splitlines()
     assert any(
         row.startswith("| m | image | reference, not a variant |") and "top1_agreement 0.5000" in row
         for row in rows
@@ -280,12 +365,12 @@ def test_the_fp32_file_is_kept_for_the_benchmark_when_another_precision_is_serve
         capabilities=WITH_BF16,
         keep_dir=tmp_path / "records" / "m",
     )
-    precision.write_record(selection, tmp_path / "records")
+    records.write_record(selection.as_dict(), tmp_path / "records")
     assert destination.read_text() == "bf16"
-    assert precision.served_variant("m", tmp_path / "records") == "bf16"
-    kept = precision.kept_file("m", "fp32", tmp_path / "records")
+    assert records.served_variant("m", tmp_path / "records") == "bf16"
+    kept = records.kept_file("m", "fp32", tmp_path / "records")
     assert kept == tmp_path / "records" / "m" / "fp32.onnx" and kept.read_text() == "fp32"
-    assert precision.kept_file("m", "bf16", tmp_path / "records") is None
+    assert records.kept_file("m", "bf16", tmp_path / "records") is None
 
 
 def test_an_unknown_precision_is_refused_with_the_choices(tmp_path: Path) -> None:

@@ -61,7 +61,7 @@ def tokenizer():
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A repository holding copies of the text configs, exported into by export_all."""
+    """A repository holding copies of the text configs, exported into by export_model."""
     repository = tmp_path_factory.mktemp("repository")
     for name in ("minilm_onnx", "minilm_torchscript", "text_tokenizer"):
         (repository / name).mkdir()
@@ -277,10 +277,13 @@ def test_export_that_fails_its_check_writes_nothing(tmp_path: Path) -> None:
     for name in ("minilm_onnx", "minilm_torchscript", "text_tokenizer"):
         (tmp_path / name).mkdir()
         shutil.copyfile(DEPLOYABLE / name / "config.pbtxt", tmp_path / name / "config.pbtxt")
-    strict = dataclasses.replace(MINILM, tolerance=1.5)  # no embedding can pass
-    with pytest.raises(ExportError, match="below 1.5"):
-        _export(strict, tmp_path)
+    strict = dataclasses.replace(MINILM, tolerance=1.5, served=MINILM.served[:1])  # no embedding can pass
+    (result, tokenizer) = _export(strict, tmp_path)
+    assert not result.written and "no variant passed for --precision fp32 (onnx-fp32: error" in result.failure
+    assert "below 1.5" in result.failure and tokenizer.written and not tokenizer.failure
     assert list((tmp_path / "minilm_onnx" / "1").iterdir()) == []
+    record = json.loads((tmp_path / "precision" / "minilm_onnx.json").read_text())
+    assert record["served"] is None and record["failure"] == result.failure
 
 
 def test_fp32_pinned_export_serves_fp32_and_records_its_gate_on_the_corpus(exported: Path) -> None:
@@ -293,6 +296,7 @@ def test_fp32_pinned_export_serves_fp32_and_records_its_gate_on_the_corpus(expor
     assert others == {
         "torchscript-bf16": "not requested",
         "torchscript-fp32-cuda": "not runnable here",  # float32 too, but for GPU serving only
+        "torchscript-tf32-cuda": "not requested",
         "torchscript-bf16-cuda": "not requested",
         "torchscript-fp16-cuda": "not requested",
     }
@@ -308,7 +312,7 @@ def test_per_tensor_int8_fails_the_corpus_gate_and_is_not_served(
     def variants(kind: str, *, fp32, fp32_onnx_file, onnx_runner, **_) -> list[Variant]:
         def per_tensor(path: Path):
             quantize_dynamic(str(fp32_onnx_file()), str(path), per_channel=False, weight_type=QuantType.QInt8)
-            return onnx_runner(path, "cpu")
+            return onnx_runner(path, "cpu", None)
 
         return [
             Variant(name="onnx-fp32", precision="fp32", device="cpu", build=fp32),

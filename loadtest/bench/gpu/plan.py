@@ -1,8 +1,9 @@
 """What the GPU benchmark measures, and the variants it serves side by side.
 
 One plan, two sizes: :data:`GPU` for a CUDA machine (the export runs there, instances are KIND_GPU) and
-:data:`DRY_RUN`, the same steps on the CPU with tiny counts (KIND_CPU, the repository's own exported
-files), which the test suite runs.
+:data:`DRY_RUN`, the same steps on the CPU with tiny counts, which the test suite runs: KIND_CPU, and the
+export into the run's copy of the repository with the CPU standing in for the GPU (``--served-on cpu``),
+pinned to fp32 and to the text encoder the benchmark serves, so that it takes a minute, not an hour.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from export import precision
+from export.records import kept_file, served_variant
 from loadtest.load.perf import PerfSettings
 from tritonrepo.configs import exported_step, load_repository
 from tritonrepo.variants import Variant
@@ -25,7 +26,7 @@ KINDS = ("KIND_GPU", "KIND_CPU")
 class GpuPlan:
     name: str
     kind: str  # the instance kind every exported model is served on
-    export: bool  # export on this machine's GPU first (False: serve the repository's own files)
+    export_args: tuple[str, ...]  # python -m export's options, besides the copy and the records it writes
     perf: PerfSettings
     batching_concurrency: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128)
     rounds: int = 2
@@ -43,6 +44,11 @@ class GpuPlan:
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
+        if "--served-on" not in self.export_args or {"--repository", "--records"} & set(self.export_args):
+            raise ValueError(
+                f"plan {self.name}: export_args {self.export_args} must say where the models are served "
+                "(--served-on) and leave --repository and --records to the run"
+            )
         counts = {
             "batching_concurrency": self.batching_concurrency,
             "instance_counts": self.instance_counts,
@@ -60,13 +66,13 @@ class GpuPlan:
 GPU = GpuPlan(
     name="gpu",
     kind="KIND_GPU",
-    export=True,
+    export_args=("--served-on", "gpu"),
     perf=PerfSettings(measurement_interval_ms=3000, max_trials=6, stability_percent=15, timeout_s=150),
 )
 DRY_RUN = GpuPlan(
     name="gpu-dry-run",
     kind="KIND_CPU",
-    export=False,
+    export_args=("--served-on", "cpu", "--precision", "fp32", "--only", "text"),
     perf=PerfSettings(measurement_interval_ms=300, max_trials=3, stability_percent=100, timeout_s=60),
     batching_concurrency=(1, 4),
     rounds=1,
@@ -104,11 +110,11 @@ def variants(plan: GpuPlan, source: Path, records: Path) -> tuple[list[Variant],
     }
     for route, ensemble in ROUTES.items():
         encoder = encoder_of(source, route)
-        chosen = precision.served_variant(encoder, records)
+        chosen = served_variant(encoder, records)
         if route != "onnx":
             served.append(Variant(model=ensemble))
         arms["precision"][f"{route}: {chosen} (served)"] = ensemble
-        fp32 = precision.kept_file(encoder, "fp32", records) if chosen != "fp32" else None
+        fp32 = kept_file(encoder, "fp32", records) if chosen != "fp32" else None
         if fp32 is not None:
             parameters = ((encoder, "model_filename", str(fp32.resolve())),)
             served.append(Variant(model=ensemble, suffix=FP32, parameters=parameters))

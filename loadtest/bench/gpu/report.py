@@ -87,7 +87,9 @@ def write_gpu_report(folder: Path) -> Path:
             "",
             "**Dry run on the CPU**: the plan's plumbing with tiny counts; no figure here is a measurement.",
         ]
-    lines += ["", "## Export on this device", "", f"`{results.get('export', {}).get('command') or '-'}`", ""]
+    export = results.get("export", {})
+    took = f" in {export['seconds']} s (log: `raw/{export['log']}`)" if export.get("seconds") else ""
+    lines += ["", "## Export on this device", "", f"`{export.get('command') or '-'}`{took}", ""]
     lines += [results.get("precision_section", ""), ""]
     for key, title in (
         ("batching", "Dynamic batching on vs off"),

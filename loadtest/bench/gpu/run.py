@@ -14,7 +14,7 @@ from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 
-from export import precision
+from export.records import report_section
 from loadtest.bench.gpu import stage
 from loadtest.bench.gpu.plan import DRY_RUN, GPU, ROUTES, GpuPlan, encoder_of
 from loadtest.bench.gpu.report import write_gpu_report
@@ -48,7 +48,7 @@ def run(*, dry_run: bool, output: Path, run_id: str, source: Path = REPOSITORY) 
         "errors": [],
     }
     repository, records, results["export"] = stage.prepare_repository(plan, source, work, raw)
-    results["precision_section"] = precision.report_section(records)
+    results["precision_section"] = report_section(records)
     try:
         served = stage.serve_and_measure(plan, repository, records, work, raw)
         served["encoders"] = [encoder_of(repository, route) for route in ROUTES]

@@ -1,5 +1,6 @@
-"""The GPU benchmark's steps, in one run: export on the GPU, serve the variants side by side with KIND_GPU
-instances, measure, stop the server, then let Model Analyzer search queue delay and instances.
+"""The GPU benchmark's steps, in one run: export on the GPU into a copy of the repository, serve the
+variants side by side with KIND_GPU instances, measure, stop the server, then let Model Analyzer search
+queue delay and instances. The dry run takes the same steps on the CPU (its export pinned to fp32).
 
 Every experiment is a function of the running server; one that fails is recorded with its message and
 the next still runs, as in the CPU benchmark (:mod:`loadtest.experiments.stages`).
@@ -12,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,7 +26,6 @@ from loadtest.load import environment
 from loadtest.load.preprocessing import tokenizer_file
 from tritonlocal import LocalTritonServer, ServerConfig
 from tritonrepo.configs import load_repository
-from tritonrepo.paths import PRECISION_RECORDS
 from tritonrepo.variants import build_repository
 
 logger = logging.getLogger(__name__)
@@ -60,38 +61,34 @@ def device_facts(plan: GpuPlan) -> dict[str, Any]:
     }
 
 
-def export_command(repository: Path, records: Path) -> list[str]:
+def export_command(plan: GpuPlan, repository: Path, records: Path) -> list[str]:
     return [
-        sys.executable, "-m", "export", "--served-on", "gpu",
+        sys.executable, "-m", "export", *plan.export_args,
         "--repository", str(repository), "--records", str(records),
     ]  # fmt: skip
 
 
 def prepare_repository(plan: GpuPlan, source: Path, work: Path, raw: Path) -> tuple[Path, Path, dict]:
-    """(repository, precision records, what was done). A GPU plan copies the repository's own files
-    and exports into the copy on this GPU (the records go beside it, the source is left as it is);
-    the dry run serves the source's exported files."""
-    if not plan.export:
-        return (
-            Path(source),
-            PRECISION_RECORDS,
-            {"command": None, "note": "dry run: the repository's exported files"},
-        )
+    """(repository, precision records, what was done): the repository's own files copied without their
+    exported files, and the export run into the copy (on this GPU; in the dry run on the CPU, pinned to
+    fp32), its records beside it, its log in ``raw/export.log``. The source is left as it is."""
     repository = work / "repository"
     if repository.exists():
         shutil.rmtree(repository)
     shutil.copytree(source, repository, ignore=shutil.ignore_patterns(*EXPORTED_PATTERNS))
     records = work / "precision"
-    command = export_command(repository.resolve(), records.resolve())
+    command = export_command(plan, repository.resolve(), records.resolve())
     log = raw / "export.log"
+    started = time.monotonic()
     with open(log, "wb") as out:
         done = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, check=False)
+    seconds = round(time.monotonic() - started, 1)
     if done.returncode != 0:
-        raise GpuBenchError(f"the export on the GPU failed (exit {done.returncode}); see {log}")
+        raise GpuBenchError(f"the export failed (exit {done.returncode}) after {seconds} s; see {log}")
     return (
         repository,
         records,
-        {"command": "python " + " ".join(command[1:]), "log": log.name},
+        {"command": "python " + " ".join(command[1:]), "log": log.name, "seconds": seconds},
     )
 
 
