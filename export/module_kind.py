@@ -6,10 +6,13 @@ anything is written (:meth:`TorchModuleKind.prepare`), the model is loaded and r
 and every declared input and output is checked against what it takes and returns (names, count,
 datatypes, dims), and the served module is traced (or scripted) and compared with eager PyTorch: an error
 names the model, the field and the fix. Its configs are generated from the description
-(export/module_configs.py). Each fp32 file is verified against eager PyTorch on every check row and at
-batch sizes 1 and ``max_batch_size`` with each output's metric and tolerance; the reduced precisions
-(export/module_variants.py) are gated with the same metrics and their ``variant_tolerance``, timed, and
-the fastest that passes is served (export/precision.py).
+(export/module_configs.py). A description may name the Python model that prepares its inputs
+(``preprocessing: {model: NAME}``, the image preprocessing for a classifier): that model's outputs must
+be the module's inputs (count, datatypes, dims, in order), and ``check_inputs`` is called with its folder,
+to make the check rows with the served code and parameters. Each fp32 file is verified against eager
+PyTorch on every check row and at batch sizes 1 and ``max_batch_size`` with each output's metric and
+tolerance; the reduced precisions (export/module_variants.py) are gated with the same metrics and their
+``variant_tolerance``, timed, and the fastest that passes is served (export/precision.py).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
+from tritonclient.grpc.model_config_pb2 import DataType
 
 from export import module_checks, module_code, module_configs, module_spec, module_variants, produced_weights
 from export.common import ExportError, ModelConfig, sha256_file
@@ -32,6 +36,8 @@ from export.kinds import Parity, Plan
 from export.module_checks import Batch, eager, measure
 from export.module_spec import ModuleSpec
 from export.precision import Capabilities, Runner
+from tritonrepo.configs import load_model_config
+from tritonrepo.errors import RepositoryError
 
 TIMING_BATCH = 32
 EXAMPLE_ROWS = 2  # the rows a trace is recorded on: more than one, so no size-1 axis is specialised
@@ -87,10 +93,42 @@ def load_model(description: ModelDescription) -> nn.Module:
     return model
 
 
-def check_batches(description: ModelDescription) -> list[Batch]:
+def preprocessing_model(description: ModelDescription, repository: Path) -> Path | None:
+    """The folder of the model that prepares the module's inputs (``preprocessing.model``), checked to
+    produce exactly the declared inputs; None when the description names none."""
+    if not description.preprocessing:
+        return None
+    where = f"{_where(description)}: preprocessing"
+    if set(description.preprocessing) != {"model"}:
+        raise ExportError(
+            f"{where}: keys {sorted(description.preprocessing)}; a {description.kind} names the repository "
+            "model that prepares its inputs as preprocessing: {model: NAME}"
+        )
+    folder = Path(repository) / description.preprocessing["model"]
+    try:
+        config = load_model_config(folder)
+    except RepositoryError as e:
+        raise ExportError(f"{where}.model: {e}; name a model of the repository") from e
+    produced = [
+        (o.name, DataType.Name(o.data_type).removeprefix("TYPE_"), list(o.dims)) for o in config.output
+    ]
+    declared = [(d.name, d.dtype, list(d.dims)) for d in _spec(description).inputs]
+    if [p[1:] for p in produced] != [d[1:] for d in declared]:
+        raise ExportError(
+            f"{where}.model: {folder.name} outputs {produced}, module.inputs declares {declared}; its "
+            "outputs feed the module's inputs in order: make the datatypes and dims agree"
+        )
+    return folder
+
+
+def check_batches(description: ModelDescription, repository: Path) -> list[Batch]:
     spec, where = _spec(description), f"{_where(description)}: module.check_inputs"
     function = module_code.load_callable(spec.check_inputs, description.folder, where=where)
-    return module_checks.check_groups(_call(function, where=where), spec, where=_where(description))
+    preprocessing = preprocessing_model(description, repository)
+    arguments = () if preprocessing is None else (preprocessing,)
+    return module_checks.check_groups(
+        _call(function, *arguments, where=where), spec, where=_where(description)
+    )
 
 
 def check_trace(prepared: Prepared) -> None:
@@ -202,6 +240,7 @@ class TorchModuleKind:
     """Any torch.nn.Module, served as it is, with generated configs (export/kinds.py)."""
 
     def check_config(self, description: ModelDescription, repository: Path, config: ModelConfig) -> None:
+        preprocessing_model(description, repository)
         served = next(s for s in description.served if s.model == config.name)
         if config != module_configs.model_config(description, served):
             raise ExportError(
@@ -213,7 +252,16 @@ class TorchModuleKind:
     def fingerprint_files(self, description: ModelDescription) -> list[Path]:
         spec, folder = _spec(description), description.folder
         weights = description.weights_path()
-        files = sorted(p for p in weights.rglob("*") if p.is_file()) if weights.is_dir() else [weights]
+        # A weights folder inside an installed package: its files, not the bytecode Python caches beside them.
+        files = (
+            sorted(
+                p
+                for p in weights.rglob("*")
+                if p.is_file() and "__pycache__" not in p.relative_to(weights).parts
+            )
+            if weights.is_dir()
+            else [weights]
+        )
         files += [
             module_code.code_file(spec.model, folder, where=f"{_where(description)}: module.model"),
             module_code.code_file(
@@ -228,7 +276,7 @@ class TorchModuleKind:
     def prepare(self, description: ModelDescription, repository: Path) -> Prepared:
         spec = _spec(description)
         model = load_model(description)
-        batches = check_batches(description)
+        batches = check_batches(description, repository)
         weights = description.weights_path()
         prepared = Prepared(
             name=description.name,

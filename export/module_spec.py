@@ -6,7 +6,7 @@ once, what the served models look like; their config.pbtxt files are generated f
 
     module:
       model: ../src/churn.py:load_model          # called with the weights' path
-      check_inputs: ../src/churn.py:check_rows   # called with no arguments
+      check_inputs: ../src/churn.py:check_rows   # called with no arguments (see below)
       script: false                              # true: torch.jit.script instead of tracing
       inputs:
         - {name: FEATURES, dtype: FP32, dims: [12]}
@@ -21,11 +21,13 @@ once, what the served models look like; their config.pbtxt files are generated f
 A callable is ``path/to/file.py:function`` (relative to the description's folder) or an importable
 ``package.module:function``. Inputs are the arguments of the model's ``forward`` in order, outputs what
 it returns in order; ``dims`` exclude the batch axis and a variable axis is -1. ``range`` bounds an
-integer input (categorical ids inside an embedding's table). Each output is checked against eager
-PyTorch with its ``metric``: ``max_abs_diff`` (at most ``tolerance``), ``cosine`` (the lowest row's, at
-least ``tolerance``) or ``top1_agreement`` (the share of rows whose arg-max agrees, at least
-``tolerance``); ``variant_tolerance`` (default: ``tolerance``) gates the reduced precisions. Every
-error names the model, the field and what would fix it.
+integer input (categorical ids inside an embedding's table). Where the description names the model that
+prepares the inputs (``preprocessing: {model: NAME}``), ``check_inputs`` is called with that model's
+folder (export/module_kind.py). Each output is checked against eager PyTorch with its ``metric``:
+``max_abs_diff`` (at most ``tolerance``), ``cosine`` (the lowest row's, at least ``tolerance``) or
+``top1_agreement`` (the share of rows whose arg-max agrees, at least ``tolerance``);
+``variant_tolerance`` (default: ``tolerance``) gates the reduced precisions. Every error names the
+model, the field and what would fix it.
 """
 
 from __future__ import annotations
@@ -155,7 +157,9 @@ class InstanceGroup:
 @dataclass(frozen=True, kw_only=True)
 class ModuleSpec:
     model: str  # "file.py:function" or "package.module:function", called with the weights' path
-    check_inputs: str  # the same, called with no arguments: {input name: rows}, or a list of those
+    # the same, called with no arguments (or the preprocessing model's folder): {input name: rows}, or a
+    # list of those
+    check_inputs: str
     script: bool
     inputs: tuple[InputDecl, ...]
     outputs: tuple[OutputDecl, ...]

@@ -65,22 +65,27 @@ def served_module(model: nn.Module, spec: ModuleSpec, *, dtype: torch.dtype, dev
 
 
 def trace(
-    model: nn.Module, spec: ModuleSpec, example: Batch, *, dtype: torch.dtype, device: str
+    model: nn.Module, spec: ModuleSpec, example: Batch, *, dtype: torch.dtype, device: str, check: bool = True
 ) -> torch.jit.ScriptModule:
-    """The traced (not yet frozen) served module; TracerWarnings are raised as errors by the caller."""
+    """The traced (not yet frozen) served module; TracerWarnings are raised as errors by the caller.
+
+    ``check``: torch's own trace check (it re-traces and re-runs the module on the example, and warns
+    when the two disagree)."""
     served = served_module(model, spec, dtype=dtype, device=device)
     inputs = tuple(torch.from_numpy(array).to(device) for array in example)
     with torch.no_grad():
-        return torch.jit.trace(served, inputs)
+        return torch.jit.trace(served, inputs, check_trace=check)
 
 
 def quiet_trace(
     model: nn.Module, spec: ModuleSpec, example: Batch, *, dtype: torch.dtype, device: str
 ) -> Any:
-    """:func:`trace` with the tracer's warnings silenced (checked once, on fp32, before any export)."""
+    """:func:`trace` with the tracer's warnings silenced and without torch's trace check: both were
+    checked once, on fp32, before any export (export/module_kind.py), and the check would only repeat
+    that work (seconds for a convolutional network) to emit warnings that are silenced here."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", torch.jit.TracerWarning)
-        return trace(model, spec, example, dtype=dtype, device=device)
+        return trace(model, spec, example, dtype=dtype, device=device, check=False)
 
 
 def torchscript_file(

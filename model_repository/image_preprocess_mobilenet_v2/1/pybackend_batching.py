@@ -1,0 +1,1 @@
+../../pybackend_batching.py

@@ -1,0 +1,1 @@
+../../pybackend_parameters.py

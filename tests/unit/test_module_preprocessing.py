@@ -1,0 +1,132 @@
+"""A torch_module whose inputs another repository model prepares (``preprocessing: {model: NAME}``): that
+model's outputs must be the module's inputs, checked before anything is written, and ``check_inputs`` is
+handed its folder so that the check rows come from the served preprocessing."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from export import precision
+from export.common import ExportError
+from export.description import load_description
+from export.device import Capabilities
+from export.pipeline import Options, export_model
+
+CODE = '''
+import numpy as np
+import torch
+from torch import nn
+
+
+def model(weights):
+    linear = nn.Linear(4, 3)
+    linear.load_state_dict(torch.load(weights, weights_only=True))
+    return linear.eval()
+
+
+def rows(preprocessing):
+    """Rows scaled by the preprocessing model's own parameter, read from its folder."""
+    scale = float((preprocessing / "scale.txt").read_text())
+    return {"FEATURES": scale * np.random.default_rng(0).normal(size=(6, 4)).astype(np.float32)}
+'''
+
+PREPROCESS_CONFIG = """
+name: "toy_preprocess"
+backend: "python"
+max_batch_size: 8
+input [ { name: "TEXT" data_type: TYPE_STRING dims: [ 1 ] } ]
+output [ { name: "VALUES" data_type: TYPE_FP32 dims: [ %s ] } ]
+"""
+
+
+@pytest.fixture(autouse=True)
+def one_timing_round(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Time each variant once: these tests read what was checked and written, not how fast it ran."""
+    monkeypatch.setattr(precision, "TIMING_ROUNDS", 1)
+
+
+def _project(tmp_path: Path, *, produced_dims: str = "4", preprocessing: dict | None = None) -> Path:
+    """A linear toy behind a preprocessing model of the repository tmp_path/repository; its description."""
+    (tmp_path / "toy.py").write_text(CODE)
+    torch.manual_seed(0)
+    torch.save(torch.nn.Linear(4, 3).state_dict(), tmp_path / "toy.pt")
+    folder = tmp_path / "repository" / "toy_preprocess"
+    folder.mkdir(parents=True)
+    (folder / "config.pbtxt").write_text(PREPROCESS_CONFIG % produced_dims)
+    (folder / "scale.txt").write_text("3.0")
+    description = {
+        "name": "toy",
+        "kind": "torch_module",
+        "weights": {
+            "path": "toy.pt",
+            "sha256": hashlib.sha256((tmp_path / "toy.pt").read_bytes()).hexdigest(),
+        },
+        "preprocessing": preprocessing or {"model": "toy_preprocess"},
+        "module": {
+            "model": "toy.py:model",
+            "check_inputs": "toy.py:rows",
+            "inputs": [{"name": "FEATURES", "dtype": "FP32", "dims": [4]}],
+            "outputs": [
+                {"name": "SCORES", "dtype": "FP32", "dims": [3], "metric": "max_abs_diff", "tolerance": 1e-5}
+            ],
+            "max_batch_size": 8,
+            "dynamic_batching": {"max_queue_delay_us": 100},
+            "instance_groups": [{"kind": "KIND_CPU", "count": 1}],
+        },
+        "served": [{"model": "toy_onnx", "format": "onnx"}],
+        "precisions": {"cpu": ["fp32"], "cuda": ["fp32"]},
+    }
+    path = tmp_path / "toy.yaml"
+    path.write_text(yaml.safe_dump(description, sort_keys=False))
+    return path
+
+
+def _export(tmp_path: Path, description: Path) -> list:
+    options = Options(
+        repository=tmp_path / "repository",
+        precision="fp32",
+        capabilities=Capabilities(cpu_flags=frozenset(), served_on="cpu"),
+        record_dir=tmp_path / "records",
+    )
+    return export_model(load_description(description), options)
+
+
+def _refused(tmp_path: Path, **changes: object) -> str:
+    with pytest.raises(ExportError) as raised:
+        _export(tmp_path, _project(tmp_path, **changes))  # type: ignore[arg-type]
+    assert not (tmp_path / "repository" / "toy_onnx").exists(), "wrote files before refusing"
+    return str(raised.value)
+
+
+def test_check_inputs_is_handed_the_preprocessing_models_folder_and_the_export_checks_on_its_rows(
+    tmp_path: Path,
+) -> None:
+    results = _export(tmp_path, _project(tmp_path))
+    exported = next(r for r in results if r.selection is not None)
+    assert exported.selection.served == "onnx-fp32"
+    gate = exported.selection.candidates[0].gate
+    assert gate is not None and gate.samples == 6  # the rows check_inputs read from the folder
+
+
+def test_a_preprocessing_model_whose_outputs_are_not_the_module_inputs_is_refused(tmp_path: Path) -> None:
+    message = _refused(tmp_path, produced_dims="5")
+    assert "model 'toy': preprocessing.model: toy_preprocess outputs [('VALUES', 'FP32', [5])]" in message
+    assert "module.inputs declares [('FEATURES', 'FP32', [4])]" in message
+    assert "make the datatypes and dims agree" in message
+
+
+def test_a_preprocessing_model_the_repository_lacks_is_refused(tmp_path: Path) -> None:
+    message = _refused(tmp_path, preprocessing={"model": "no_such_model"})
+    assert "model 'toy': preprocessing.model: cannot read the model config" in message
+    assert "name a model of the repository" in message
+
+
+def test_preprocessing_keys_other_than_model_are_refused(tmp_path: Path) -> None:
+    message = _refused(tmp_path, preprocessing={"tokenizer_model": "toy_preprocess"})
+    assert "model 'toy': preprocessing: keys ['tokenizer_model']" in message
+    assert "preprocessing: {model: NAME}" in message
