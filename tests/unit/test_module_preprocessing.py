@@ -12,7 +12,6 @@ import torch
 import yaml
 
 from export import precision
-from export.common import ExportError
 from export.description import load_description
 from export.device import Capabilities
 from export.pipeline import Options, export_model
@@ -97,10 +96,12 @@ def _export(tmp_path: Path, description: Path) -> list:
 
 
 def _refused(tmp_path: Path, **changes: object) -> str:
-    with pytest.raises(ExportError) as raised:
-        _export(tmp_path, _project(tmp_path, **changes))  # type: ignore[arg-type]
+    """The model's failure (an ExportError, reported while the next model would go on); nothing written."""
+    results = _export(tmp_path, _project(tmp_path, **changes))  # type: ignore[arg-type]
+    assert [r.written for r in results] == [False] and results[0].failure, results
     assert not (tmp_path / "repository" / "toy_onnx").exists(), "wrote files before refusing"
-    return str(raised.value)
+    assert results[0].failure.startswith("ExportError: "), results[0].failure
+    return results[0].failure.removeprefix("ExportError: ")
 
 
 def test_check_inputs_is_handed_the_preprocessing_models_folder_and_the_export_checks_on_its_rows(
