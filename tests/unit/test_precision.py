@@ -145,7 +145,16 @@ def _fake_time(table: dict[str, float]):
     return time
 
 
-def _select(tmp_path: Path, variants: list[Variant], choice: str = "auto", capabilities=WITH_BF16):
+def _select(
+    tmp_path: Path,
+    variants: list[Variant],
+    choice: str = "auto",
+    capabilities=WITH_BF16,
+    sizes: tuple[int, ...] = (1, 32),
+    **options: object,
+):
+    """``select_and_write`` for model "m" into ``tmp_path/model.onnx`` (holding "old" before), gated by
+    ``_gate`` on a workload of ``sizes``: (selection, destination)."""
     destination = tmp_path / "model.onnx"
     destination.write_text("old")
     selection = select_and_write(
@@ -153,9 +162,10 @@ def _select(tmp_path: Path, variants: list[Variant], choice: str = "auto", capab
         destination=destination,
         variants=variants,
         gate=_gate,
-        workload={1: [(np.zeros(1), 1)], 32: [(np.zeros(32), 32)]},
+        workload={size: [(np.zeros(size), size)] for size in sizes},
         choice=choice,
         capabilities=capabilities,
+        **options,  # type: ignore[arg-type]
     )
     return selection, destination
 
@@ -270,17 +280,7 @@ def test_a_variant_that_raises_while_timed_is_recorded_and_not_served(tmp_path: 
         _variant("fp32", "fp32", 1.0, []),
         Variant(name="bf16", precision="bf16", device="cpu", build=passes_the_gate_then_raises),
     ]
-    destination = tmp_path / "model.onnx"
-    selection = select_and_write(
-        model="m",
-        destination=destination,
-        variants=variants,
-        gate=_gate,
-        workload={1: [(np.zeros(1), 1)]},
-        choice="auto",
-        capabilities=WITH_BF16,
-        timing_min_s=0.001,
-    )
+    selection, destination = _select(tmp_path, variants, sizes=(1,), timing_min_s=0.001)
     bf16 = selection.candidates[1]
     assert bf16.status == "error" and bf16.reason == "timing: RuntimeError: CUDA out of memory"
     assert bf16.items_per_s == {} and bf16.gate is not None and bf16.gate.passed
@@ -325,16 +325,8 @@ def test_a_reference_noise_floor_is_recorded_and_listed_beside_the_variants(
     speeds.update({"fp32": 100.0})
     logits = np.array([[1.0, 0.99, 0.0], [1.0, 0.0, 0.0]])
     floor = image_gate(logits, np.array([[0.99, 1.0, 0.0], [1.0, 0.0, 0.0]]), k=2)  # the first input flips
-    destination = tmp_path / "model.onnx"
-    selection = select_and_write(
-        model="m",
-        destination=destination,
-        variants=[_variant("fp32", "fp32", 1.0, [])],
-        gate=_gate,
-        workload={1: [(np.zeros(1), 1)]},
-        choice="auto",
-        capabilities=WITH_BF16,
-        reference=floor,
+    selection, destination = _select(
+        tmp_path, [_variant("fp32", "fp32", 1.0, [])], sizes=(1,), reference=floor
     )
     assert selection.served == "fp32" and selection.reference is floor
     records.write_record(selection.as_dict(), tmp_path / "records")
@@ -354,17 +346,7 @@ def test_the_fp32_file_is_kept_for_the_benchmark_when_another_precision_is_serve
     built: list[str] = []
     speeds.update({"fp32": 100.0, "bf16": 250.0})
     variants = [_variant("fp32", "fp32", 1.0, built), _variant("bf16", "bf16", 1.0, built)]
-    destination = tmp_path / "model.onnx"
-    selection = select_and_write(
-        model="m",
-        destination=destination,
-        variants=variants,
-        gate=_gate,
-        workload={1: [(np.zeros(1), 1)]},
-        choice="auto",
-        capabilities=WITH_BF16,
-        keep_dir=tmp_path / "records" / "m",
-    )
+    selection, destination = _select(tmp_path, variants, sizes=(1,), keep_dir=tmp_path / "records" / "m")
     records.write_record(selection.as_dict(), tmp_path / "records")
     assert destination.read_text() == "bf16"
     assert records.served_variant("m", tmp_path / "records") == "bf16"
