@@ -16,6 +16,7 @@ import torch
 from export.description import load_description
 from export.module_kind import check_batches, load_model
 from tritonlocal import LocalTritonServer
+from tritonrepo.paths import REPOSITORY
 
 ROOT = Path(__file__).resolve().parents[2]
 DESCRIPTION = ROOT / "model_descriptions" / "diabetes_classifier.yaml"
@@ -38,7 +39,7 @@ def cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
 def rows() -> dict[str, np.ndarray]:
     """The first real rows (features, sex) and eager PyTorch's logits for them."""
     description = load_description(DESCRIPTION)
-    features, sex = (array[:ROWS] for array in check_batches(description)[0])
+    features, sex = (array[:ROWS] for array in check_batches(description, REPOSITORY)[0])
     with torch.no_grad():
         logits = load_model(description)(torch.from_numpy(features), torch.from_numpy(sex)).numpy()
     return {"FEATURES": features, "SEX": sex, "LOGITS": logits}

@@ -23,6 +23,7 @@ from clients import TritonClient
 from export.description import load_description
 from export.module_kind import check_batches, load_model
 from tritonlocal import LocalTritonServer
+from tritonrepo.paths import REPOSITORY
 
 ROOT = Path(__file__).resolve().parents[2]
 DESCRIPTION = ROOT / "model_descriptions" / "diabetes_classifier.yaml"
@@ -37,7 +38,7 @@ def patients() -> dict[str, np.ndarray]:
     """Every real row (features, sex) and eager PyTorch's logits for it."""
     description = load_description(DESCRIPTION)
     model = load_model(description)
-    batches = check_batches(description)
+    batches = check_batches(description, REPOSITORY)
     features = np.concatenate([batch[0] for batch in batches])
     sex = np.concatenate([batch[1] for batch in batches])
     with torch.no_grad():
