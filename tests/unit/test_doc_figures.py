@@ -186,8 +186,8 @@ def test_a_figure_its_named_source_does_not_hold_is_refused(tmp_path: Path) -> N
         (f"On {date.group(0)} (docs/measurements.md): {held} and 987.6 req/s.", True),
         (f"On {date.group(0)} (docs/measurements.md#no-such-section): {held}.", True),
         ("The report says met or missed for each target.", False),
-        ("The text target was met (docs/reports/quick-example/report.md): 2.75x.", False),
-        ("The text target was met (docs/reports/quick-example/report.md): 2.57x.", True),
+        ("The text target was met (docs/reports/quick-example/report.md): 2.95x.", False),
+        ("The text target was met (docs/reports/quick-example/report.md): 2.59x.", True),
     ):
         doc.write_text(text + "\n")
         assert bool([problem for unit in units(doc) for problem in problems(unit)]) is refused, text
