@@ -28,7 +28,7 @@ PROJECT_FOLDERS = {p.name for p in ROOT.iterdir() if p.is_dir() and not p.name.s
 
 
 def _relative_project_paths(path: Path) -> list[str]:
-    """``Path("model_repository")``-style calls in ``path``: a string literal naming a project folder."""
+    """Calls of Path whose first argument is a string literal naming a project folder, in ``path``."""
     found = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if (
