@@ -49,3 +49,24 @@ def generated_bert() -> Callable[[Path, dict[str, int]], Path]:
         return folder
 
     return make
+
+
+@pytest.fixture(scope="session")
+def encoder_templates() -> Callable[[Path], Path]:
+    """``copy(repository)``: the sentence-encoder kind's shipped configs and Python models (the scaffold's
+    starting point) and the helpers every Python model links, copied into a new ``repository`` without
+    any exported file."""
+    from tritonrepo.paths import REPOSITORY
+    from tritonrepo.served_code import BATCHING_HELPER, PARAMETERS_HELPER
+
+    exported = shutil.ignore_patterns("__pycache__", "*.onnx", "*.pt", "tokenizer.json", ".export.json")
+
+    def copy(repository: Path) -> Path:
+        repository.mkdir()
+        for helper in (BATCHING_HELPER, PARAMETERS_HELPER):
+            shutil.copyfile(REPOSITORY / helper, repository / helper)
+        for name in ("text_tokenizer", "minilm_onnx", "text_embedder"):
+            shutil.copytree(REPOSITORY / name, repository / name, symlinks=True, ignore=exported)
+        return repository
+
+    return copy

@@ -23,10 +23,8 @@ from export.precision import Capabilities
 from tritonlocal import LocalTritonServer, ServerConfig
 from tritonrepo.configs import load_model_config
 from tritonrepo.derive import derive_repository
-from tritonrepo.served_code import BATCHING_HELPER, PARAMETERS_HELPER
 
 ROOT = Path(__file__).resolve().parents[2]
-TEMPLATE_MODELS = ("text_tokenizer", "minilm_onnx", "text_embedder")
 SIZE = {"hidden_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 192}
 SENTENCES = [
     "A man is eating food.",
@@ -39,21 +37,14 @@ SENTENCES = [
 
 @pytest.fixture(scope="module")
 def project(
-    tmp_path_factory: pytest.TempPathFactory, generated_bert: Callable[[Path, dict[str, int]], Path]
+    tmp_path_factory: pytest.TempPathFactory,
+    generated_bert: Callable[[Path, dict[str, int]], Path],
+    encoder_templates: Callable[[Path], Path],
 ) -> Path:
     """A copy of the sentence-encoder kind's shipped configs (the scaffold's starting point)."""
     root = tmp_path_factory.mktemp("project")
     repository = root / "model_repository"
-    repository.mkdir()
-    for helper in (BATCHING_HELPER, PARAMETERS_HELPER):  # what every Python model links
-        shutil.copyfile(ROOT / "model_repository" / helper, repository / helper)
-    for name in TEMPLATE_MODELS:
-        shutil.copytree(
-            ROOT / "model_repository" / name,
-            repository / name,
-            symlinks=True,
-            ignore=shutil.ignore_patterns("__pycache__", "*.onnx", "*.pt", "tokenizer.json", ".export.json"),
-        )
+    encoder_templates(repository)
     (root / "model_descriptions").mkdir()
     minilm = "all_minilm_l6_v2.yaml"
     shutil.copyfile(ROOT / "model_descriptions" / minilm, root / "model_descriptions" / minilm)

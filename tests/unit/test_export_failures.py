@@ -26,10 +26,8 @@ import yaml
 
 from export import device, scaffold, text_variants
 from export.__main__ import main
-from tritonrepo.served_code import BATCHING_HELPER, PARAMETERS_HELPER
 
 ROOT = Path(__file__).resolve().parents[2]
-TEMPLATE_MODELS = ("text_tokenizer", "minilm_onnx", "text_embedder")
 SIZE = {"hidden_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 128}
 PRECISIONS = {
     "a_tiny": {"cpu": ["fp32", "int8"], "cuda": ["fp32"]},
@@ -40,21 +38,14 @@ PRECISIONS = {
 
 @pytest.fixture(scope="module")
 def project(
-    tmp_path_factory: pytest.TempPathFactory, generated_bert: Callable[[Path, dict[str, int]], Path]
+    tmp_path_factory: pytest.TempPathFactory,
+    generated_bert: Callable[[Path, dict[str, int]], Path],
+    encoder_templates: Callable[[Path], Path],
 ) -> Path:
     """Three scaffolded encoders (same weights) in a repository of their own, each described."""
     root = tmp_path_factory.mktemp("project")
     repository, templates, described = root / "repository", root / "templates", root / "descriptions"
-    repository.mkdir()
-    for helper in (BATCHING_HELPER, PARAMETERS_HELPER):
-        shutil.copyfile(ROOT / "model_repository" / helper, repository / helper)
-    for name in TEMPLATE_MODELS:
-        shutil.copytree(
-            ROOT / "model_repository" / name,
-            repository / name,
-            symlinks=True,
-            ignore=shutil.ignore_patterns("__pycache__", "*.onnx", "*.pt", "tokenizer.json", ".export.json"),
-        )
+    encoder_templates(repository)
     templates.mkdir()
     shutil.copyfile(
         ROOT / "model_descriptions" / "all_minilm_l6_v2.yaml", templates / "all_minilm_l6_v2.yaml"
