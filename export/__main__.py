@@ -1,5 +1,6 @@
 """Command line: ``python -m export [--only NAME] [--precision auto|fp32|tf32|bf16|fp16|int8] [--force]
-[--quiet] [--served-on here|gpu|cpu] [--repository PATH] [--models PATH] [--records PATH] [--configs-only]``.
+[--quiet] [--served-on here|gpu|cpu] [--timing-batches N,N,...] [--repository PATH] [--models PATH]
+[--records PATH] [--configs-only]``.
 
 Every model description under ``--models`` (model_descriptions/*.yaml) goes through the one pipeline
 (export/pipeline.py); ``--only`` takes a description's name, or ``image`` / ``text`` for every image
@@ -61,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         precision=args.precision,
         capabilities=capabilities,
         record_dir=args.records,
+        timing_batches=tuple(args.timing_batches or ()),
         progress=Progress(mode=mode_for(sys.stdout, quiet=args.quiet)),
     )
     try:
@@ -115,6 +117,16 @@ def _selected(descriptions: list[ModelDescription], only: str | None) -> list[Mo
     return chosen
 
 
+def _batch_sizes(text: str) -> tuple[int, ...]:
+    try:
+        sizes = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        sizes = ()
+    if not sizes or min(sizes) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of positive batch sizes")
+    return sizes
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = command_parser(
         "python -m export",
@@ -147,22 +159,24 @@ def _parser() -> argparse.ArgumentParser:
         "never offered) or cpu (CPU variants, also on a machine with a GPU)",
     )
     parser.add_argument(
-        "--repository",
-        type=Path,
-        default=REPOSITORY,
-        help="the model repository to write into",
+        "--repository", type=Path, default=REPOSITORY, help="the model repository to write into"
     )
     parser.add_argument(
-        "--models",
-        type=Path,
-        default=DESCRIPTIONS,
-        help="the folder of model descriptions, *.yaml",
+        "--models", type=Path, default=DESCRIPTIONS, help="the folder of model descriptions, *.yaml"
     )
     parser.add_argument(
         "--records",
         type=Path,
         default=PRECISION_RECORDS,
         help="where each variant's gate and timing record is written",
+    )
+    parser.add_argument(
+        "--timing-batches",
+        type=_batch_sizes,
+        metavar="N,N,...",
+        help="time every variant at these batch sizes (say 1,2,4,8,16,32,64: its batch-cost curve, in the "
+        "records) instead of the kind's own (1 and a full batch); the served variant is the fastest by "
+        "the geometric mean over the sizes timed",
     )
     parser.add_argument(
         "--configs-only",

@@ -35,7 +35,7 @@ from export.common import ModelConfig, fingerprint, is_up_to_date, write_atomica
 from export.description import ModelDescription, ServedFile
 from export.kinds import Kind, Parity, Plan
 from export.module_configs import write_configs
-from export.precision import Capabilities, Selection, Variant, select_and_write
+from export.precision import Capabilities, Selection, Variant, resized_workload, select_and_write
 from export.progress import Progress
 from export.records import write_record
 from tritonrepo.configs import load_model_config
@@ -58,6 +58,7 @@ class Options:
     precision: str = "auto"  # "auto" serves the fastest variant that passes its gate; a precision pins it
     capabilities: Capabilities
     record_dir: Path = PRECISION_RECORDS
+    timing_batches: tuple[int, ...] = ()  # the batch sizes each variant is timed at; (): the kind's own
     progress: Progress = field(default_factory=Progress)  # quiet unless the command line asks
 
 
@@ -211,7 +212,9 @@ def _export_file(
             destination=destination,
             variants=allowed_variants(plan.variants, description),
             gate=plan.gate,
-            workload=plan.workload,
+            workload=resized_workload(plan.workload, options.timing_batches)
+            if options.timing_batches
+            else plan.workload,
             choice=options.precision,
             capabilities=options.capabilities,
             keep_dir=options.record_dir / config.name,

@@ -11,10 +11,11 @@ moves the fastest onto the served file. A variant that fails its gate, or raises
 served. ``--precision fp32`` (or any one precision) pins the choice.
 
 "Fastest" is the geometric mean of items/s over the measured batch sizes (1 and 32 by default), so a
-variant must be quick for a lone request and for a full batch. Every decision, with each gate's numbers
-and each timing, is returned as a :class:`Selection`, recorded beside the file (the manifest) and under
-``build/precision/<model>.json`` (the fp32 file kept beside it when another precision is served) by
-:mod:`export.records`, which reads them back for the benchmark.
+variant must be quick for a lone request and for a full batch. ``--timing-batches`` measures other sizes
+instead (:func:`resized_workload`): a whole batch-cost curve per variant, recorded the same way. Every
+decision, with each gate's numbers and each timing, is returned as a :class:`Selection`, recorded beside
+the file (the manifest) and under ``build/precision/<model>.json`` (the fp32 file kept beside it when
+another precision is served) by :mod:`export.records`, which reads them back for the benchmark.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from export import device, serving_runtime
 from export.common import ExportError
@@ -48,6 +51,32 @@ KEPT_PRECISIONS = ("fp32",)  # the benchmark compares the served file with the f
 
 Runner = Callable[[Any], Any]
 Batch = tuple[Any, int]  # (runner input, number of items in it)
+
+
+def resized_workload(workload: Mapping[int, list[Batch]], sizes: Sequence[int]) -> dict[int, list[Batch]]:
+    """The workload's batch-1 items grouped into batches of each of ``sizes``, consecutive items taken in
+    turn (cycling where a size is larger than the items there are). A runner input is an array or a tuple
+    of arrays, each concatenated on its first axis: images, a model's declared inputs and a ragged text
+    batch (token ids and lengths) alike."""
+    if not sizes or min(sizes) < 1:
+        raise ValueError(f"timing batch sizes must be positive, got {list(sizes)}")
+    singles = [item for item, count in workload.get(1, []) if count == 1]
+    if not singles:
+        raise ValueError(
+            f"the workload has no batch-1 items to form other sizes from (sizes {list(workload)})"
+        )
+    resized = {}
+    for size in sorted(set(sizes)):
+        count = max(1, -(-len(singles) // size))  # every item at least once
+        groups = [[singles[(start * size + k) % len(singles)] for k in range(size)] for start in range(count)]
+        resized[size] = [(_concatenated(group), size) for group in groups]
+    return resized
+
+
+def _concatenated(items: Sequence[Any]) -> Any:
+    if isinstance(items[0], tuple):
+        return tuple(np.concatenate(parts) for parts in zip(*items, strict=True))
+    return np.concatenate(items)
 
 
 def offered(variants: Sequence[Variant], capabilities: Capabilities) -> list[str]:

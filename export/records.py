@@ -6,12 +6,16 @@ which variant is served and, for every variant, its status, reason, gate numbers
 selection of :mod:`export.precision`). The fp32 file is kept beside it, in ``<records>/<model>/``, when
 another precision is served. The benchmarks read which precision a model serves (:func:`served_variant`),
 the kept fp32 file (:func:`kept_file`) and a Markdown section of every gate's numbers
-(:func:`report_section`).
+(:func:`report_section`), with each variant's batch-cost curve where the export timed more than two batch
+sizes (``--timing-batches``).
+
+    python -m export.records [RECORDS]   # that section, for the records under RECORDS (build/precision/)
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -45,7 +49,36 @@ def report_section(directory: Path = PRECISION_RECORDS) -> str:
     if not records:
         return f"No precision records under {directory}: `python -m export` writes them."
     served = ", ".join(f"{r['model']}: {_served(r)} (--precision {r['choice']})" for r in records)
-    return f"Served variants: {served}.\n\n{markdown_table(records)}\n"
+    curves = batch_cost_table(records)
+    section = f"Served variants: {served}.\n\n{markdown_table(records)}\n"
+    return section + (f"\nItems/s at each batch size timed, in one process:\n\n{curves}\n" if curves else "")
+
+
+def batch_cost_table(records: Sequence[dict]) -> str:
+    """Each timed variant's items/s per batch size, where the export timed more than two sizes, and what
+    its largest batch costs against one item alone; empty when none was."""
+    curves = [(r["model"], c, _rates(c)) for r in records for c in r["candidates"]]
+    curves = [(model, c, rates) for model, c, rates in curves if len(rates) > 2]
+    if not curves:
+        return ""
+    sizes = sorted({size for _, _, rates in curves for size in rates})
+    rows = [
+        f"| model | variant | status | {' | '.join(f'batch {size}' for size in sizes)} | "
+        "cost of the largest batch / batch 1 |",
+        "|---|---|---|" + "---:|" * len(sizes) + "---:|",
+    ]
+    for model, candidate, rates in curves:
+        cells = " | ".join(f"{rates[size]:.0f}" if size in rates else "" for size in sizes)
+        largest = max(rates)
+        cost = largest * rates[1] / rates[largest] if 1 in rates else float("nan")
+        rows.append(f"| {model} | {candidate['variant']} | {candidate['status']} | {cells} | {cost:.2f}x |")
+    return "\n".join(rows)
+
+
+def _rates(candidate: dict) -> dict[int, float]:
+    """A candidate's items/s by batch size, in increasing size (JSON keys are strings)."""
+    rates = {int(size): rate for size, rate in candidate["items_per_s"].items()}
+    return dict(sorted(rates.items()))
 
 
 def _served(record: dict) -> str:
@@ -97,7 +130,7 @@ def markdown_table(records: Sequence[dict]) -> str:
             numbers = _numbers(gate["metrics"]) if gate else _cell(c["reason"])
             if c.get("serving_gate"):
                 numbers += f"; {serving_runtime.LABEL}: {_numbers(c['serving_gate']['metrics'])}"
-            speed = ", ".join(f"{size}: {rate:.0f}" for size, rate in c["items_per_s"].items())
+            speed = ", ".join(f"{size}: {rate:.0f}" for size, rate in _rates(c).items())
             rows.append(f"| {record['model']} | {c['variant']} | {c['status']} | {numbers} | {speed} |")
         if record.get("failure"):
             failure = _cell(record["failure"])
@@ -118,3 +151,16 @@ def _numbers(metrics: dict[str, float]) -> str:
 def _cell(text: str) -> str:
     """``text`` on one line of a Markdown table cell (an exception's message may hold both)."""
     return " ".join(text.split()).replace("|", "\\|")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) > 1 or (args and args[0].startswith("-")):
+        print("usage: python -m export.records [RECORDS] (default build/precision/)", file=sys.stderr)
+        return 2
+    print(report_section(Path(args[0]) if args else PRECISION_RECORDS))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

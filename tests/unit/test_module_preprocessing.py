@@ -5,6 +5,7 @@ handed its folder so that the check rows come from the served preprocessing."""
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 
 import pytest
@@ -85,12 +86,13 @@ def _project(tmp_path: Path, *, produced_dims: str = "4", preprocessing: dict | 
     return path
 
 
-def _export(tmp_path: Path, description: Path) -> list:
+def _export(tmp_path: Path, description: Path, **settings: object) -> list:
     options = Options(
         repository=tmp_path / "repository",
         precision="fp32",
         capabilities=Capabilities(cpu_flags=frozenset(), served_on="cpu"),
         record_dir=tmp_path / "records",
+        **settings,  # type: ignore[arg-type]
     )
     return export_model(load_description(description), options)
 
@@ -112,6 +114,16 @@ def test_check_inputs_is_handed_the_preprocessing_models_folder_and_the_export_c
     assert exported.selection.served == "onnx-fp32"
     gate = exported.selection.candidates[0].gate
     assert gate is not None and gate.samples == 6  # the rows check_inputs read from the folder
+
+
+def test_timing_batches_time_every_variant_at_each_size_asked_and_record_them(tmp_path: Path) -> None:
+    results = _export(tmp_path, _project(tmp_path), timing_batches=(1, 2, 4, 8))
+    selection = next(r for r in results if r.selection is not None).selection
+    candidate = next(c for c in selection.candidates if c.status == "served")
+    assert sorted(candidate.items_per_s) == [1, 2, 4, 8] and min(candidate.items_per_s.values()) > 0
+    record = json.loads((tmp_path / "records" / "toy_onnx.json").read_text())
+    (served,) = [c for c in record["candidates"] if c["status"] == "served"]
+    assert sorted(served["items_per_s"], key=int) == ["1", "2", "4", "8"]
 
 
 def test_a_preprocessing_model_whose_outputs_are_not_the_module_inputs_is_refused(tmp_path: Path) -> None:

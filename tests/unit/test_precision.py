@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,32 @@ from export.precision import Variant, select_and_write
 
 NO_BF16 = Capabilities(cpu_flags=frozenset({"avx2", "avx512f"}))
 WITH_BF16 = Capabilities(cpu_flags=frozenset({"avx512_bf16", "avx512_vnni"}))
+
+
+# -- timing workloads ----------------------------------------------------------------------------------------
+def test_a_resized_workload_groups_the_batch_one_items_into_each_size_and_keeps_every_item() -> None:
+    images = [(np.full((1, 3, 2, 2), i, np.float32), 1) for i in range(5)]
+    resized = precision.resized_workload({1: images, 4: [(np.zeros((4, 3, 2, 2)), 4)]}, [8, 2, 1])
+    assert list(resized) == [1, 2, 8]
+    assert [[count for _, count in resized[size]] for size in (1, 2, 8)] == [[1] * 5, [2] * 3, [8]]
+    twos = np.concatenate([batch for batch, _ in resized[2]])[:, 0, 0, 0]
+    assert twos.tolist() == [0, 1, 2, 3, 4, 0]  # consecutive items, cycling past the last
+    assert resized[8][0][0].shape == (8, 3, 2, 2)
+
+
+def test_a_resized_ragged_text_batch_concatenates_token_ids_and_lengths() -> None:
+    singles = [((np.arange(n, dtype=np.int64), np.array([n], np.int32)), 1) for n in (3, 5, 2)]
+    ((ids, lengths), count), *_ = precision.resized_workload({1: singles}, [3])[3]
+    assert count == 3 and lengths.tolist() == [3, 5, 2] and ids.tolist() == [0, 1, 2, 0, 1, 2, 3, 4, 0, 1]
+
+
+@pytest.mark.parametrize(("workload", "sizes", "says"), [
+    ({1: [(np.zeros((1, 2)), 1)]}, [0, 4], "must be positive, got [0, 4]"),
+    ({32: [(np.zeros((32, 2)), 32)]}, [4], "no batch-1 items to form other sizes from (sizes [32])"),
+])  # fmt: skip
+def test_a_resized_workload_refuses_what_it_cannot_form(workload: dict, sizes: list, says: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(says)):
+        precision.resized_workload(workload, sizes)
 
 
 # -- gates --------------------------------------------------------------------------------------------------
@@ -306,6 +333,28 @@ def test_the_record_round_trips_into_the_reports_table(tmp_path: Path, speeds: d
     )
     assert records.report_section(tmp_path / "none").startswith("No precision records")
     assert records.served_variant("m", tmp_path / "none") == "fp32"
+
+
+def test_a_curve_of_timed_batch_sizes_is_rendered_in_size_order_with_the_cost_of_its_largest_batch(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    record = {
+        "format": records.RECORD_FORMAT, "model": "m", "choice": "auto", "served": "fp16", "failure": None,
+        "reference": None,
+        "candidates": [
+            {"variant": "fp16", "precision": "fp16", "status": "served", "reason": "", "gate": None,
+             "items_per_s": {"16": 1600.0, "1": 200.0, "2": 390.0}},
+            {"variant": "fp32", "precision": "fp32", "status": "passed", "reason": "", "gate": None,
+             "items_per_s": {"1": 100.0, "32": 800.0}},
+        ],
+    }  # fmt: skip
+    records.write_record(record, tmp_path)
+    assert records.main([str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "| m | fp16 | served | 200 | 390 | 1600 | 2.00x |" in out  # 16 items at 200/s alone: 2x one
+    assert "| batch 1 | batch 2 | batch 16 |" in out and "| m | fp32 |" not in out.split("Items/s")[1]
+    assert "1: 200, 2: 390, 16: 1600 |" in out  # the gate table too, in size order
+    assert records.main(["--help"]) == 2
 
 
 def test_a_failed_export_is_recorded_and_nothing_reads_it_as_served(tmp_path: Path, speeds: dict) -> None:
