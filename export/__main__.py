@@ -14,8 +14,8 @@ A variant that fails (an exception while building, gating or timing it, or its g
 left out. Every model is tried; the command exits 1 when any served file ends with no variant passing
 (or its model cannot be loaded), naming each such file and why, after all the others are exported.
 
-``--configs-only`` writes the generated config.pbtxt of every ``torch_module`` description selected
-(export/module_configs.py) and stops, without loading any model.
+``--configs-only`` writes every config.pbtxt the selected descriptions generate
+(export/generated_configs.py) and stops, without loading any model.
 
 Progress (export/progress.py): models and variants as N of M, what runs now, the time elapsed and left,
 as a bar on a terminal and as one plain line per step elsewhere; ``--quiet`` prints only the results.
@@ -33,7 +33,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 from export.common import ExportError
 from export.description import ModelDescription, load_descriptions
-from export.module_configs import write_configs
+from export.generated_configs import write_configs
 from export.pipeline import ExportResult, Options, estimated_variants, export_model
 from export.precision import CHOICES, Capabilities
 from export.progress import Progress, mode_for
@@ -181,7 +181,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--configs-only",
         action="store_true",
-        help="write each torch_module description's generated config.pbtxt and stop (no model is loaded)",
+        help="write every config.pbtxt the descriptions generate and stop (no model is loaded)",
     )
     return parser
 

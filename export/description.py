@@ -1,4 +1,4 @@
-"""Model descriptions: what only a model knows, declared once per model in ``models/<name>.yaml``.
+"""Model descriptions: what a model is, declared once per model in ``model_descriptions/<name>.yaml``.
 
 A description names the model's kind (``image_classifier``, ``sentence_encoder``, ``torch_module``),
 where its weights come from (an installed package and the function in it that returns their path, a
@@ -6,11 +6,12 @@ local file or folder with its sha256, or a local file a committed script produce
 export/produced_weights.py), its architecture parameters, which repository models hold its preprocessing,
 its fp32 parity tolerance, the gate thresholds it sets for its reduced precisions (``gates``, replacing
 export/gates.py's), the served files the export writes (a repository model and its format each) and
-the precisions it allows per device. It never holds tensor names, dims or batching: each served
-model's config.pbtxt is the source of truth for those, except for a ``torch_module``: its ``module``
-section states them once and its configs are generated from it (export/module_spec.py,
-export/module_configs.py). :func:`load_descriptions` reads every description under a folder;
-``python -m export`` runs each through the one pipeline (export/pipeline.py).
+the precisions it allows per device. It also states, once, what Triton serves: the served files'
+tensors and batching (a ``torch_module``'s ``module`` section, export/module_spec.py; ``configs.native``
+for the other kinds) and its Python models and ensembles (``configs``, export/config_spec.py); their
+config.pbtxt files are generated from it (export/generated_configs.py). :func:`load_descriptions` reads
+every description under a folder; ``python -m export`` runs each through the one pipeline
+(export/pipeline.py).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 import yaml
 
 from export.common import ExportError, sha256_file
+from export.config_spec import ConfigsSpec, check_configs, parse_configs
 from export.module_spec import ModuleSpec, parse_module
 from export.produced_weights import produced
 from tritonrepo.paths import DESCRIPTIONS
@@ -122,6 +124,7 @@ class ModelDescription:
     gates: dict[str, float] = field(default_factory=dict)  # thresholds replacing export/gates.py's
     precisions: dict[str, tuple[str, ...]] = field(default_factory=lambda: dict(DEVICE_PRECISIONS))
     module: ModuleSpec | None = None  # kind torch_module: the user's code, its tensors and batching
+    configs: ConfigsSpec | None = None  # what the generated configs state beside the module section
     folder: Path = Path(".")  # where the description lives; a local weights path is relative to it
 
     def __post_init__(self) -> None:
@@ -134,6 +137,10 @@ class ModelDescription:
             )
         if not self.served:
             raise ExportError(f"model {self.name!r}: lists no served files")
+        if self.configs is not None:
+            check_configs(
+                self.name, self.configs, module=self.module is not None, preprocessing=self.preprocessing
+            )
         for device, allowed in self.precisions.items():
             if device not in DEVICE_PRECISIONS or not set(allowed) <= set(DEVICE_PRECISIONS[device]):
                 raise ExportError(
@@ -171,6 +178,7 @@ def parse_description(data: dict, *, source: Path) -> ModelDescription:
             gates={name: float(value) for name, value in (data.get("gates") or {}).items()},
             precisions={k: tuple(v) for k, v in (data.get("precisions") or DEVICE_PRECISIONS).items()},
             module=module,
+            configs=parse_configs(data["configs"], model=data["name"]) if "configs" in data else None,
             folder=source.parent,
         )
     except (KeyError, TypeError) as e:

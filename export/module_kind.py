@@ -6,7 +6,7 @@ anything is written (:meth:`TorchModuleKind.prepare`), the model is loaded and r
 and every declared input and output is checked against what it takes and returns (names, count,
 datatypes, dims), and the served module is traced (or scripted) and compared with eager PyTorch: an error
 names the model, the field and the fix. Its configs are generated from the description
-(export/module_configs.py). A description may name the Python model that prepares its inputs
+(export/generated_configs.py). A description may name the Python model that prepares its inputs
 (``preprocessing: {model: NAME}``, the image preprocessing for a classifier): that model's outputs must
 be the module's inputs (count, datatypes, dims, in order), and ``check_inputs`` is called with its folder,
 to make the check rows with the served code and parameters. Each fp32 file is verified against eager
@@ -28,7 +28,16 @@ import torch
 from torch import nn
 from tritonclient.grpc.model_config_pb2 import DataType
 
-from export import module_checks, module_code, module_configs, module_spec, module_variants, produced_weights
+from export import (
+    config_rules,
+    config_spec,
+    generated_configs,
+    module_checks,
+    module_code,
+    module_spec,
+    module_variants,
+    produced_weights,
+)
 from export.common import ExportError, ModelConfig, sha256_file
 from export.description import ModelDescription
 from export.gates import GateResult
@@ -242,10 +251,10 @@ class TorchModuleKind:
     def check_config(self, description: ModelDescription, repository: Path, config: ModelConfig) -> None:
         preprocessing_model(description, repository)
         served = next(s for s in description.served if s.model == config.name)
-        if config != module_configs.model_config(description, served):
+        if config != generated_configs.model_config(description, served.model, repository):
             raise ExportError(
                 f"{config.name}: config.pbtxt differs from what the description {description.name} "
-                f"generates; run `{module_configs.refresh_command(description)}` (edit the description, "
+                f"generates; run `{generated_configs.refresh_command(description)}` (edit the description, "
                 "not the config)"
             )
 
@@ -270,7 +279,10 @@ class TorchModuleKind:
         ]
         if description.weights.produced_by:
             files.append(folder / description.weights.produced_by)
-        modules = (module_checks, module_code, module_configs, module_spec, module_variants, produced_weights)
+        modules = (
+            *(config_rules, config_spec, generated_configs),
+            *(module_checks, module_code, module_spec, module_variants, produced_weights),
+        )
         return [*files, Path(__file__), *(Path(m.__file__ or "") for m in modules)]
 
     def prepare(self, description: ModelDescription, repository: Path) -> Prepared:

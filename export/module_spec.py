@@ -2,7 +2,7 @@
 
 A description of kind ``torch_module`` (model_descriptions/*.yaml) names the user's own code and states,
 once, what the served models look like; their config.pbtxt files are generated from it
-(export/module_configs.py). Its section::
+(export/generated_configs.py). Its section::
 
     module:
       model: ../src/churn.py:load_model          # called with the weights' path
@@ -33,6 +33,7 @@ model, the field and what would fix it.
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,7 +61,7 @@ DEFAULT_QUEUE_TIMEOUT_US = 1_000_000
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-class _Reader:
+class Reader:
     """One mapping of the description, read key by key; ``done()`` refuses the keys nobody read."""
 
     def __init__(self, model: str, where: str, data: Any, fix: str = "") -> None:
@@ -170,17 +171,18 @@ class ModuleSpec:
 
 def parse_module(data: Any, *, model: str) -> ModuleSpec:
     """The ``module`` section of description ``model``; ExportError names the field and the fix."""
-    section = _Reader(model, "module", data, "; see docs/your-model.md")
+    section = Reader(model, "module", data, "; see docs/your-model.md")
     spec = ModuleSpec(
         model=_callable(section, "model"),
         check_inputs=_callable(section, "check_inputs"),
         script=_flag(section, "script"),
-        inputs=tuple(_input(model, i, entry) for i, entry in enumerate(_entries(section, "inputs"))),
-        outputs=tuple(_output(model, i, entry) for i, entry in enumerate(_entries(section, "outputs"))),
+        inputs=tuple(_input(model, i, entry) for i, entry in enumerate(entries(section, "inputs"))),
+        outputs=tuple(_output(model, i, entry) for i, entry in enumerate(entries(section, "outputs"))),
         max_batch_size=section.integer("max_batch_size", minimum=1),
-        dynamic_batching=_batching(model, section.get("dynamic_batching")),
+        dynamic_batching=parse_batching(model, "module.dynamic_batching", section.get("dynamic_batching")),
         instance_groups=tuple(
-            _instances(model, i, entry) for i, entry in enumerate(_entries(section, "instance_groups"))
+            parse_instances(model, f"module.instance_groups[{i}]", entry)
+            for i, entry in enumerate(entries(section, "instance_groups"))
         ),
     )
     section.done()
@@ -195,7 +197,7 @@ def parse_module(data: Any, *, model: str) -> ModuleSpec:
     return spec
 
 
-def _callable(section: _Reader, key: str) -> str:
+def _callable(section: Reader, key: str) -> str:
     value = section.get(key, fix="name a function as path/to/file.py:function or package.module:function")
     target, _, attribute = str(value).rpartition(":")
     if not isinstance(value, str) or not target or not attribute.isidentifier():
@@ -205,30 +207,33 @@ def _callable(section: _Reader, key: str) -> str:
     return value
 
 
-def _flag(section: _Reader, key: str) -> bool:
+def _flag(section: Reader, key: str) -> bool:
     value = section.get(key, False)
     if not isinstance(value, bool):
         raise section.error(key, f"{value!r} is not true or false", "write true or false")
     return value
 
 
-def _entries(section: _Reader, key: str) -> list[Any]:
+def entries(section: Reader, key: str) -> list[Any]:
     value = section.get(key)
     if not isinstance(value, list) or not value:
         raise section.error(key, f"{value!r} is not a non-empty list", "list one entry per item")
     return value
 
 
-def _tensor(model: str, where: str, data: Any) -> tuple[_Reader, dict[str, Any]]:
-    entry = _Reader(model, where, data)
+def parse_tensor(
+    model: str, where: str, data: Any, *, dtypes: Collection[str] = tuple(DTYPES)
+) -> tuple[Reader, dict[str, Any]]:
+    """A tensor's name, datatype (one of ``dtypes``) and dims; the caller reads its other keys."""
+    entry = Reader(model, where, data)
     name = entry.get("name")
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise entry.error(
             "name", f"{name!r} is not a tensor name", "use letters, digits and _, e.g. FEATURES"
         )
     dtype = entry.get("dtype")
-    if dtype not in DTYPES:
-        raise entry.error("dtype", f"{dtype!r} is not a datatype", f"use one of {sorted(DTYPES)}")
+    if dtype not in dtypes:
+        raise entry.error("dtype", f"{dtype!r} is not a datatype", f"use one of {sorted(dtypes)}")
     dims = entry.get("dims")
     if not isinstance(dims, list) or not dims or any(type(d) is not int or d == 0 or d < -1 for d in dims):
         raise entry.error(
@@ -238,7 +243,7 @@ def _tensor(model: str, where: str, data: Any) -> tuple[_Reader, dict[str, Any]]
 
 
 def _input(model: str, index: int, data: Any) -> InputDecl:
-    entry, common = _tensor(model, f"module.inputs[{index}]", data)
+    entry, common = parse_tensor(model, f"module.inputs[{index}]", data)
     bounds = entry.get("range", None)
     value_range = None
     if bounds is not None:
@@ -258,7 +263,7 @@ def _input(model: str, index: int, data: Any) -> InputDecl:
 
 
 def _output(model: str, index: int, data: Any) -> OutputDecl:
-    entry, common = _tensor(model, f"module.outputs[{index}]", data)
+    entry, common = parse_tensor(model, f"module.outputs[{index}]", data)
     metric = entry.get("metric", fix=f"choose one of {sorted(METRICS)}")
     if metric not in METRICS:
         raise entry.error("metric", f"{metric!r} is not a metric", f"choose one of {sorted(METRICS)}")
@@ -286,8 +291,8 @@ def _tolerance_fix(metric: str) -> str:
     return "max_abs_diff is a non-negative difference, such as 1.0e-5"
 
 
-def _batching(model: str, data: Any) -> DynamicBatching:
-    section = _Reader(model, "module.dynamic_batching", data)
+def parse_batching(model: str, where: str, data: Any) -> DynamicBatching:
+    section = Reader(model, where, data)
     preferred = section.get("preferred_batch_sizes", [])
     if (
         not isinstance(preferred, list)
@@ -309,8 +314,8 @@ def _batching(model: str, data: Any) -> DynamicBatching:
     return batching
 
 
-def _instances(model: str, index: int, data: Any) -> InstanceGroup:
-    entry = _Reader(model, f"module.instance_groups[{index}]", data)
+def parse_instances(model: str, where: str, data: Any) -> InstanceGroup:
+    entry = Reader(model, where, data)
     kind = entry.get("kind")
     if kind not in INSTANCE_KINDS:
         raise entry.error("kind", f"{kind!r} is not an instance kind", f"use one of {list(INSTANCE_KINDS)}")

@@ -5,7 +5,7 @@ check it, fingerprint everything the file depends on and stop there when it is u
 load the model once, export and verify fp32, build the reduced precisions the description allows (and
 export/precision.py finds this machine can run), gate them, time the passing ones, serve the fastest,
 write the manifest beside the file and the record under build/precision/. Then the kind's support files.
-A ``torch_module`` description's configs are generated (export/module_configs.py) before its files, once
+A description's configs are generated (export/generated_configs.py) before its files, once
 its model has been loaded and checked. Every step is called from here; the kinds (export/image.py,
 export/text.py, export/module_kind.py) only provide them.
 
@@ -33,8 +33,8 @@ import torch
 from export import cuda_runtime, device, image, module_kind, text
 from export.common import ModelConfig, fingerprint, is_up_to_date, write_atomically, write_manifest
 from export.description import ModelDescription, ServedFile
+from export.generated_configs import write_configs
 from export.kinds import Kind, Parity, Plan
-from export.module_configs import write_configs
 from export.precision import Capabilities, Selection, Variant, resized_workload, select_and_write
 from export.progress import Progress
 from export.records import write_record
@@ -91,7 +91,7 @@ def export_model(description: ModelDescription, options: Options) -> list[Export
     that fails is returned with its ``failure``; the others are still exported."""
     kind = KINDS[description.kind]
     prepared = _once(lambda: kind.prepare(description, options.repository))
-    try:  # torch_module: the configs are generated, once its model is loaded and checked
+    try:  # the configs are generated, once its model is loaded and checked
         configs = write_configs(description, options.repository, check=prepared)
     except Exception as e:  # noqa: BLE001 - reported as this model's failure; the next model goes on
         model = description.served[0].model

@@ -147,6 +147,7 @@ def _description(request: Request, template: Template, names: dict[str, str]) ->
     key = "model" if request.kind == "image_classifier" else "tokenizer_model"
     data["preprocessing"] = {key: names["python"]}
     data["precisions"] = {"cpu": ["fp32"], "cuda": ["fp32"]}  # add bf16, int8, fp16 once fp32 serves
+    data.pop("configs", None)  # the template's generated models stay its own; the scaffold's are the user's
     parse_description(data, source=request.models_dir / f"{request.name}.yaml")  # fails early when invalid
     return yaml.safe_dump(data, sort_keys=False)
 

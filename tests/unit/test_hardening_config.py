@@ -43,7 +43,9 @@ def test_every_batching_model_bounds_its_queue_and_rejects_past_it(model: str) -
     assert policy.timeout_action == model_config_pb2.ModelQueuePolicy.REJECT
     assert policy.allow_timeout_override
     text = (REPOSITORY / model / "config.pbtxt").read_text()
-    comment = text[: text.index("default_queue_policy")].rsplit("max_queue_delay_microseconds", 1)[1]
+    lines = text[: text.index("default_queue_policy {")].splitlines()[:-1]
+    above = len(lines) - next(i for i, line in enumerate(reversed(lines)) if not line.strip().startswith("#"))
+    comment = "\n".join(lines[above:])  # the comment right above the queue policy
     assert "# Overload" in comment and re.search(r"\d ?(ms|s)\b", comment), f"{model}: explain the numbers"
 
 
