@@ -126,7 +126,8 @@ def test_folding_the_batch_norms_keeps_the_logits_and_leaves_the_model_as_it_was
 # -- export -----------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[ExportResult]]:
-    """The real exporter run once into a temporary copy of the image models' configs."""
+    """The real exporter run once into a temporary copy of the image models' configs: the files it
+    exported (the configs it generates beside them are checked here and left out)."""
     repository = tmp_path_factory.mktemp("repository")
     shutil.copytree(
         DEPLOYABLE / "image_preprocess",
@@ -136,7 +137,10 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[Expor
     for name in CLASSIFIERS:
         (repository / name).mkdir()
         shutil.copyfile(DEPLOYABLE / name / "config.pbtxt", repository / name / "config.pbtxt")
-    return repository, export_model(LITE0, _options(repository))
+    results = export_model(LITE0, _options(repository))
+    generated = {r.model for r in results if r.path.name == "config.pbtxt"}  # written before the files
+    assert {"image_postprocess", "image_classifier", "image_classifier_torchscript"} <= generated
+    return repository, [r for r in results if r.path.name != "config.pbtxt"]
 
 
 def _options(repository: Path) -> Options:
@@ -151,9 +155,8 @@ def _options(repository: Path) -> Options:
 
 def test_export_writes_both_files_after_verifying_them(exported) -> None:
     repository, results = exported
-    files = [r for r in results if r.path.name != "config.pbtxt"]  # the configs it generated come first
-    assert [r.model for r in files] == CLASSIFIERS
-    for result in files:
+    assert [r.model for r in results] == CLASSIFIERS
+    for result in results:
         assert result.written and result.path.is_file()
         assert result.path.parent == repository / result.model / "1"
         assert result.parity is not None and result.parity.value <= LITE0.tolerance
