@@ -202,18 +202,22 @@ class ImageClassifierKind:
             export_onnx(model, path, pixels_spec, logits_spec)
             return path
 
-        plan = Plan(
-            variants=image_variants.classifier_variants(
-                file_format,
-                model=model,
-                pixels=pixels_spec,
-                logits=logits_spec,
+        if file_format == "onnx":
+            variants = image_variants.onnx_classifier_variants(
+                pixels_spec,
+                logits_spec,
                 fp32=export_and_verify,
                 fp32_onnx_file=fp32_onnx_file,
                 calibration=lambda: check.gate_pixels[image_variants.calibration_mask(check.gate_names)],
                 capabilities=capabilities,
                 cuda_options=cuda_runtime.provider_options(config),
-            ),
+            )
+        else:
+            variants = image_variants.torchscript_classifier_variants(
+                model, pixels_spec, fp32=export_and_verify
+            )
+        plan = Plan(
+            variants=variants,
             gate=gate,
             workload=image_variants.timing_workload(
                 check.pixels, check.gate_pixels, max_batch=min(32, config.max_batch_size)

@@ -204,13 +204,9 @@ class SentenceEncoderKind:
 
         input_names, _, _ = encoder_io(config, _hidden_size(context.encoder))
         vocabulary = context.encoder.embeddings.word_embeddings.num_embeddings
-        plan = Plan(
-            variants=text_variants.encoder_variants(
-                file_format,
+        if file_format == "onnx":
+            variants = text_variants.onnx_encoder_variants(
                 fp32=fp32,
-                reduced_torchscript=lambda path, dtype, device: export_torchscript(
-                    context, config, path, dtype=getattr(torch, dtype), device=device
-                ),
                 onnx_runner=lambda path, device, cuda_options: onnx_runner(
                     config, path, _hidden_size(context.encoder), device, cuda_options
                 ),
@@ -218,7 +214,16 @@ class SentenceEncoderKind:
                 calibration=[dict(zip(input_names, (context.input_ids, context.item_lengths), strict=True))],
                 capabilities=capabilities,
                 cuda_options=cuda_runtime.provider_options(config),
-            ),
+            )
+        else:
+            variants = text_variants.torchscript_encoder_variants(
+                fp32=fp32,
+                reduced_torchscript=lambda path, dtype, device: export_torchscript(
+                    context, config, path, dtype=getattr(torch, dtype), device=device
+                ),
+            )
+        plan = Plan(
+            variants=variants,
             gate=gate,
             workload=gate_set["workload"],
             details={"input_bounds": {config.input[0].name: [0, vocabulary - 1]}},
