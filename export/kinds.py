@@ -40,6 +40,17 @@ class Parity:
         }
 
 
+@dataclass(frozen=True, kw_only=True)
+class Target:
+    """The served file a kind plans: its model's config and file format, the capabilities of the machine
+    its variants are gated on, and a scratch folder for intermediate files."""
+
+    config: ModelConfig
+    file_format: str
+    capabilities: Capabilities
+    scratch: Path
+
+
 @dataclass(kw_only=True)
 class Plan:
     """One served file's variants and how to judge them. ``parity`` is filled once fp32 is written."""
@@ -62,10 +73,8 @@ class Kind(Protocol):
     def prepare(self, description: ModelDescription, repository: Path) -> Any:
         """The model and its check inputs (expensive: called once per description, when needed)."""
 
-    def plan(
-        self, prepared: Any, config: ModelConfig, file_format: str, capabilities: Capabilities, scratch: Path
-    ) -> Plan:
-        """The variants of one served file; ``scratch`` is a folder for intermediate files."""
+    def plan(self, prepared: Any, target: Target) -> Plan:
+        """The variants of one served file."""
 
     def support_files(self, description: ModelDescription, repository: Path) -> dict[Path, Path]:
         """Files other repository models read (a tokenizer), as {destination: source} to copy."""

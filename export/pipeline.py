@@ -33,7 +33,7 @@ import torch
 from export import cuda_runtime, device, image, module_kind, text
 from export.common import ModelConfig, fingerprint, is_up_to_date, write_atomically, write_manifest
 from export.description import ModelDescription, ServedFile
-from export.kinds import Kind, Parity, Plan
+from export.kinds import Kind, Parity, Plan, Target
 from export.module_configs import write_configs
 from export.precision import Capabilities, Selection, Variant, select_and_write
 from export.progress import Progress
@@ -219,7 +219,10 @@ def _write_file(
         options.progress.step(f"{description.name}: loading the model and its check inputs")
         model = prepared()
         options.progress.step(f"{config.name}: planning its variants")
-        plan = kind.plan(model, config, file_format, options.capabilities, Path(scratch))
+        target = Target(
+            config=config, file_format=file_format, capabilities=options.capabilities, scratch=Path(scratch)
+        )
+        plan = kind.plan(model, target)
         selection = select_and_write(
             model=config.name,
             destination=destination,
