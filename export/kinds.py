@@ -8,6 +8,7 @@ fingerprint, up-to-date check, the plan below, selection, manifest and record.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,12 +33,7 @@ class Parity:
         return f"fp32 {self.metric} vs eager {self.value:.7g} (tolerance {self.tolerance:g}){self.detail}"
 
     def as_dict(self) -> dict:
-        return {
-            "metric": self.metric,
-            "value": self.value,
-            "tolerance": self.tolerance,
-            "detail": self.detail,
-        }
+        return dataclasses.asdict(self)
 
 
 @dataclass(frozen=True, kw_only=True)
