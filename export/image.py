@@ -31,8 +31,7 @@ from export import cuda_runtime, efficientnet_lite, image_variants, onnx_graph
 from export.common import ExportError, ModelConfig, TensorSpec, single_io
 from export.description import ModelDescription, description_serving
 from export.gates import GateResult, image_gate
-from export.kinds import Parity, Plan
-from export.precision import Capabilities
+from export.kinds import Parity, Plan, Target
 from tritonrepo.configs import load_model_config
 from tritonrepo.served_code import load_served_module
 
@@ -174,20 +173,14 @@ class ImageClassifierKind:
         check = check_data(repository, model, _preprocess_model(description))
         return Prepared(model=model, check=check, tolerance=description.tolerance, gates=description.gates)
 
-    def plan(
-        self,
-        prepared: Prepared,
-        config: ModelConfig,
-        file_format: str,
-        capabilities: Capabilities,
-        scratch: Path,
-    ) -> Plan:
+    def plan(self, prepared: Prepared, target: Target) -> Plan:
+        config = target.config
         model, check = prepared.model, prepared.check
         pixels_spec, logits_spec = single_io(config)
         batch_sizes = sorted({1, len(check.image_names), config.max_batch_size})
 
         def export_and_verify(path: Path) -> Runner:
-            runner = _EXPORTERS[file_format](model, path, pixels_spec, logits_spec)
+            runner = _EXPORTERS[target.file_format](model, path, pixels_spec, logits_spec)
             what = f"{config.name} ({path.name})"
             plan.parity.append(verify(runner, prepared, batch_sizes, what=what))
             return runner
@@ -198,22 +191,26 @@ class ImageClassifierKind:
 
         @functools.cache
         def fp32_onnx_file() -> Path:  # the float32 graph int8 and fp16 are rewritten from
-            path = scratch / "model.onnx"
+            path = target.scratch / "model.onnx"
             export_onnx(model, path, pixels_spec, logits_spec)
             return path
 
-        plan = Plan(
-            variants=image_variants.classifier_variants(
-                file_format,
-                model=model,
-                pixels=pixels_spec,
-                logits=logits_spec,
+        if target.file_format == "onnx":
+            variants = image_variants.onnx_classifier_variants(
+                pixels_spec,
+                logits_spec,
                 fp32=export_and_verify,
                 fp32_onnx_file=fp32_onnx_file,
                 calibration=lambda: check.gate_pixels[image_variants.calibration_mask(check.gate_names)],
-                capabilities=capabilities,
+                capabilities=target.capabilities,
                 cuda_options=cuda_runtime.provider_options(config),
-            ),
+            )
+        else:
+            variants = image_variants.torchscript_classifier_variants(
+                model, pixels_spec, fp32=export_and_verify
+            )
+        plan = Plan(
+            variants=variants,
             gate=gate,
             workload=image_variants.timing_workload(
                 check.pixels, check.gate_pixels, max_batch=min(32, config.max_batch_size)

@@ -37,10 +37,9 @@ from torch import nn
 
 from export import efficientnet_lite, onnx_graph
 from export.common import TensorSpec
-from export.cuda_runtime import with_tf32, with_use_tf32
+from export.cuda_runtime import with_tf32
 from export.gates import GateResult, image_gate
-from export.onnx_variants import convert_fp16, quantize_int8_static
-from export.placement import require_cuda_placement
+from export.onnx_variants import onnx_file_variants, quantize_int8_static
 from export.precision import Capabilities, Runner, Variant
 
 GATE_BATCH = 32
@@ -204,30 +203,10 @@ def onnx_session_runner(
     return lambda batch: session.run([logits.name], {pixels.name: batch})[0]
 
 
-def classifier_variants(
-    kind: str,
-    *,
-    model: nn.Module,
-    pixels: TensorSpec,
-    logits: TensorSpec,
-    fp32: Callable[[Path], Runner],
-    fp32_onnx_file: Callable[[], Path],
-    calibration: Callable[[], np.ndarray],
-    capabilities: Capabilities,
-    cuda_options: Mapping[str, str],
+def torchscript_classifier_variants(
+    model: nn.Module, pixels: TensorSpec, *, fp32: Callable[[Path], Runner]
 ) -> list[Variant]:
-    """The variants of one classifier file; ``fp32`` writes and verifies the float32 file.
-    ``cuda_options``: the CUDA provider options the ONNX model's config serves."""
-    if kind == "onnx":
-        return _onnx_classifier_variants(
-            pixels=pixels,
-            logits=logits,
-            fp32=fp32,
-            fp32_onnx_file=fp32_onnx_file,
-            calibration=calibration,
-            capabilities=capabilities,
-            cuda_options=cuda_options,
-        )
+    """The TorchScript classifier's variants; ``fp32`` writes and verifies the float32 file."""
 
     def reduced(dtype: torch.dtype, device: str) -> Callable[[Path], Runner]:
         def build(path: Path) -> Runner:
@@ -240,9 +219,8 @@ def classifier_variants(
 
     def float32_on_cuda(*, tf32: bool) -> Callable[[Path], Runner]:
         def build(path: Path) -> Runner:
-            fp32(
-                path
-            )  # traced on the CPU and verified against eager; the libtorch backend maps it to the GPU
+            # Traced on the CPU and verified against eager; the libtorch backend maps it to the GPU.
+            fp32(path)
             return with_tf32(torchscript_runner(path, "cuda"), tf32=tf32)
 
         return build
@@ -264,54 +242,37 @@ def classifier_variants(
     ]
 
 
-def _onnx_classifier_variants(
-    *,
+def onnx_classifier_variants(
     pixels: TensorSpec,
     logits: TensorSpec,
+    *,
     fp32: Callable[[Path], Runner],
     fp32_onnx_file: Callable[[], Path],
     calibration: Callable[[], np.ndarray],
     capabilities: Capabilities,
     cuda_options: Mapping[str, str],
 ) -> list[Variant]:
-    """The ONNX classifier's variants: float32 and static int8 for a CPU; float32, TF32 and fp16 for
-    CUDA, each in sessions with the config's CUDA provider options and its own ``use_tf32``."""
-    strict, tf32 = with_use_tf32(cuda_options, tf32=False), with_use_tf32(cuda_options, tf32=True)
+    """The ONNX classifier's variants (:func:`export.onnx_variants.onnx_file_variants`), int8 static QDQ
+    calibrated on the rows of ``calibration()``. ``cuda_options``: the CUDA provider options the model's
+    config serves."""
 
-    def int8(path: Path) -> Runner:
+    def int8(source: Path, destination: Path, *, reduce_range: bool) -> None:
         feeds = ({pixels.name: row[None]} for row in calibration())
-        quantize_int8_static(
-            fp32_onnx_file(), path, calibration=feeds, reduce_range=not capabilities.cpu_vnni
-        )
-        return onnx_session_runner(path, pixels, logits, device="cpu")
+        quantize_int8_static(source, destination, calibration=feeds, reduce_range=reduce_range)
 
-    def on_cuda(path: Path, what: str, options: dict[str, str]) -> Runner:
-        require_cuda_placement(path, {pixels.name: calibration()[:1]}, what=what, cuda_options=options)
-        return onnx_session_runner(path, pixels, logits, device="cuda", cuda_options=options)
-
-    def float32_on_cuda(what: str, options: dict[str, str]) -> Callable[[Path], Runner]:
-        def build(path: Path) -> Runner:
-            fp32(path)
-            return on_cuda(path, what, options)
-
-        return build
-
-    def fp16(path: Path) -> Runner:
-        convert_fp16(fp32_onnx_file(), path)
-        return on_cuda(path, "onnx-fp16-cuda", strict)
+    def run(path: Path, device: str, options: Mapping[str, str] | None) -> Runner:
+        return onnx_session_runner(path, pixels, logits, device=device, cuda_options=options)
 
     def feed(batch: np.ndarray) -> dict[str, np.ndarray]:
         return {pixels.name: batch}
 
-    def cuda(name: str, precision: str, build: Callable[[Path], Runner], options: dict[str, str]) -> Variant:
-        return Variant(
-            name=name, precision=precision, device="cuda", build=build, feed=feed, cuda_options=options
-        )
-
-    return [
-        Variant(name="onnx-fp32", precision="fp32", device="cpu", build=fp32, feed=feed),
-        Variant(name="onnx-int8-static-qdq", precision="int8", device="cpu", build=int8, feed=feed),
-        cuda("onnx-fp32-cuda", "fp32", float32_on_cuda("onnx-fp32-cuda", strict), strict),
-        cuda("onnx-tf32-cuda", "tf32", float32_on_cuda("onnx-tf32-cuda", tf32), tf32),
-        cuda("onnx-fp16-cuda", "fp16", fp16, strict),
-    ]
+    return onnx_file_variants(
+        fp32=fp32,
+        fp32_onnx_file=fp32_onnx_file,
+        int8=("onnx-int8-static-qdq", int8),
+        run=run,
+        feed=feed,
+        placement_feed=lambda: feed(calibration()[:1]),
+        capabilities=capabilities,
+        cuda_options=cuda_options,
+    )

@@ -8,6 +8,7 @@ fingerprint, up-to-date check, the plan below, selection, manifest and record.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,12 +33,18 @@ class Parity:
         return f"fp32 {self.metric} vs eager {self.value:.7g} (tolerance {self.tolerance:g}){self.detail}"
 
     def as_dict(self) -> dict:
-        return {
-            "metric": self.metric,
-            "value": self.value,
-            "tolerance": self.tolerance,
-            "detail": self.detail,
-        }
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Target:
+    """The served file a kind plans: its model's config and file format, the capabilities of the machine
+    its variants are gated on, and a scratch folder for intermediate files."""
+
+    config: ModelConfig
+    file_format: str
+    capabilities: Capabilities
+    scratch: Path
 
 
 @dataclass(kw_only=True)
@@ -62,10 +69,8 @@ class Kind(Protocol):
     def prepare(self, description: ModelDescription, repository: Path) -> Any:
         """The model and its check inputs (expensive: called once per description, when needed)."""
 
-    def plan(
-        self, prepared: Any, config: ModelConfig, file_format: str, capabilities: Capabilities, scratch: Path
-    ) -> Plan:
-        """The variants of one served file; ``scratch`` is a folder for intermediate files."""
+    def plan(self, prepared: Any, target: Target) -> Plan:
+        """The variants of one served file."""
 
     def support_files(self, description: ModelDescription, repository: Path) -> dict[Path, Path]:
         """Files other repository models read (a tokenizer), as {destination: source} to copy."""

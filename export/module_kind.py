@@ -41,10 +41,10 @@ from export import (
 from export.common import ExportError, ModelConfig, sha256_file
 from export.description import ModelDescription
 from export.gates import GateResult
-from export.kinds import Parity, Plan
+from export.kinds import Parity, Plan, Target
 from export.module_checks import Batch, eager, measure
 from export.module_spec import ModuleSpec
-from export.precision import Capabilities, Runner
+from export.precision import Runner
 from tritonrepo.configs import load_model_config
 from tritonrepo.errors import RepositoryError
 
@@ -301,18 +301,12 @@ class TorchModuleKind:
         check_trace(prepared)
         return prepared
 
-    def plan(
-        self,
-        prepared: Prepared,
-        config: ModelConfig,
-        file_format: str,
-        capabilities: Capabilities,
-        scratch: Path,
-    ) -> Plan:
+    def plan(self, prepared: Prepared, target: Target) -> Plan:
+        config = target.config
         spec = prepared.spec
 
         def fp32(path: Path) -> Runner:
-            if file_format == "onnx":
+            if target.file_format == "onnx":
                 runner = module_variants.onnx_file(prepared.model, spec, prepared.example, path)
             else:
                 runner = module_variants.torchscript_file(
@@ -328,7 +322,7 @@ class TorchModuleKind:
         bounds = {d.name: list(d.value_range) for d in spec.inputs if d.value_range is not None}
         plan = Plan(
             variants=module_variants.variants(
-                file_format, model=prepared.model, spec=spec, example=prepared.example, fp32=fp32
+                target.file_format, model=prepared.model, spec=spec, example=prepared.example, fp32=fp32
             ),
             gate=gate,
             workload=timing_workload(prepared),

@@ -5,6 +5,7 @@
 - fp16: every float initializer and op in float16, graph inputs and outputs kept as they were (for GPUs).
 
 The text encoder's int8 is export/per_token_int8.py (activation ranges per token, not per batch).
+:func:`onnx_file_variants` lists an ONNX file's variants for every kind that serves one.
 None of these checks accuracy: every result goes through a gate (export/gates.py) before it may be served.
 On CPUs without VNNI, u8 x s8 products can saturate in AVX2 kernels, so ``reduce_range`` (7-bit weights)
 is used there, as onnxruntime's documentation advises.
@@ -14,8 +15,9 @@ from __future__ import annotations
 
 import logging
 import tempfile
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any, Protocol
 
 import numpy as np
 import onnx
@@ -28,7 +30,20 @@ from onnxruntime.quantization import (
 )
 from onnxruntime.quantization.shape_inference import quant_pre_process
 
+from export.cuda_runtime import with_use_tf32
+from export.device import Capabilities
+from export.placement import require_cuda_placement
+from export.precision import Runner, Variant
+
 logger = logging.getLogger(__name__)
+
+# (file, device, CUDA provider options) -> a runner on that file in an onnxruntime session
+OnnxRunner = Callable[[Path, str, Mapping[str, str] | None], Runner]
+
+
+class Int8Writer(Protocol):
+    def __call__(self, source: Path, destination: Path, *, reduce_range: bool) -> object:
+        """Write the int8 rewrite of the float32 graph ``source`` to ``destination``."""
 
 
 class _Feeds(CalibrationDataReader):
@@ -77,3 +92,57 @@ def convert_fp16(source: Path, destination: Path) -> None:
     model = onnx.load(str(source))
     converted = convert_float_to_float16(model, keep_io_types=True)
     onnx.save(converted, str(destination))
+
+
+def onnx_file_variants(
+    *,
+    fp32: Callable[[Path], Runner],
+    fp32_onnx_file: Callable[[], Path],
+    int8: tuple[str, Int8Writer],
+    run: OnnxRunner,
+    feed: Callable[[Any], dict[str, np.ndarray]],
+    placement_feed: Callable[[], dict[str, np.ndarray]],
+    capabilities: Capabilities,
+    cuda_options: Mapping[str, str],
+) -> list[Variant]:
+    """An ONNX file's variants: float32 and int8 for a CPU; float32, TF32 and fp16 for CUDA, each in
+    sessions with the config's CUDA provider options and its own ``use_tf32``.
+
+    ``fp32(path)`` writes and verifies the float32 file; ``fp32_onnx_file()`` is the float32 graph the
+    int8 and fp16 files are rewritten from; ``int8``: the int8 variant's name and its writer, called as
+    ``write(source, destination, reduce_range=...)``; ``feed(batch)`` turns a runner's input into
+    onnxruntime's feed; ``placement_feed()`` is the input each CUDA file is placed on the GPU with."""
+    int8_name, write_int8 = int8
+    strict, tf32 = with_use_tf32(cuda_options, tf32=False), with_use_tf32(cuda_options, tf32=True)
+
+    def int8_file(path: Path) -> Runner:
+        write_int8(fp32_onnx_file(), path, reduce_range=not capabilities.cpu_vnni)
+        return run(path, "cpu", None)
+
+    def on_cuda(path: Path, what: str, options: dict[str, str]) -> Runner:
+        require_cuda_placement(path, placement_feed(), what=what, cuda_options=options)
+        return run(path, "cuda", options)
+
+    def float32_on_cuda(what: str, options: dict[str, str]) -> Callable[[Path], Runner]:
+        def build(path: Path) -> Runner:
+            fp32(path)
+            return on_cuda(path, what, options)
+
+        return build
+
+    def fp16(path: Path) -> Runner:
+        convert_fp16(fp32_onnx_file(), path)
+        return on_cuda(path, "onnx-fp16-cuda", strict)
+
+    def cuda(name: str, precision: str, build: Callable[[Path], Runner], options: dict[str, str]) -> Variant:
+        return Variant(
+            name=name, precision=precision, device="cuda", build=build, feed=feed, cuda_options=options
+        )
+
+    return [
+        Variant(name="onnx-fp32", precision="fp32", device="cpu", build=fp32, feed=feed),
+        Variant(name=int8_name, precision="int8", device="cpu", build=int8_file, feed=feed),
+        cuda("onnx-fp32-cuda", "fp32", float32_on_cuda("onnx-fp32-cuda", strict), strict),
+        cuda("onnx-tf32-cuda", "tf32", float32_on_cuda("onnx-tf32-cuda", tf32), tf32),
+        cuda("onnx-fp16-cuda", "fp16", fp16, strict),
+    ]

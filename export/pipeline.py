@@ -34,7 +34,7 @@ from export import cuda_runtime, device, image, module_kind, text
 from export.common import ModelConfig, fingerprint, is_up_to_date, write_atomically, write_manifest
 from export.description import ModelDescription, ServedFile
 from export.generated_configs import write_configs
-from export.kinds import Kind, Parity, Plan
+from export.kinds import Kind, Parity, Plan, Target
 from export.precision import Capabilities, Selection, Variant, resized_workload, select_and_write
 from export.progress import Progress
 from export.records import write_record
@@ -166,11 +166,29 @@ def export_file(
     """One served file unless it is up to date: every allowed variant gated, the fastest passing served.
     Any failure is returned as the result's ``failure`` and recorded under ``options.record_dir``."""
     try:
-        return _export_file(description, kind, served, prepared, options)
+        options.progress.step(f"{served.model}: checking whether it is up to date")
+        model_dir = options.repository / served.model
+        config = load_model_config(model_dir)
+        kind.check_config(description, options.repository, config)
+        destination = exported_file(model_dir, config)
+        inputs = input_fingerprint(description, kind, served, model_dir, options)
+        if not options.force and is_up_to_date(destination, inputs):
+            logger.info("%s is up to date", destination)
+            options.progress.settle(served.model)
+            return ExportResult(model=config.name, path=destination, written=False)
+        return _write_file(
+            description,
+            kind,
+            prepared,
+            options,
+            config=config,
+            file_format=served.format,
+            destination=destination,
+            inputs=inputs,
+        )
     except Exception as e:  # noqa: BLE001 - a file that cannot be exported must not stop the others
         options.progress.settle(served.model)
-        model_dir = options.repository / served.model
-        result = _failed(served.model, model_dir, e)
+        result = _failed(served.model, options.repository / served.model, e)
         record = Selection(
             model=served.model,
             choice=options.precision,
@@ -183,30 +201,29 @@ def export_file(
         return result
 
 
-def _export_file(
+def _write_file(
     description: ModelDescription,
     kind: Kind,
-    served: ServedFile,
     prepared: Callable[[], Any],
     options: Options,
+    *,
+    config: ModelConfig,
+    file_format: str,
+    destination: Path,
+    inputs: str,
 ) -> ExportResult:
-    options.progress.step(f"{served.model}: checking whether it is up to date")
-    model_dir = options.repository / served.model
-    config = load_model_config(model_dir)
-    kind.check_config(description, options.repository, config)
-    destination = exported_file(model_dir, config)
-    inputs = input_fingerprint(description, kind, served, model_dir, options)
-    if not options.force and is_up_to_date(destination, inputs):
-        logger.info("%s is up to date", destination)
-        options.progress.settle(served.model)
-        return ExportResult(model=config.name, path=destination, written=False)
+    """Plan the file's variants, serve the fastest that passes, write ``destination``, its manifest
+    (``inputs``: its input fingerprint) and its record."""
     started = time.perf_counter()
     destination.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="fp32-onnx-") as scratch:
         options.progress.step(f"{description.name}: loading the model and its check inputs")
         model = prepared()
         options.progress.step(f"{config.name}: planning its variants")
-        plan = kind.plan(model, config, served.format, options.capabilities, Path(scratch))
+        target = Target(
+            config=config, file_format=file_format, capabilities=options.capabilities, scratch=Path(scratch)
+        )
+        plan = kind.plan(model, target)
         selection = select_and_write(
             model=config.name,
             destination=destination,

@@ -39,7 +39,7 @@ from export.common import (
 )
 from export.description import ModelDescription
 from export.gates import GateResult, text_gate
-from export.kinds import Parity, Plan
+from export.kinds import Parity, Plan, Target
 from export.minilm import (
     BertShape,
     MiniLMEncoder,
@@ -48,7 +48,7 @@ from export.minilm import (
     load_tokenizer,
     reference_embeddings,
 )
-from export.precision import Capabilities, Runner
+from export.precision import Runner
 from tritonrepo.configs import load_model_config
 
 logger = logging.getLogger(__name__)
@@ -171,14 +171,8 @@ class SentenceEncoderKind:
     def prepare(self, description: ModelDescription, repository: Path) -> TextExportContext:
         return build_context(Path(repository), description)
 
-    def plan(
-        self,
-        context: TextExportContext,
-        config: ModelConfig,
-        file_format: str,
-        capabilities: Capabilities,
-        scratch: Path,
-    ) -> Plan:
+    def plan(self, context: TextExportContext, target: Target) -> Plan:
+        config = target.config
         gate_set = gate_inputs(context)
 
         def gate(runner: Runner) -> GateResult:
@@ -190,35 +184,40 @@ class SentenceEncoderKind:
             )
 
         def fp32(path: Path) -> Runner:
-            runner = _EXPORTERS[file_format](context, config, path)
-            what = f"{'ONNX' if file_format == 'onnx' else 'TorchScript'} {config.name}"
+            runner = _EXPORTERS[target.file_format](context, config, path)
+            what = f"{'ONNX' if target.file_format == 'onnx' else 'TorchScript'} {config.name}"
             output = runner((context.input_ids, context.item_lengths))
             plan.parity.append(check_against_reference(context, output, what))
             return runner
 
         @functools.cache
         def fp32_onnx_file() -> Path:  # the float32 graph int8 is rewritten from
-            path = scratch / "model.onnx"
+            path = target.scratch / "model.onnx"
             export_onnx(context, config, path)
             return path
 
         input_names, _, _ = encoder_io(config, _hidden_size(context.encoder))
         vocabulary = context.encoder.embeddings.word_embeddings.num_embeddings
-        plan = Plan(
-            variants=text_variants.encoder_variants(
-                file_format,
+        if target.file_format == "onnx":
+            variants = text_variants.onnx_encoder_variants(
                 fp32=fp32,
-                reduced_torchscript=lambda path, dtype, device: export_torchscript(
-                    context, config, path, dtype=getattr(torch, dtype), device=device
-                ),
                 onnx_runner=lambda path, device, cuda_options: onnx_runner(
                     config, path, _hidden_size(context.encoder), device, cuda_options
                 ),
                 fp32_onnx_file=fp32_onnx_file,
                 calibration=[dict(zip(input_names, (context.input_ids, context.item_lengths), strict=True))],
-                capabilities=capabilities,
+                capabilities=target.capabilities,
                 cuda_options=cuda_runtime.provider_options(config),
-            ),
+            )
+        else:
+            variants = text_variants.torchscript_encoder_variants(
+                fp32=fp32,
+                reduced_torchscript=lambda path, dtype, device: export_torchscript(
+                    context, config, path, dtype=getattr(torch, dtype), device=device
+                ),
+            )
+        plan = Plan(
+            variants=variants,
             gate=gate,
             workload=gate_set["workload"],
             details={"input_bounds": {config.input[0].name: [0, vocabulary - 1]}},

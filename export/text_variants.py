@@ -20,6 +20,7 @@ embeddings stay closest to float32 there.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -31,10 +32,9 @@ from tokenizers import Tokenizer
 import samples
 from export import onnx_graph
 from export.common import ExportError
-from export.cuda_runtime import with_tf32, with_use_tf32
-from export.onnx_variants import convert_fp16
+from export.cuda_runtime import with_tf32
+from export.onnx_variants import OnnxRunner, onnx_file_variants
 from export.per_token_int8 import Feed, rewrite
-from export.placement import require_cuda_placement
 from export.precision import Batch, Capabilities, Runner, Variant
 
 logger = logging.getLogger(__name__)
@@ -113,30 +113,12 @@ def write_int8_per_token(
     return best[1]
 
 
-def encoder_variants(
-    kind: str,
-    *,
-    fp32: Callable[[Path], Runner],
-    reduced_torchscript: Callable[[Path, str, str], Runner],
-    onnx_runner: Callable[[Path, str, Mapping[str, str] | None], Runner],
-    fp32_onnx_file: Callable[[], Path],
-    calibration: Sequence[Feed],
-    capabilities: Capabilities,
-    cuda_options: Mapping[str, str],
+def torchscript_encoder_variants(
+    *, fp32: Callable[[Path], Runner], reduced_torchscript: Callable[[Path, str, str], Runner]
 ) -> list[Variant]:
-    """The variants of one encoder file. ``fp32`` writes and verifies the float32 file (on the CPU);
+    """The TorchScript encoder's variants. ``fp32`` writes and verifies the float32 file (on the CPU);
     ``reduced_torchscript(path, dtype_name, device)`` writes a TorchScript file in that dtype on that device
-    (float32 on "cuda" verified as ``fp32`` is); ``onnx_runner(path, device, cuda_options)`` runs an ONNX
-    file. ``cuda_options``: the CUDA provider options the ONNX model's config serves."""
-    if kind == "onnx":
-        return _onnx_encoder_variants(
-            fp32=fp32,
-            onnx_runner=onnx_runner,
-            fp32_onnx_file=fp32_onnx_file,
-            calibration=calibration,
-            capabilities=capabilities,
-            cuda_options=cuda_options,
-        )
+    (float32 on "cuda" verified as ``fp32`` is)."""
 
     def reduced(dtype: str, device: str, *, tf32: bool = False) -> Callable[[Path], Runner]:
         if device == "cpu":
@@ -156,52 +138,29 @@ def encoder_variants(
     ]
 
 
-def _onnx_encoder_variants(
+def onnx_encoder_variants(
     *,
     fp32: Callable[[Path], Runner],
-    onnx_runner: Callable[[Path, str, Mapping[str, str] | None], Runner],
+    onnx_runner: OnnxRunner,
     fp32_onnx_file: Callable[[], Path],
     calibration: Sequence[Feed],
     capabilities: Capabilities,
     cuda_options: Mapping[str, str],
 ) -> list[Variant]:
-    """The ONNX encoder's variants: float32 and per-token int8 for a CPU; float32, TF32 and fp16 for CUDA,
-    each in sessions with the config's CUDA provider options and its own ``use_tf32``."""
-    strict, tf32 = with_use_tf32(cuda_options, tf32=False), with_use_tf32(cuda_options, tf32=True)
-
-    def int8(path: Path) -> Runner:
-        write_int8_per_token(
-            fp32_onnx_file(), path, calibration=calibration, reduce_range=not capabilities.cpu_vnni
-        )
-        return onnx_runner(path, "cpu", None)
-
-    def on_cuda(path: Path, what: str, options: dict[str, str]) -> Runner:
-        require_cuda_placement(path, calibration[0], what=what, cuda_options=options)
-        return onnx_runner(path, "cuda", options)
-
-    def float32_on_cuda(what: str, options: dict[str, str]) -> Callable[[Path], Runner]:
-        def build(path: Path) -> Runner:
-            fp32(path)
-            return on_cuda(path, what, options)
-
-        return build
-
-    def fp16(path: Path) -> Runner:
-        convert_fp16(fp32_onnx_file(), path)
-        return on_cuda(path, "onnx-fp16-cuda", strict)
+    """The ONNX encoder's variants (:func:`export.onnx_variants.onnx_file_variants`), int8 per token
+    calibrated on ``calibration``. ``onnx_runner(path, device, cuda_options)`` runs an ONNX file;
+    ``cuda_options``: the CUDA provider options the model's config serves."""
 
     def feed(batch: tuple[np.ndarray, np.ndarray]) -> dict[str, np.ndarray]:
         return dict(zip(calibration[0], batch, strict=True))  # a feed's names are the graph's inputs
 
-    def cuda(name: str, precision: str, build: Callable[[Path], Runner], options: dict[str, str]) -> Variant:
-        return Variant(
-            name=name, precision=precision, device="cuda", build=build, feed=feed, cuda_options=options
-        )
-
-    return [
-        Variant(name="onnx-fp32", precision="fp32", device="cpu", build=fp32, feed=feed),
-        Variant(name="onnx-int8-per-token", precision="int8", device="cpu", build=int8, feed=feed),
-        cuda("onnx-fp32-cuda", "fp32", float32_on_cuda("onnx-fp32-cuda", strict), strict),
-        cuda("onnx-tf32-cuda", "tf32", float32_on_cuda("onnx-tf32-cuda", tf32), tf32),
-        cuda("onnx-fp16-cuda", "fp16", fp16, strict),
-    ]
+    return onnx_file_variants(
+        fp32=fp32,
+        fp32_onnx_file=fp32_onnx_file,
+        int8=("onnx-int8-per-token", functools.partial(write_int8_per_token, calibration=calibration)),
+        run=onnx_runner,
+        feed=feed,
+        placement_feed=lambda: calibration[0],
+        capabilities=capabilities,
+        cuda_options=cuda_options,
+    )

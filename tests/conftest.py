@@ -52,21 +52,28 @@ def generated_bert() -> Callable[[Path, dict[str, int]], Path]:
 
 
 @pytest.fixture(scope="session")
-def encoder_templates() -> Callable[[Path], Path]:
-    """``copy(repository)``: the sentence-encoder kind's shipped configs and Python models (the scaffold's
-    starting point) and the helpers every Python model links, copied into a new ``repository`` without
-    any exported file."""
-    from tritonrepo.paths import REPOSITORY
+def encoder_project(
+    generated_bert: Callable[[Path, dict[str, int]], Path],
+) -> Callable[[Path, dict[str, int]], Path]:
+    """``make(root, size)``: the scaffold's starting point for a sentence encoder under ``root``:
+    ``model_repository/`` with the kind's shipped configs and Python models and the helpers every Python
+    model links (no exported file), ``model_descriptions/`` with MiniLM's description, and ``weights/``, a
+    generated BERT of ``size`` (:func:`generated_bert`)."""
+    from tritonrepo.paths import DESCRIPTIONS, REPOSITORY
     from tritonrepo.served_code import BATCHING_HELPER, PARAMETERS_HELPER
 
     exported = shutil.ignore_patterns("__pycache__", "*.onnx", "*.pt", "tokenizer.json", ".export.json")
 
-    def copy(repository: Path) -> Path:
+    def make(root: Path, size: dict[str, int]) -> Path:
+        repository, descriptions = root / "model_repository", root / "model_descriptions"
         repository.mkdir()
         for helper in (BATCHING_HELPER, PARAMETERS_HELPER):
             shutil.copyfile(REPOSITORY / helper, repository / helper)
         for name in ("text_tokenizer", "minilm_onnx", "text_embedder"):
             shutil.copytree(REPOSITORY / name, repository / name, symlinks=True, ignore=exported)
-        return repository
+        descriptions.mkdir()
+        shutil.copyfile(DESCRIPTIONS / "all_minilm_l6_v2.yaml", descriptions / "all_minilm_l6_v2.yaml")
+        generated_bert(root / "weights", size)
+        return root
 
-    return copy
+    return make

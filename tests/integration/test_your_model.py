@@ -24,7 +24,6 @@ from tritonlocal import LocalTritonServer, ServerConfig
 from tritonrepo.configs import load_model_config
 from tritonrepo.derive import derive_repository
 
-ROOT = Path(__file__).resolve().parents[2]
 SIZE = {"hidden_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 192}
 SENTENCES = [
     "A man is eating food.",
@@ -37,19 +36,10 @@ SENTENCES = [
 
 @pytest.fixture(scope="module")
 def project(
-    tmp_path_factory: pytest.TempPathFactory,
-    generated_bert: Callable[[Path, dict[str, int]], Path],
-    encoder_templates: Callable[[Path], Path],
+    tmp_path_factory: pytest.TempPathFactory, encoder_project: Callable[[Path, dict[str, int]], Path]
 ) -> Path:
     """A copy of the sentence-encoder kind's shipped configs (the scaffold's starting point)."""
-    root = tmp_path_factory.mktemp("project")
-    repository = root / "model_repository"
-    encoder_templates(repository)
-    (root / "model_descriptions").mkdir()
-    minilm = "all_minilm_l6_v2.yaml"
-    shutil.copyfile(ROOT / "model_descriptions" / minilm, root / "model_descriptions" / minilm)
-    generated_bert(root / "weights", SIZE)
-    return root
+    return encoder_project(tmp_path_factory.mktemp("project"), SIZE)
 
 
 def test_a_generated_encoder_goes_from_scaffold_to_served_embeddings_equal_to_eager_pytorch(

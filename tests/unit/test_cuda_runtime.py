@@ -14,7 +14,15 @@ import torch
 from google.protobuf import text_format
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from export import cuda_runtime, image_variants, onnx_graph, serving_runtime, serving_worker, text_variants
+from export import (
+    cuda_runtime,
+    image_variants,
+    onnx_graph,
+    onnx_variants,
+    serving_runtime,
+    serving_worker,
+    text_variants,
+)
 from export.common import ExportError, TensorSpec
 from export.cuda_runtime import provider_options, serving_mismatch, tf32_mode
 from export.device import Capabilities, CudaDevice
@@ -77,8 +85,7 @@ def sessions(monkeypatch: pytest.MonkeyPatch) -> dict[str, list]:
         opened["placement"].append((what, cuda_options))
 
     monkeypatch.setattr(onnx_graph, "session", session)
-    monkeypatch.setattr(image_variants, "require_cuda_placement", placement)
-    monkeypatch.setattr(text_variants, "require_cuda_placement", placement)
+    monkeypatch.setattr(onnx_variants, "require_cuda_placement", placement)
     return opened
 
 
@@ -88,11 +95,9 @@ def _fp32(path: Path) -> object:
 
 
 def _image_onnx_variants(two_layer_onnx: Path) -> list[Variant]:
-    return image_variants.classifier_variants(
-        "onnx",
-        model=torch.nn.Identity(),
-        pixels=PIXELS,
-        logits=LOGITS,
+    return image_variants.onnx_classifier_variants(
+        PIXELS,
+        LOGITS,
         fp32=_fp32,
         fp32_onnx_file=lambda: two_layer_onnx,
         calibration=lambda: np.zeros((2, 16), np.float32),
@@ -124,10 +129,8 @@ def test_each_onnx_encoder_variant_for_cuda_runs_with_the_configs_options_and_it
     sessions: dict[str, list], tmp_path: Path
 ) -> None:
     runners: list[tuple[str, object]] = []
-    variants = text_variants.encoder_variants(
-        "onnx",
+    variants = text_variants.onnx_encoder_variants(
         fp32=_fp32,
-        reduced_torchscript=lambda *_: pytest.fail("not a TorchScript file"),
         onnx_runner=lambda path, device, options: runners.append((device, options)),
         fp32_onnx_file=lambda: pytest.fail("fp16 is not built here"),
         calibration=[{"INPUT_IDS__0": np.zeros(3, np.int64), "ITEM_LENGTHS__1": np.array([3], np.int32)}],
@@ -237,17 +240,7 @@ def test_torchscript_classifier_variants_switch_tf32_on_only_for_the_tf32_varian
     monkeypatch.setattr(image_variants, "torchscript_runner", lambda path, device: _recorder(seen))
     monkeypatch.setattr(image_variants, "torchscript_file", lambda *args, **kwargs: _recorder(seen))
     monkeypatch.setattr(image_variants.efficientnet_lite, "fold_batch_norms", lambda model: model)
-    variants = image_variants.classifier_variants(
-        "torchscript",
-        model=torch.nn.Identity(),
-        pixels=PIXELS,
-        logits=LOGITS,
-        fp32=_fp32,
-        fp32_onnx_file=lambda: pytest.fail("no ONNX here"),
-        calibration=lambda: pytest.fail("no calibration here"),
-        capabilities=Capabilities(cpu_flags=ZEN4, cuda=A100),
-        cuda_options={},
-    )
+    variants = image_variants.torchscript_classifier_variants(torch.nn.Identity(), PIXELS, fp32=_fp32)
     cuda = [v for v in variants if v.device == "cuda"]
     assert [v.name for v in cuda] == [
         "torchscript-fp32-cuda",
@@ -271,16 +264,7 @@ def test_torchscript_encoder_variants_switch_tf32_on_only_for_the_tf32_variant(
         built.append((dtype, device))
         return _recorder(seen)
 
-    variants = text_variants.encoder_variants(
-        "torchscript",
-        fp32=_fp32,
-        reduced_torchscript=reduced,
-        onnx_runner=lambda *_: pytest.fail("not an ONNX file"),
-        fp32_onnx_file=lambda: pytest.fail("not an ONNX file"),
-        calibration=[],
-        capabilities=Capabilities(cpu_flags=ZEN4, cuda=A100),
-        cuda_options={},
-    )
+    variants = text_variants.torchscript_encoder_variants(fp32=_fp32, reduced_torchscript=reduced)
     for variant in variants:
         if variant.device == "cuda":
             variant.build(tmp_path / f"{variant.name}.pt")(np.zeros(1))

@@ -34,37 +34,30 @@ def _files() -> dict[str, list]:
     pixels = TensorSpec(name="PIXELS", dims=(3, 224, 224), dtype=float)
     logits = TensorSpec(name="LOGITS", dims=(1000,), dtype=float)
     capabilities = Capabilities(cpu_flags=ZEN4)
-
-    def text(kind: str) -> list:
-        return text_variants.encoder_variants(
-            kind,
+    return {
+        "minilm_onnx": text_variants.onnx_encoder_variants(
             fp32=_never,
-            reduced_torchscript=_never,
             onnx_runner=_never,
             fp32_onnx_file=_never,
             calibration=[],
             capabilities=capabilities,
             cuda_options={},
-        )
-
-    def image(kind: str) -> list:
-        return image_variants.classifier_variants(
-            kind,
-            model=torch.nn.Identity(),
-            pixels=pixels,
-            logits=logits,
+        ),
+        "minilm_torchscript": text_variants.torchscript_encoder_variants(
+            fp32=_never, reduced_torchscript=_never
+        ),
+        "efficientnet_lite0_onnx": image_variants.onnx_classifier_variants(
+            pixels,
+            logits,
             fp32=_never,
             fp32_onnx_file=_never,
             calibration=_never,
             capabilities=capabilities,
             cuda_options={},
-        )
-
-    return {
-        "minilm_onnx": text("onnx"),
-        "minilm_torchscript": text("torchscript"),
-        "efficientnet_lite0_onnx": image("onnx"),
-        "efficientnet_lite0_torchscript": image("torchscript"),
+        ),
+        "efficientnet_lite0_torchscript": image_variants.torchscript_classifier_variants(
+            torch.nn.Identity(), pixels, fp32=_never
+        ),
     }
 
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -27,7 +26,6 @@ import yaml
 from export import device, scaffold, text_variants
 from export.__main__ import main
 
-ROOT = Path(__file__).resolve().parents[2]
 SIZE = {"hidden_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 128}
 PRECISIONS = {
     "a_tiny": {"cpu": ["fp32", "int8"], "cuda": ["fp32"]},
@@ -38,19 +36,12 @@ PRECISIONS = {
 
 @pytest.fixture(scope="module")
 def project(
-    tmp_path_factory: pytest.TempPathFactory,
-    generated_bert: Callable[[Path, dict[str, int]], Path],
-    encoder_templates: Callable[[Path], Path],
+    tmp_path_factory: pytest.TempPathFactory, encoder_project: Callable[[Path, dict[str, int]], Path]
 ) -> Path:
     """Three scaffolded encoders (same weights) in a repository of their own, each described."""
-    root = tmp_path_factory.mktemp("project")
-    repository, templates, described = root / "repository", root / "templates", root / "descriptions"
-    encoder_templates(repository)
-    templates.mkdir()
-    shutil.copyfile(
-        ROOT / "model_descriptions" / "all_minilm_l6_v2.yaml", templates / "all_minilm_l6_v2.yaml"
-    )
-    weights = generated_bert(root / "weights", SIZE)
+    root = encoder_project(tmp_path_factory.mktemp("project"), SIZE)
+    repository, templates, weights = root / "model_repository", root / "model_descriptions", root / "weights"
+    described = root / "descriptions"
     described.mkdir()
     for name, allowed in PRECISIONS.items():
         argv = ["sentence_encoder", name, "--weights-path", str(weights), "--repository", str(repository)]
@@ -73,7 +64,7 @@ def exported(project: Path) -> tuple[int, str, str]:
         out, err = io.StringIO(), io.StringIO()
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             status = main(
-                ["--models", str(project / "descriptions"), "--repository", str(project / "repository")]
+                ["--models", str(project / "descriptions"), "--repository", str(project / "model_repository")]
                 + ["--records", str(project / "records")]
             )
     return status, out.getvalue(), err.getvalue()
@@ -90,7 +81,7 @@ def test_failing_variants_are_recorded_and_the_model_serves_what_passed(project:
     assert statuses["onnx-int8-per-token"] == ("error", "building: RuntimeError: the int8 rewrite crashed")
     status, reason = statuses["onnx-fp32-cuda"]
     assert status == "error" and reason.startswith("building: ExportError: ") and "CUDA provider" in reason
-    served = project / "repository" / "a_tiny_onnx" / "1"
+    served = project / "model_repository" / "a_tiny_onnx" / "1"
     assert sorted(p.name for p in served.iterdir()) == [".export.json", "model.onnx"]
     manifest = json.loads((served / ".export.json").read_text())
     assert manifest["precision"]["served"] == "onnx-fp32"
@@ -103,13 +94,13 @@ def test_a_model_with_no_passing_variant_is_recorded_with_why_and_writes_no_file
     assert record["served"] is None
     assert record["failure"].startswith("no variant passed for --precision auto (onnx-fp32-cuda: error")
     assert [c["status"] for c in record["candidates"] if c["variant"] == "onnx-fp32-cuda"] == ["error"]
-    assert not (project / "repository" / "b_tiny_onnx" / "1" / "model.onnx").exists()
+    assert not (project / "model_repository" / "b_tiny_onnx" / "1" / "model.onnx").exists()
 
 
 def test_the_models_after_a_failed_one_are_still_exported(project: Path, exported) -> None:
     _, out, _ = exported
     assert _record(project, "c_tiny_onnx")["served"] == "onnx-fp32"
-    assert (project / "repository" / "c_tiny_onnx" / "1" / "model.onnx").is_file()
+    assert (project / "model_repository" / "c_tiny_onnx" / "1" / "model.onnx").is_file()
     assert [line.split(":")[0] for line in out.splitlines() if ": done in " in line] == [
         "a_tiny",
         "b_tiny",

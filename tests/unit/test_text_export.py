@@ -309,7 +309,7 @@ def test_per_tensor_int8_fails_the_corpus_gate_and_is_not_served(
         (tmp_path / name).mkdir()
         shutil.copyfile(DEPLOYABLE / name / "config.pbtxt", tmp_path / name / "config.pbtxt")
 
-    def variants(kind: str, *, fp32, fp32_onnx_file, onnx_runner, **_) -> list[Variant]:
+    def variants(*, fp32, fp32_onnx_file, onnx_runner, **_) -> list[Variant]:
         def per_tensor(path: Path):
             quantize_dynamic(str(fp32_onnx_file()), str(path), per_channel=False, weight_type=QuantType.QInt8)
             return onnx_runner(path, "cpu", None)
@@ -319,7 +319,7 @@ def test_per_tensor_int8_fails_the_corpus_gate_and_is_not_served(
             Variant(name="onnx-int8-per-tensor", precision="int8", device="cpu", build=per_tensor),
         ]
 
-    monkeypatch.setattr(text_variants, "encoder_variants", variants)
+    monkeypatch.setattr(text_variants, "onnx_encoder_variants", variants)
     destination = tmp_path / "minilm_onnx" / "1" / "model.onnx"
     capabilities = Capabilities(cpu_flags=frozenset({"avx512_vnni"}))
     onnx_only = dataclasses.replace(MINILM, served=MINILM.served[:1])
