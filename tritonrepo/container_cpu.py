@@ -143,14 +143,14 @@ def write_variant(
         if config != entry.config:
             result.moved_to_cpu.append(name)
         folder = target / name
-        shutil.copytree(entry.path, folder, ignore=_not_served)
+        shutil.copytree(entry.path, folder, ignore=not_served)
         header = HEADER.format(kind=kind, source=f"{source.name}/{name}/config.pbtxt")
         (folder / "config.pbtxt").write_text(header + format_config(config))
         result.written.append(name)
     return result
 
 
-def _not_served(_folder: str, names: list[str]) -> set[str]:
+def not_served(_folder: str, names: list[str]) -> set[str]:
     """Caches and hidden files, except the export's manifests: the server's start-up check reads where
     each exported file was gated from them (deploy/tritonserver/gpu_class_check.py)."""
     return {n for n in names if n == "__pycache__" or (n.startswith(".") and n != EXPORT_MANIFEST)}

@@ -9,6 +9,8 @@ statistics, onnxruntime profiles). Quick mode takes about 8 minutes on 2 cores, 
     python -m loadtest.bench --mode quick --only ragged         # one experiment, by its registry key
     python -m loadtest.bench --mode quick --only batching,sweeps --models image_classifier_lite2
     python -m loadtest.bench --mode gpu [--dry-run]             # on a CUDA machine (loadtest/bench/gpu/)
+    python -m loadtest.bench --mode gpu --url http://tritonserver-bench:8000   # a running server
+    python -m loadtest.bench --mode gpu --write-repository build/bench_repository   # what it serves
 
 The served experiments run against a repository derived for the run
 (:mod:`tritonrepo.variants`) holding the public models and their variants side by
@@ -38,7 +40,7 @@ from loadtest.load import environment
 from loadtest.progress import Progress
 from loadtest.report.markdown import write_report
 from tritonrepo.commands import EXIT_FAILED, EXIT_OK, EXIT_USAGE, command_parser
-from tritonrepo.paths import BUILD, REPORTS, REPOSITORY, ROOT
+from tritonrepo.paths import BUILD, PRECISION_RECORDS, REPORTS, REPOSITORY, ROOT
 
 logger = logging.getLogger(__name__)
 
@@ -82,11 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
         default="quick",
         help="quick (about 8 min on 2 cores), full (about 45 min), gpu (on a CUDA machine)",
     )
-    parser.add_argument(
-        "--dry-run",
-        action="store_true",
-        help="--mode gpu only: the same plan on the CPU with tiny counts (KIND_CPU, no export)",
-    )
+    _add_gpu_options(parser)
     parser.add_argument("--output", type=Path, default=REPORTS, help="the folder the run's folder goes in")
     parser.add_argument(
         "--run-id", default=None, help="folder name under --output; None: the start time and the mode"
@@ -114,6 +112,38 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _add_gpu_options(parser: argparse.ArgumentParser) -> None:
+    """The options of ``--mode gpu`` (loadtest/bench/gpu/)."""
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="--mode gpu only: the same plan on the CPU with tiny counts (KIND_CPU, the export in fp32)",
+    )
+    parser.add_argument(
+        "--url",
+        default=None,
+        help="--mode gpu only: measure the running tritonserver at this URL (http://HOST:PORT), which serves "
+        "the --write-repository variants, instead of exporting and starting the local server",
+    )
+    parser.add_argument(
+        "--grpc-url", default=None, help="with --url: the server's gRPC endpoint; None: its host, port 8001"
+    )
+    parser.add_argument(
+        "--records",
+        type=Path,
+        default=None,
+        help=f"with --url or --write-repository: the export's precision records; None: {PRECISION_RECORDS}",
+    )
+    parser.add_argument(
+        "--write-repository",
+        type=Path,
+        default=None,
+        metavar="FOLDER",
+        help="--mode gpu only: write the GPU plan's variants with the models' own configurations for "
+        "NVIDIA's container into FOLDER (files copied), and measure nothing",
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -122,7 +152,14 @@ def main(argv: list[str] | None = None) -> int:
     level = logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     run_id = args.run_id or datetime.now(timezone.utc).strftime(f"%Y%m%dT%H%M%SZ-{args.mode}")
-    if args.mode == GPU_MODE or args.dry_run:
+    if (
+        args.mode == GPU_MODE
+        or args.dry_run
+        or args.url
+        or args.grpc_url
+        or args.records
+        or args.write_repository
+    ):
         return _gpu(args, run_id)
     try:
         options = BenchOptions(
@@ -140,20 +177,48 @@ def main(argv: list[str] | None = None) -> int:
 
 def _gpu(args: argparse.Namespace, run_id: str) -> int:
     from loadtest.bench.gpu import run as gpu_run
+    from loadtest.bench.gpu.plan import write_repository
+    from loadtest.bench.gpu.server import server_urls
     from loadtest.bench.gpu.stage import GpuBenchError
 
-    if args.mode != GPU_MODE or args.skip or args.only or args.models:
-        print(
-            "error: --dry-run goes with --mode gpu, which takes no --skip, --only or --models",
-            file=sys.stderr,
-        )
+    problem = _gpu_usage_problem(args)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return EXIT_USAGE
+    records = args.records or PRECISION_RECORDS
+    try:
+        if args.write_repository is not None:
+            written = write_repository(args.write_repository, source=REPOSITORY, records=records)
+            print(f"wrote {len(written)} models into {args.write_repository}: {', '.join(sorted(written))}")
+            return EXIT_OK
+        urls = server_urls(args.url, args.grpc_url) if args.url else None
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        report = gpu_run.run(dry_run=args.dry_run, output=args.output, run_id=run_id)
+        report = gpu_run.run(
+            dry_run=args.dry_run, output=args.output, run_id=run_id, urls=urls, records=records
+        )
     except GpuBenchError as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_FAILED
     return finished(report)
+
+
+def _gpu_usage_problem(args: argparse.Namespace) -> str | None:
+    """What is wrong with the options of a GPU run, or None."""
+    if args.mode != GPU_MODE or args.skip or args.only or args.models:
+        return (
+            "--dry-run, --url and --write-repository go with --mode gpu, which takes no --skip, --only "
+            "or --models"
+        )
+    if args.grpc_url and not args.url:
+        return "--grpc-url goes with --url"
+    if args.records and not (args.url or args.write_repository):
+        return "--records goes with --url or --write-repository (a run without --url exports its own)"
+    if args.write_repository and (args.url or args.dry_run):
+        return "--write-repository writes the GPU plan's repository and measures nothing: give it alone"
+    return None
 
 
 def finished(report: Path) -> int:

@@ -68,13 +68,36 @@ class PerfSession:
         cls, server: LocalTritonServer, *, repository: Path, raw: Path, settings: PerfSettings
     ) -> PerfSession:
         """A session on ``server``, perf_analyzer's files under ``raw``/perf_analyzer."""
+        return cls.for_urls(
+            server.http_url,
+            server.grpc_url,
+            repository=repository,
+            raw=raw,
+            settings=settings,
+            server_pid=server.pid,
+        )
+
+    @classmethod
+    def for_urls(
+        cls,
+        http_url: str,
+        grpc_url: str,
+        *,
+        repository: Path,
+        raw: Path,
+        settings: PerfSettings,
+        server_pid: int | None = None,
+    ) -> PerfSession:
+        """A session on the server at ``http_url`` / ``grpc_url`` (``host:port``), perf_analyzer's files
+        under ``raw``/perf_analyzer. ``server_pid``: None for a server of another host or container, whose
+        processes' CPU time is then not sampled."""
         return cls(
-            http_url=server.http_url,
-            grpc_url=server.grpc_url,
+            http_url=http_url,
+            grpc_url=grpc_url,
             repository=repository,
             out_dir=raw / "perf_analyzer",
             settings=settings,
-            server_pid=server.pid,
+            server_pid=server_pid,
         )
 
     def input_data(self, model: str) -> InputData:

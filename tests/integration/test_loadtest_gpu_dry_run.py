@@ -17,6 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from loadtest.bench.gpu.server import LOCAL_LABEL
 from loadtest.tune.analyzer import prepare
 from loadtest.tune.plan import make_plan
 
@@ -69,6 +70,18 @@ def test_the_dry_run_exports_into_its_copy_on_the_cpu_and_reports_no_error(
     assert "Dry run on the CPU" in report and "(dry run: not a verdict)" in report
     assert "python -m export --served-on cpu" in report
     assert (folder / "raw" / "tritonserver.log").is_file() and (folder / "raw" / "perf_analyzer").is_dir()
+
+
+def test_the_report_says_the_local_server_runs_the_files_in_the_python_backend(
+    dry_run: tuple[Path, dict],
+) -> None:
+    folder, results = dry_run
+    server = results["server"]
+    assert server["kind"] == "local" and server["label"] == LOCAL_LABEL
+    assert server["models"]["minilm_onnx"] == "python" and server["version"] == "2.51.0"
+    report = (folder / "report.md").read_text()
+    assert "the local tritonserver from the nvidia-pytriton wheel" in report
+    assert "do not describe a compose deployment" in report and "| minilm_onnx | python |" in report
 
 
 def test_batching_precision_and_instances_are_measured_side_by_side(dry_run: tuple[Path, dict]) -> None:

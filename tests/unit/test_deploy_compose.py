@@ -263,11 +263,12 @@ def test_the_admin_key_has_no_default(raw_compose: dict) -> None:
 
 
 def test_every_mounted_host_path_exists_except_outputs(compose: dict) -> None:
-    outputs = {"./reports", "./build"}  # written at run time
+    outputs = ("./reports", "./build")  # written at run time, with everything under them
     for name, service in compose["services"].items():
         for volume in service.get("volumes", []):
             source = volume.split(":")[0]
-            if source.startswith(".") and source not in outputs:
+            written = any(source == o or source.startswith(o + "/") for o in outputs)
+            if source.startswith(".") and not written:
                 assert (ROOT / source).exists(), f"{name} mounts {source}, which does not exist"
         build = service.get("build")
         if build:
@@ -338,6 +339,63 @@ def test_locust_points_at_the_projects_locustfile_in_both_profiles(compose: dict
     assert "--headless" not in services["locust-master"]["command"]
     assert services["locust-worker"]["command"][-1] == "locust-master"
     assert "locust-master" in services["locust-headless"]["networks"]["default"]["aliases"]
+
+
+def test_the_bench_profile_serves_the_benchmarks_repository_as_the_deployed_server_does(
+    compose: dict,
+) -> None:
+    services = compose["services"]
+    assert {name for name, s in services.items() if s.get("profiles") == ["bench"]} == {
+        "bench-repository", "tritonserver-bench", "bench-gpu"
+    }  # fmt: skip
+    server, bench_server = services["tritonserver"], services["tritonserver-bench"]
+    same = ("image", "build", "healthcheck", "shm_size", "ulimits", "deploy", "stop_grace_period")
+    assert {k: bench_server[k] for k in same} == {k: server[k] for k in same}, "the image and checks"
+    # The same command but for model-config, which perf_analyzer reads over gRPC without a header.
+    key = RUNTIME_ENV["TRITON_ADMIN_KEY"]
+    restricted = {
+        "--http-restricted-api": RESTRICTED_HTTP_APIS,
+        "--grpc-restricted-protocol": RESTRICTED_GRPC_PROTOCOLS,
+    }
+    open_config = [
+        f"{flag}={','.join(a for a in apis if a != 'model-config')}:{ADMIN_HEADER}={key}"
+        for flag, apis in restricted.items()
+    ]
+    deployed = [arg for arg in server["command"] if arg.split("=")[0] not in restricted]
+    assert [a for a in bench_server["command"] if a.split("=")[0] not in restricted] == deployed
+    assert [a for a in bench_server["command"] if a.split("=")[0] in restricted] == open_config
+    assert bench_server["volumes"] == ["./build/bench_repository:/models:ro"]
+    assert not bench_server["ports"], "on the internal network only: bench-gpu reaches it by name"
+    assert bench_server["depends_on"] == {"bench-repository": {"condition": "service_completed_successfully"}}
+    assert bench_server["environment"]["TRITON_ADMIN_KEY"] == RUNTIME_ENV["TRITON_ADMIN_KEY"]
+    writer = services["bench-repository"]
+    assert writer["command"] == [
+        "python", "-m", "loadtest.bench", "--mode", "gpu", "--write-repository", "build/bench_repository"
+    ]  # fmt: skip
+    assert writer["depends_on"]["export"]["condition"] == "service_completed_successfully"
+    assert ".:/workspace" in writer["volumes"] and writer["build"]["target"] == "bench"
+    # The export keeps its records in the checkout, where the writer and the run read them.
+    assert "./build/precision:/workspace/build/precision" in services["export"]["volumes"]
+
+
+def test_the_bench_run_measures_the_bench_server_by_url_after_its_health_check(compose: dict) -> None:
+    from loadtest.bench.gpu.plan import GPU, measured_models, variants
+    from loadtest.bench.gpu.server import server_urls
+
+    bench = compose["services"]["bench-gpu"]
+    assert bench["depends_on"] == {"tritonserver-bench": {"condition": "service_healthy"}}
+    script = bench["command"][-1]
+    assert bench["command"][:2] == ["sh", "-c"]
+    assert script.startswith("python -m loadtest.bench.gpu.preflight && exec python -m loadtest.bench ")
+    url = re.search(r"--url (\S+)", script)
+    assert url and "--mode gpu" in script
+    urls = server_urls(url[1])
+    assert (urls.http_url, urls.grpc_url) == ("tritonserver-bench:8000", "tritonserver-bench:8001")
+    assert bench["deploy"]["resources"]["reservations"]["devices"][0]["capabilities"] == ["gpu"]
+    required = compose["services"]["tritonserver-bench"]["environment"]["TRITON_REQUIRED_MODELS"].split(",")
+    _, arms = variants(GPU, ROOT / "model_repository", ROOT / "no-records")  # no records: fp32 served
+    assert set(required) <= set(measured_models(arms)), "the health check waits for what the run measures"
+    assert {"text_embedder", "text_embedder__nobatch"} <= set(required)
 
 
 def test_the_cpu_override_drops_the_gpu_and_serves_the_cpu_variant(versions: dict[str, str]) -> None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -231,3 +234,102 @@ def test_a_batcher_override_of_a_model_outside_the_clone_is_refused(tmp_path: Pa
     )
     with pytest.raises(ValueError, match="image_preprocess, which text_embedder does not call"):
         build_repository(SOURCE, tmp_path / "repo", [variant], total_threads=2)
+
+
+@pytest.fixture
+def small_source(tmp_path: Path) -> Path:
+    """The text pipeline's folders of model_repository/ (configs, warm-up data, the helpers linked beside
+    the tokenizer as in the real repository), with a small stand-in for the encoder's exported file and
+    its manifest: these tests are about which files go where, not about running them."""
+    source = tmp_path / "source"
+    for name in ("text_embedder", "text_tokenizer", "minilm_onnx"):
+        ignore = shutil.ignore_patterns("*.onnx", "*.pt", "tokenizer.json", ".export.json", "__pycache__")
+        shutil.copytree(SOURCE / name, source / name, symlinks=True, ignore=ignore)
+    for helper in SOURCE.glob("pybackend_*.py"):
+        shutil.copyfile(helper, source / helper.name)
+    (source / "minilm_onnx" / "1" / "model.onnx").write_bytes(b"the served file")
+    manifest = {"artifact": "model.onnx", "artifact_sha256": "served", "gated_on": {"device": "cuda"}}
+    (source / "minilm_onnx" / "1" / ".export.json").write_text(json.dumps(manifest))
+    return source
+
+
+NATIVE_VARIANTS = [
+    Variant(model="text_embedder"),
+    Variant(model="text_embedder", suffix="__nobatch", batching=False),
+    Variant(model="text_embedder", suffix="__x1", instances=1),
+]
+
+
+def test_a_native_repository_keeps_each_models_own_config_with_only_the_variants_change(
+    small_source: Path, tmp_path: Path
+) -> None:
+    target = tmp_path / "bench"
+    build_repository(small_source, target, NATIVE_VARIANTS, total_threads=2, derive=False)
+    original = parse_config(small_source / "minilm_onnx" / "config.pbtxt")
+    nobatch = parse_config(target / "minilm_onnx__nobatch" / "config.pbtxt")
+    assert nobatch.platform == original.platform == "onnxruntime_onnx" and nobatch.backend == ""
+    assert not nobatch.HasField("dynamic_batching") and original.HasField("dynamic_batching")
+    assert "runtime" not in nobatch.parameters, "not the derived Python-backend runner"
+    assert list(nobatch.instance_group) == list(original.instance_group)  # KIND_GPU, count 2
+    assert list(nobatch.model_warmup) == list(original.model_warmup), "every warm-up batch kept"
+    single = parse_config(target / "minilm_onnx__x1" / "config.pbtxt")
+    assert [(g.kind, g.count) for g in single.instance_group] == [(original.instance_group[0].kind, 1)]
+    assert single.dynamic_batching == original.dynamic_batching
+    unchanged = parse_config(target / "minilm_onnx" / "config.pbtxt")
+    unchanged.name = original.name
+    assert unchanged == original
+    ensemble = parse_config(target / "text_embedder__nobatch" / "config.pbtxt")
+    steps = [s.model_name for s in ensemble.ensemble_scheduling.step]
+    assert steps == ["text_tokenizer__nobatch", "minilm_onnx__nobatch"]
+    tokenizer = parse_config(target / "text_tokenizer__x1" / "config.pbtxt")  # not an exported model:
+    tokenizer.name = "text_tokenizer"  # its instances stay as they are
+    assert tokenizer == parse_config(small_source / "text_tokenizer" / "config.pbtxt")
+
+
+def test_a_native_repository_copies_its_files_for_a_container_of_its_own(
+    small_source: Path, tmp_path: Path
+) -> None:
+    target = tmp_path / "bench"
+    build_repository(small_source, target, NATIVE_VARIANTS, total_threads=2, derive=False)
+    links = [p for p in target.rglob("*") if p.is_symlink()]
+    assert not links, f"a container mounting only {target.name} would find these dangling: {links}"
+    helper = target / "text_tokenizer__nobatch" / "1" / "pybackend_batching.py"
+    assert (small_source / "text_tokenizer" / "1" / "pybackend_batching.py").is_symlink()
+    assert helper.read_text() == (small_source / "pybackend_batching.py").read_text()
+    for clone in ("minilm_onnx", "minilm_onnx__nobatch", "minilm_onnx__x1"):
+        assert (target / clone / "1" / "model.onnx").read_bytes() == b"the served file"
+        assert (target / clone / "1" / ".export.json").is_file(), "the start-up check reads it"
+        assert (target / clone / "warmup" / "tokens_256.int64").is_file()
+        assert not (target / clone / "local_cpu.pbtxt").exists(), "the local CPU settings stay local"
+
+
+def test_a_native_fp32_clone_serves_the_kept_file_under_the_configs_file_name(
+    small_source: Path, tmp_path: Path
+) -> None:
+    kept = tmp_path / "precision" / "minilm_onnx" / "onnx-fp32.onnx"
+    kept.parent.mkdir(parents=True)
+    kept.write_bytes(b"the kept fp32 file")
+    fp32 = Variant(
+        model="text_embedder", suffix="__fp32", parameters=(("minilm_onnx", "model_filename", str(kept)),)
+    )
+    target = tmp_path / "bench"
+    build_repository(
+        small_source, target, [Variant(model="text_embedder"), fp32], total_threads=2, derive=False
+    )
+    assert (target / "minilm_onnx__fp32" / "1" / "model.onnx").read_bytes() == b"the kept fp32 file"
+    assert (target / "minilm_onnx" / "1" / "model.onnx").read_bytes() == b"the served file"
+    config = parse_config(target / "minilm_onnx__fp32" / "config.pbtxt")
+    assert "model_filename" not in config.parameters and config.default_model_filename == "model.onnx"
+    manifest = json.loads((target / "minilm_onnx__fp32" / "1" / ".export.json").read_text())
+    assert manifest["artifact"] == "model.onnx" and manifest["gated_on"] == {"device": "cuda"}
+    assert manifest["artifact_sha256"] == hashlib.sha256(b"the kept fp32 file").hexdigest()
+    assert manifest["copied_from"] == "onnx-fp32.onnx"
+    derived = tmp_path / "derived"  # the local flavour of the same variant: the runner reads the parameter
+    build_repository(small_source, derived, [fp32], total_threads=2)
+    runner = parse_config(derived / "minilm_onnx__fp32" / "config.pbtxt")
+    assert runner.backend == "python" and runner.parameters["model_filename"].string_value == str(kept)
+
+
+def test_a_repository_is_never_written_over_its_source(small_source: Path) -> None:
+    with pytest.raises(ValueError, match="is the source repository"):
+        build_repository(small_source, small_source, NATIVE_VARIANTS, total_threads=2, derive=False)

@@ -14,7 +14,7 @@ from pathlib import Path
 from export.records import kept_file, served_variant
 from loadtest.load.perf import PerfSettings
 from tritonrepo.configs import exported_step, load_repository
-from tritonrepo.variants import Variant
+from tritonrepo.variants import Variant, build_repository, closure
 
 ROUTES = {"onnx": "text_embedder", "torchscript": "text_embedder_torchscript"}  # route -> ensemble
 TEXT_MODEL = ROUTES["onnx"]
@@ -120,3 +120,24 @@ def variants(plan: GpuPlan, source: Path, records: Path) -> tuple[list[Variant],
             served.append(Variant(model=ensemble, suffix=FP32, parameters=parameters))
             arms["precision"][f"{route}: fp32"] = ensemble + FP32
     return served, arms
+
+
+def measured_models(arms: dict[str, dict[str, str]]) -> list[str]:
+    """The models perf_analyzer is pointed at, each once: every arm of every experiment."""
+    return list(dict.fromkeys(model for experiment in arms.values() for model in experiment.values()))
+
+
+def served_models(served: list[Variant], source: Path) -> list[str]:
+    """Every model the variants serve (each clone's steps included), each once."""
+    models = load_repository(source)
+    names = (name + v.suffix for v in served for name in closure(models, v.model))
+    return list(dict.fromkeys(names))
+
+
+def write_repository(target: Path, *, source: Path, records: Path, plan: GpuPlan = GPU) -> dict[str, str]:
+    """The benchmark's variants of ``source`` for NVIDIA's container, in ``target``: each model's own
+    configuration with only its variant's change, files copied (compose mounts it into the container).
+    ``records``: the export's precision records (the fp32 file it kept beside a reduced precision).
+    Returns served model -> sha256 of its config."""
+    served, _ = variants(plan, source, records)
+    return build_repository(source, target, served, total_threads=1, derive=False)

@@ -71,6 +71,26 @@ def minimal_table(results: list[dict]) -> list[str]:
     return lines
 
 
+def server_lines(results: dict) -> list[str]:
+    """Which tritonserver the figures describe: its label, URL and version, and each measured model's
+    platform or backend as that server reported it."""
+    server = results.get("server", {})
+    lines = [f"Measured: {server.get('label', 'unknown')}."]
+    if server.get("url"):
+        lines += ["", f"URL `{server['url']}`, tritonserver {server.get('version', 'unknown')}."]
+    if server.get("kind") == "url":  # a server in its own container or on another host
+        lines += [
+            "",
+            "Its processes are not this machine's: their CPU time is not sampled, and the figures here "
+            "are the client's and the server's statistics API's.",
+        ]
+    models = server.get("models", {})
+    if models:
+        lines += ["", "| model | platform / backend (from the server) |", "|---|---|"]
+        lines += [f"| {model} | {backend} |" for model, backend in models.items()]
+    return lines
+
+
 def write_gpu_report(folder: Path) -> Path:
     results = json.loads((folder / "results.json").read_text())
     served = results.get("served", {})
@@ -87,9 +107,17 @@ def write_gpu_report(folder: Path) -> Path:
             "",
             "**Dry run on the CPU**: the plan's plumbing with tiny counts; no figure here is a measurement.",
         ]
+    lines += ["", "## The server measured", ""] + server_lines(results)
     export = results.get("export", {})
-    took = f" in {export['seconds']} s (log: `raw/{export['log']}`)" if export.get("seconds") else ""
-    lines += ["", "## Export on this device", "", f"`{export.get('command') or '-'}`{took}", ""]
+    if export.get("command"):
+        took = f" in {export['seconds']} s (log: `raw/{export['log']}`)" if export.get("seconds") else ""
+        lines += ["", "## Export on this device", "", f"`{export['command']}`{took}", ""]
+    else:
+        lines += ["", "## Precision records of the served files", ""]
+        lines += [
+            f"No export in this run: the records of the export that wrote them, `{export.get('records')}`.",
+            "",
+        ]
     lines += [results.get("precision_section", ""), ""]
     for key, title in (
         ("batching", "Dynamic batching on vs off"),
@@ -106,9 +134,12 @@ def write_gpu_report(folder: Path) -> Path:
     lines += minimal_table(served["minimal"]) if "minimal" in served else ["not measured (see Errors)"]
     analyzer = results.get("analyzer")
     lines += ["", "## Model Analyzer: queue delay and instances on this device", ""]
-    lines += [
-        f"`{analyzer['command']}`: [{analyzer['summary']}]({analyzer['summary']})" if analyzer else "not run"
-    ]
+    if analyzer:
+        lines += [f"`{analyzer['command']}`: [{analyzer['summary']}]({analyzer['summary']})"]
+    else:
+        lines += [
+            f"Model Analyzer {results['analyzer_skipped']}" if "analyzer_skipped" in results else "not run"
+        ]
     lines += ["", "## Targets", ""] + _targets(results, ratio)
     lines += ["", "## Errors", ""] + ([f"- {e}" for e in results.get("errors", [])] or ["none"])
     path = folder / "report.md"

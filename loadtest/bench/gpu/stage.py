@@ -19,7 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from loadtest.baselines.pipelines import ExportedModel, served_file
-from loadtest.bench.gpu.plan import TEXT_MODEL, GpuPlan, encoder_of, variants
+from loadtest.bench.gpu import server as server_facts
+from loadtest.bench.gpu.plan import TEXT_MODEL, GpuPlan, encoder_of, served_models, variants
+from loadtest.bench.gpu.server import ServerUrls
 from loadtest.experiments import inprocess, minimal
 from loadtest.experiments.served import PerfSession, ServedPoint, arms_experiment
 from loadtest.load import environment
@@ -93,12 +95,12 @@ def prepare_repository(plan: GpuPlan, source: Path, work: Path, raw: Path) -> tu
 
 
 def serve_and_measure(plan: GpuPlan, repository: Path, records: Path, work: Path, raw: Path) -> dict:
+    """The variants derived into one local tritonserver (the nvidia-pytriton wheel's) and measured."""
     cores = os.cpu_count() or 1
     served, arms = variants(plan, repository, records)
     hashes = build_repository(
         repository, work / "served", served, total_threads=cores, gpu_available=plan.kind == "KIND_GPU"
     )
-    result: dict[str, Any] = {"served_config_sha256": hashes, "arms": arms}
     config = ServerConfig(
         model_repository=work / "served",
         log_path=raw / "tritonserver.log",
@@ -106,11 +108,35 @@ def serve_and_measure(plan: GpuPlan, repository: Path, records: Path, work: Path
         startup_timeout_s=900,
     )
     with LocalTritonServer(config) as server:
-        result["versions"] = environment.versions(server.http_url)
+        models = served_models(served, repository)
+        result = {
+            "server": server_facts.describe(server.http_url, models, label=server_facts.LOCAL_LABEL),
+            "served_config_sha256": hashes,
+        }
         session = PerfSession.for_server(server, repository=repository, raw=raw, settings=plan.perf)
-        experiments = _experiments(plan, session, repository, arms, server.http_url, raw)
-        for key, run in experiments.items():
-            _attempt(result, key, run)
+        result |= measure(plan, session, repository, arms, raw)
+    return result
+
+
+def measure_at(plan: GpuPlan, urls: ServerUrls, repository: Path, records: Path, raw: Path) -> dict:
+    """The plan measured against the running server at ``urls``, which serves the variants (checked by
+    the caller); ``repository`` holds the files it serves, for the in-process half and the alternative.
+    The server's processes are not this machine's to sample: no server CPU figures."""
+    served, arms = variants(plan, repository, records)
+    models = served_models(served, repository)
+    label = server_facts.URL_LABEL.format(url=f"http://{urls.http_url}")
+    result = {"server": server_facts.describe(urls.http_url, models, label=label)}
+    session = PerfSession.for_urls(
+        urls.http_url, urls.grpc_url, repository=repository, raw=raw, settings=plan.perf
+    )
+    return result | measure(plan, session, repository, arms, raw)
+
+
+def measure(plan: GpuPlan, session: PerfSession, repository: Path, arms: dict, raw: Path) -> dict:
+    """Every experiment against ``session``'s server; one that fails is recorded and the next runs."""
+    result: dict[str, Any] = {"arms": arms, "versions": environment.versions(session.http_url)}
+    for key, run in _experiments(plan, session, repository, arms, session.http_url, raw).items():
+        _attempt(result, key, run)
     return result
 
 

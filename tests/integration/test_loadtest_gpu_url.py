@@ -1,0 +1,125 @@
+"""The GPU benchmark's plan against a running server (``python -m loadtest.bench --mode gpu --dry-run
+--url URL``), as the compose profile bench runs it against tritonserver-bench: here the server is the real
+local tritonserver, started by the test on the benchmark's repository in its derived (local) flavour.
+The command exports nothing and starts no tritonserver of its own; the report names the server it
+measured. A server without the variants, or one that hides its model configs behind the admin key, is
+refused with what to run instead."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from loadtest.bench.gpu.plan import DRY_RUN, measured_models, variants
+from loadtest.bench.gpu.server import COMPOSE_BENCH, config_restricted, not_ready
+from loadtest.bench.run import main
+from tritonlocal import LocalTritonServer, ServerConfig
+from tritonrepo.paths import PRECISION_RECORDS, REPOSITORY
+from tritonrepo.variants import Variant, build_repository
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def bench_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTritonServer]:
+    folder = tmp_path_factory.mktemp("bench-server")
+    served, _ = variants(DRY_RUN, REPOSITORY, PRECISION_RECORDS)
+    build_repository(REPOSITORY, folder / "repository", served, total_threads=os.cpu_count() or 1)
+    config = ServerConfig(
+        model_repository=folder / "repository",
+        log_path=folder / "tritonserver.log",
+        startup_timeout_s=600,
+    )
+    with LocalTritonServer(config) as server:  # stopped on leaving, a failing test included
+        yield server
+
+
+@pytest.fixture(scope="module")
+def url_run(
+    bench_server: LocalTritonServer, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, dict, str]:
+    output = tmp_path_factory.mktemp("gpu-url-bench")
+    run_id = f"gpu-url-test-{os.getpid()}"
+    url = f"http://{bench_server.http_url}"
+    command = [sys.executable, "-m", "loadtest.bench", "--mode", "gpu", "--dry-run", "--url", url]
+    command += ["--grpc-url", bench_server.grpc_url, "--records", str(PRECISION_RECORDS)]
+    command += ["--output", str(output), "--run-id", run_id]
+    done = subprocess.run(
+        command,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    folder = output / run_id
+    return folder, json.loads((folder / "results.json").read_text()), url
+
+
+def test_the_url_run_names_the_server_and_the_backends_it_measured(url_run: tuple[Path, dict, str]) -> None:
+    folder, results, url = url_run
+    server = results["server"]
+    assert server["kind"] == "url" and server["url"] == url
+    assert server["version"] == "2.51.0", "from the server's /v2 metadata"
+    # The local server runs the exported files in the Python backend; the server itself says so.
+    assert server["models"]["minilm_onnx"] == "python" and server["models"]["text_embedder"] == "ensemble"
+    assert server["models"]["minilm_onnx__nobatch"] == "python"
+    report = (folder / "report.md").read_text()
+    assert f"URL `{url}`, tritonserver 2.51.0." in report and "| minilm_onnx | python |" in report
+    assert "CPU time is not sampled" in report
+    assert results["errors"] == [], results["errors"]
+
+
+def test_the_url_run_measures_batching_on_and_off_against_that_server(
+    url_run: tuple[Path, dict, str],
+) -> None:
+    _, results, _ = url_run
+    served = results["served"]
+    cells = {(p["arm"], p["perf"]["concurrency"]) for p in served["batching"]}
+    assert cells == {(a, c) for a in ("batching on", "batching off") for c in DRY_RUN.batching_concurrency}
+    assert all(p["perf"]["throughput_per_s"] > 0 for p in served["batching"])
+    assert all(p["server_cpu_cores"] is None for p in served["batching"]), "not this run's process to sample"
+    assert {p["arm"] for p in served["instances"]} == {"1 instance per device", "2 instances per device"}
+    assert served["served_vs_inprocess"]["inprocess"], "the in-process half runs in the bench's process"
+    assert any(o["label"] == "Triton (text_embedder)" for o in served["minimal"])
+
+
+def test_the_url_run_exports_nothing_and_skips_model_analyzer(url_run: tuple[Path, dict, str]) -> None:
+    folder, results, _ = url_run
+    assert results["export"] == {"records": str(PRECISION_RECORDS)} and "analyzer" not in results
+    assert "Model Analyzer starts a tritonserver of its own" in results["analyzer_skipped"]
+    report = (folder / "report.md").read_text()
+    assert "Model Analyzer skipped" in report and "No export in this run" in report
+    assert not (ROOT / "build" / "bench" / results["run_id"]).exists(), "no copy, no derived repository"
+
+
+def test_a_server_without_the_variants_is_refused_naming_each_and_what_serves_them(
+    bench_server: LocalTritonServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    build_repository(REPOSITORY, tmp_path / "plain", [Variant(model="text_embedder")], total_threads=1)
+    config = ServerConfig(
+        model_repository=tmp_path / "plain",
+        log_path=tmp_path / "tritonserver.log",
+        generate_admin_key=True,  # every restricted API behind the key, as the deployment's server
+        startup_timeout_s=600,
+    )
+    with LocalTritonServer(config) as plain:
+        url = f"http://{plain.http_url}"
+        argv = ["--mode", "gpu", "--dry-run", "--url", url, "--grpc-url", plain.grpc_url]
+        assert main([*argv, "--output", str(tmp_path / "reports")]) == 1
+        error = capsys.readouterr().err
+        assert f"the tritonserver at {url} does not serve" in error
+        for missing in ("text_embedder__nobatch", "text_embedder__x1", "text_embedder__x2"):
+            assert missing in error
+        assert COMPOSE_BENCH in error and not (tmp_path / "reports").exists()
+        assert config_restricted(plain.http_url, "text_embedder"), "perf_analyzer could not read it"
+    assert not config_restricted(bench_server.http_url, "text_embedder")
+    _, arms = variants(DRY_RUN, REPOSITORY, PRECISION_RECORDS)
+    assert not_ready(bench_server.http_url, measured_models(arms)) == []
