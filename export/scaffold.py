@@ -1,18 +1,23 @@
-"""Scaffold a new model: its description and repository configs, from its kind, for the user to own.
+"""Scaffold a new model: its description, from its kind, and the configs generated from it.
 
 ``python -m export.scaffold KIND NAME --weights-path PATH`` (or ``--weights-package P --loader M:F``)
-writes, taking the shipped model of the same kind as the starting point:
+writes, taking the shipped description of the same kind as the starting point:
 
 - ``model_descriptions/NAME.yaml``: the description (weights with their sha256, architecture, tolerance,
-  precisions);
-- ``model_repository/NAME_onnx/config.pbtxt``: the exported model's config (tensor names, dims, batching);
-- image classifiers: ``NAME_preprocess`` (a Python model running image_preprocess's code at the model's
-  size) and the ensemble ``NAME_classifier`` (preprocess -> NAME_onnx -> image_postprocess);
-- sentence encoders: ``NAME_tokenizer`` (text_tokenizer's code; the export copies the weights'
-  tokenizer.json beside it) and the ragged ensemble ``NAME_embedder`` (tokenizer -> NAME_onnx).
+  precisions) with its ``configs`` section: the template's, renamed for NAME, with what the options
+  change (an image classifier's input size; a sentence encoder's width, from its checkpoint);
+- the config.pbtxt of every model that section generates, written by the generator of every shipped
+  config (export/generated_configs.py), never copied: ``NAME_onnx``, the exported model; for image
+  classifiers ``NAME_preprocess`` (a Python model running image_preprocess's code at the model's size)
+  and the ensemble ``NAME_classifier`` (preprocess -> NAME_onnx -> image_postprocess); for sentence
+  encoders ``NAME_tokenizer`` (text_tokenizer's code; the export copies the weights' tokenizer.json
+  beside it) and the ragged ensemble ``NAME_embedder`` (tokenizer -> NAME_onnx).
 
-Configs are edited as Triton's protobuf and written with its text format, never from string templates.
-Nothing is overwritten: an existing file is an error. ``python -m export --only NAME`` exports it next.
+A model of the template the new one shares (image_postprocess) stays the template's: the new description
+names it only as an ensemble step, which the generator reads from the repository, so each generated
+config has exactly one description. Nothing is overwritten: an existing file is an error. After an edit
+of the description, ``python -m export --only NAME --configs-only`` regenerates the configs;
+``python -m export --only NAME`` exports the model.
 """
 
 from __future__ import annotations
@@ -24,54 +29,56 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 from tokenizers import Tokenizer
 
-from export.common import ExportError, ModelConfig
-from export.description import Weights, parse_description, weights_sha256
+from export.common import ExportError
+from export.description import ModelDescription, Weights, parse_description, weights_sha256
+from export.generated_configs import config_path, generate, model_config, refresh_command, write_configs
 from export.minilm import load_tokenizer
 from export.text_warmup import encoder_warmup_files, write_files
 from tritonrepo.commands import EXIT_FAILED, EXIT_OK, command_parser
-from tritonrepo.configs import format_config, load_model_config
+from tritonrepo.errors import RepositoryError
 from tritonrepo.paths import DESCRIPTIONS, REPOSITORY
 from tritonrepo.served_code import BATCHING_HELPER, PARAMETERS_HELPER
 
 
 @dataclass(frozen=True, kw_only=True)
 class Template:
-    """The shipped model of a kind a scaffold starts from: its description and repository models."""
+    """The shipped description of a kind a scaffold starts from, and the suffixes of the new models that
+    take the places of its preprocessing (or tokenizer) model and of its ensemble through the ONNX file."""
 
     description: str
-    python_model: str  # the preprocessing or tokenizer model whose code the new one links to
-    encoder: str
-    ensemble: str
     python_suffix: str
     ensemble_suffix: str
 
 
 TEMPLATES = {
     "image_classifier": Template(
-        description="efficientnet_lite0",
-        python_model="image_preprocess",
-        encoder="efficientnet_lite0_onnx",
-        ensemble="image_classifier",
-        python_suffix="preprocess",
-        ensemble_suffix="classifier",
+        description="efficientnet_lite0", python_suffix="preprocess", ensemble_suffix="classifier"
     ),
     "sentence_encoder": Template(
-        description="all_minilm_l6_v2",
-        python_model="text_tokenizer",
-        encoder="minilm_onnx",
-        ensemble="text_embedder",
-        python_suffix="tokenizer",
-        ensemble_suffix="embedder",
+        description="all_minilm_l6_v2", python_suffix="tokenizer", ensemble_suffix="embedder"
     ),
 }
 HEADER = (
-    "# Scaffolded by `python -m export.scaffold` from {template}; yours to edit. Tensor names, dims and\n"
-    "# batching are the source of truth for the export and the clients.\n"
+    "# Scaffolded by `python -m export.scaffold` from {template} (whose description says why each setting\n"
+    "# is what it is); yours to edit. The configs section states what Triton serves for it, once: each\n"
+    "# config.pbtxt is generated from it by `{command}`.\n"
 )
+COLUMNS = 104  # the width the description's YAML wraps at
+SHARED = "# {shared}: {template}'s, named here as an ensemble step and read from the repository.\n"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Models:
+    """A model per role: the preprocessing (or tokenizer) model, the ONNX file, the ensemble through it."""
+
+    python: str
+    encoder: str
+    ensemble: str
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -101,102 +108,153 @@ def check_name(name: str) -> str:
 def scaffold(request: Request) -> list[Path]:
     """Write the new model's files; returns them. Raises ExportError before writing if any exists."""
     template = TEMPLATES[request.kind]
-    names = _names(request.name, template)
-    configs = _configs(request, template, names)
-    description = _description(request, template, names)
-    targets = [request.models_dir / f"{request.name}.yaml"]
-    targets += [request.repository / config.name / "config.pbtxt" for config in configs.values()]
+    source = request.models_dir / f"{request.name}.yaml"
+    template_data = _template_data(request, template)
+    old = _template_models(template, template_data)
+    new = Models(
+        python=f"{request.name}_{template.python_suffix}",
+        encoder=f"{request.name}_onnx",
+        ensemble=f"{request.name}_{template.ensemble_suffix}",
+    )
+    data = _described(request, template, template_data, old, new)
+    description = parse_description(data, source=source)  # fails early when invalid
+    try:
+        models = list(generate(description, request.repository))
+    except RepositoryError as e:  # an ensemble step the new model shares, missing from the repository
+        raise ExportError(
+            f"{e}; scaffold into a repository that holds {template.description}'s models"
+        ) from e
     tokenizer = _tokenizer(request) if request.kind != "image_classifier" else None
+    targets = [source, *(config_path(request.repository, model) for model in models)]
     existing = [str(path) for path in targets if path.exists()]
     if existing:
         raise ExportError(f"not overwriting {existing}; choose another name or remove them")
     request.models_dir.mkdir(parents=True, exist_ok=True)
-    targets[0].write_text(HEADER.format(template=template.description) + description, encoding="utf-8")
-    for role, config in configs.items():
-        folder = request.repository / config.name
-        (folder / "1").mkdir(parents=True)
-        header = HEADER.format(template=_roles(template)[role])
-        (folder / "config.pbtxt").write_text(header + format_config(config), encoding="utf-8")
-    python_version = request.repository / names["python"] / "1"
-    os.symlink(Path("..", "..", template.python_model, "1", "model.py"), python_version / "model.py")
+    text = yaml.dump(data, Dumper=_Dumper, sort_keys=False, width=COLUMNS)
+    source.write_text(_header(description, template, models) + text, encoding="utf-8")
+    write_configs(description, request.repository)  # the generator of every shipped config
+    for model in models:
+        (request.repository / model / "1").mkdir(exist_ok=True)
+    python_version = request.repository / new.python / "1"
+    os.symlink(Path("..", "..", old.python, "1", "model.py"), python_version / "model.py")
     for helper in (BATCHING_HELPER, PARAMETERS_HELPER):  # shipped beside every Python model
         os.symlink(Path("..", "..", helper), python_version / helper)
-    (request.repository / names["ensemble"] / "1" / ".gitkeep").touch()
+    (request.repository / new.ensemble / "1" / ".gitkeep").touch()
     if tokenizer is not None:  # the ragged encoder warms up with the new tokenizer's ids
-        model_dir = request.repository / names["encoder"]
-        targets += write_files(encoder_warmup_files(configs["encoder"], model_dir, tokenizer))
+        config = model_config(description, new.encoder, request.repository)
+        targets += write_files(encoder_warmup_files(config, request.repository / new.encoder, tokenizer))
     return targets
 
 
-def _names(name: str, template: Template) -> dict[str, str]:
-    return {
-        "python": f"{name}_{template.python_suffix}",
-        "encoder": f"{name}_onnx",
-        "ensemble": f"{name}_{template.ensemble_suffix}",
-    }
-
-
-def _description(request: Request, template: Template, names: dict[str, str]) -> str:
+def _template_data(request: Request, template: Template) -> dict[str, Any]:
+    """The template's description as YAML data: the one in ``models_dir`` if there, else the shipped one."""
     path = request.models_dir / f"{template.description}.yaml"
     if not path.is_file():
         path = DESCRIPTIONS / f"{template.description}.yaml"
-    data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    data["name"] = request.name
-    data["weights"] = request.weights
-    data["served"] = [{"model": names["encoder"], "format": "onnx"}]
-    key = "model" if request.kind == "image_classifier" else "tokenizer_model"
-    data["preprocessing"] = {key: names["python"]}
-    data["precisions"] = {"cpu": ["fp32"], "cuda": ["fp32"]}  # add bf16, int8, fp16 once fp32 serves
-    data.pop("configs", None)  # the template's generated models stay its own; the scaffold's are the user's
-    parse_description(data, source=request.models_dir / f"{request.name}.yaml")  # fails early when invalid
-    return yaml.safe_dump(data, sort_keys=False)
+    return yaml.safe_load(path.read_text(encoding="utf-8"))
 
 
-def _configs(request: Request, template: Template, names: dict[str, str]) -> dict[str, ModelConfig]:
-    """The template's configs by role, renamed, the ensemble's steps pointing at the new models."""
-    roles = _roles(template)
-    configs = {
-        role: _renamed(load_model_config(request.repository / roles[role]), names[role]) for role in roles
+def _template_models(template: Template, data: dict[str, Any]) -> Models:
+    """The template's models that the new model has its own of."""
+    try:
+        (python,) = data["preprocessing"].values()
+        encoder = next(s["model"] for s in data["served"] if s["format"] == "onnx")
+        ensemble = next(e["model"] for e in data["configs"]["ensembles"] if encoder in e["steps"])
+    except (KeyError, AttributeError, TypeError, ValueError, StopIteration) as e:
+        raise ExportError(
+            f"template {template.description!r} does not fit: a scaffold needs its one preprocessing model, "
+            f"an onnx served file and, in configs, an ensemble through that file ({e!r}); restore it from "
+            f"{DESCRIPTIONS}"
+        ) from e
+    return Models(python=python, encoder=encoder, ensemble=ensemble)
+
+
+def _described(
+    request: Request, template: Template, data: dict[str, Any], old: Models, new: Models
+) -> dict[str, Any]:
+    """The new description's data: the template's, renamed, with the request's weights and fp32 only."""
+    return {
+        **data,
+        "name": request.name,
+        "weights": request.weights,
+        "preprocessing": {key: new.python for key in data["preprocessing"]},
+        "served": [{"model": new.encoder, "format": "onnx"}],
+        "precisions": {"cpu": ["fp32"], "cuda": ["fp32"]},  # add bf16, int8, fp16 once fp32 serves
+        "configs": _configs(request, template, data["configs"], old, new),
     }
-    renamed = {roles[role]: names[role] for role in roles}
-    for step in configs["ensemble"].ensemble_scheduling.step:
-        step.model_name = renamed.get(step.model_name, step.model_name)
-    if request.kind == "image_classifier":
-        _resize_image_models(configs, request.image_size_px)
-    else:
-        _resize_text_models(configs, _hidden_size(request))
+
+
+def _configs(
+    request: Request, template: Template, section: dict[str, Any], old: Models, new: Models
+) -> dict[str, Any]:
+    """The template's configs section for the new models: each model it has its own of, renamed, with
+    an ``about`` of its own, sized as the request says. The template's other models (a shared
+    postprocessing model, the TorchScript twin's ensemble) are left out: a shared one stays an ensemble
+    step, by name, generated by the template's description alone."""
+    renamed = {old.python: new.python, old.encoder: new.encoder, old.ensemble: new.ensemble}
+
+    def about(model: str) -> str:
+        return f"Scaffolded for {request.name} from {template.description}'s {model}"
+
+    native = {**section["native"], "about": about(old.encoder)}
+    native["by_format"] = {f: c for f, c in native.get("by_format", {}).items() if f == "onnx"}
+    if not native["by_format"]:  # the changes were the TorchScript twin's, which it does not serve
+        del native["by_format"]
+    configs: dict[str, Any] = {"native": native}
+    if "image_preprocessing" in section:
+        configs["image_preprocessing"] = {**section["image_preprocessing"], "about": about(old.python)}
+    for key in ("python_models", "ensembles"):
+        kept = [
+            _renamed(entry, renamed, about=about(entry["model"]))
+            for entry in section.get(key, [])
+            if entry["model"] in renamed
+        ]
+        if kept:
+            configs[key] = kept
+    _sized(request, configs)
     return configs
 
 
-def _roles(template: Template) -> dict[str, str]:
-    return {"python": template.python_model, "encoder": template.encoder, "ensemble": template.ensemble}
+def _renamed(entry: dict[str, Any], renamed: dict[str, str], *, about: str) -> dict[str, Any]:
+    """A python_models or ensembles entry for its new model; an ensemble's steps renamed where the new
+    model has its own, a shared step kept by its name."""
+    entry = {**entry, "model": renamed[entry["model"]], "about": about}
+    if "steps" in entry:
+        entry["steps"] = [renamed.get(step, step) for step in entry["steps"]]
+    return entry
 
 
-def _renamed(config: ModelConfig, name: str) -> ModelConfig:
-    copy = ModelConfig()
-    copy.CopyFrom(config)
-    copy.name = name
-    return copy
+def _sized(request: Request, configs: dict[str, Any]) -> None:
+    """What the options change: an image classifier's square input of ``image_size_px`` (its shorter side
+    resized to size + 32 before the centre crop, as Google's EfficientNet evaluation does), or a sentence
+    encoder's embedding width, read from its checkpoint."""
+    native = configs["native"]
+    if request.kind == "image_classifier":
+        size = request.image_size_px
+        native["inputs"] = [{**native["inputs"][0], "dims": [3, size, size]}]
+        configs["image_preprocessing"]["resize_shorter_px"] = size + 32
+    else:
+        native["outputs"] = [{**native["outputs"][0], "dims": [_hidden_size(request)]}]
 
 
-def _resize_image_models(configs: dict[str, ModelConfig], size_px: int) -> None:
-    """Square inputs of ``size_px``; the shorter side resized to size + 32 before the centre crop."""
-    dims = [3, size_px, size_px]
-    configs["python"].output[0].ClearField("dims")
-    configs["python"].output[0].dims.extend(dims)
-    configs["python"].parameters["resize_shorter_px"].string_value = str(size_px + 32)
-    configs["encoder"].input[0].ClearField("dims")
-    configs["encoder"].input[0].dims.extend(dims)
-    for warmup in configs["encoder"].model_warmup:
-        for tensor in warmup.inputs.values():
-            tensor.ClearField("dims")
-            tensor.dims.extend(dims)
+def _header(description: ModelDescription, template: Template, models: list[str]) -> str:
+    """The description's opening comment: where it came from, the refresh command, the shared steps."""
+    header = HEADER.format(template=template.description, command=refresh_command(description))
+    ensembles = description.configs.ensembles if description.configs is not None else ()
+    shared = sorted({step for ensemble in ensembles for step in ensemble.steps} - set(models))
+    return header + (SHARED.format(shared=", ".join(shared), template=template.description) if shared else "")
 
 
-def _resize_text_models(configs: dict[str, ModelConfig], hidden_size: int) -> None:
-    for config in (configs["encoder"], configs["ensemble"]):
-        config.output[0].ClearField("dims")
-        config.output[0].dims.append(hidden_size)
+class _Dumper(yaml.SafeDumper):
+    """YAML with each list of plain values on one line (``dims: [3, 224, 224]``), as descriptions have."""
+
+
+def _represent_list(dumper: yaml.SafeDumper, items: list[Any]) -> yaml.Node:
+    flat = not any(isinstance(item, (list, dict)) for item in items)
+    return dumper.represent_sequence("tag:yaml.org,2002:seq", items, flow_style=flat)
+
+
+_Dumper.add_representer(list, _represent_list)
 
 
 def _hidden_size(request: Request) -> int:
