@@ -1,9 +1,14 @@
 """The simplest alternative to Triton: one process, one request at a time, the same exported model.
 
-What a team writes first: an HTTP endpoint that tokenises the text and runs the exported encoder
-with its runtime, no batching and no queue. It answers the same KServe v2 JSON request that Triton
-takes (``POST /v2/models/<name>/infer`` with a BYTES ``TEXT`` input) with the same ``EMBEDDING``
-output, so one load generator drives both and the benchmark can say what Triton buys over it.
+What a team writes first: an HTTP endpoint that runs the served pipeline's steps in this process with the
+same exported file and runtime, no batching and no queue. It answers the KServe v2 request that Triton
+takes (``POST /v2/models/<name>/infer``), so one load generator drives both and the benchmark can say what
+Triton buys over it:
+
+- ``--pipeline text``: a JSON request with a BYTES ``TEXT`` input -> the ``EMBEDDING`` output;
+- ``--pipeline image``: a request with a BYTES ``IMAGE_BYTES`` input in the binary-data extension (what
+  ``tritonclient`` sends) -> image_preprocess's code, the exported classifier, softmax and top-5, as JSON
+  ``CLASS_IDS``, ``SCORES`` and ``LABELS`` (image_postprocess's outputs and labels).
 
 ``python -m loadtest.baselines.minimal_server --model model_repository/minilm_onnx/1/model.onnx
 --tokenizer model_repository/text_tokenizer/1/tokenizer.json --port 0`` prints the port it bound.
@@ -19,21 +24,31 @@ import argparse
 import json
 import logging
 import socket
+import struct
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import numpy as np
 from tokenizers import Tokenizer
 
-from loadtest.baselines.pipelines import ExportedEncoder
+from loadtest.baselines.pipelines import ExportedEncoder, ImagePipeline
 from tritonrepo.commands import command_parser
+from tritonrepo.paths import REPOSITORY
 
 logger = logging.getLogger(__name__)
 
 Encoder = Callable[[np.ndarray, np.ndarray], np.ndarray]  # (ids [T] int64, lengths [B] int32) -> [B, H]
+# (request body, request headers lower-cased) -> the inference that makes the response's outputs: the
+# request is parsed and prepared (tokenised, decoded) in the connection's thread, the inference runs under
+# the lock.
+Answer = Callable[[bytes, Mapping[str, str]], Callable[[], list[dict]]]
+BINARY_HEADER = "inference-header-content-length"  # KServe v2's binary-data extension, lower-cased
+TEXT_REQUEST = "a KServe v2 JSON request with a TEXT input"
+IMAGE_REQUEST = "a KServe v2 request with a BYTES IMAGE_BYTES input as binary data"
+LABELS_FILE = REPOSITORY / "image_postprocess" / "1" / "imagenet_labels.txt"
 
 
 def load_encoder(path: Path, *, threads: int) -> Encoder:
@@ -46,17 +61,44 @@ def load_encoder(path: Path, *, threads: int) -> Encoder:
     )
 
 
-def make_server(
-    *,
-    encoder: Encoder,
-    tokenizer: Tokenizer,
-    model_name: str,
-    port: int = 0,
-    max_length: int = 256,
-    reuse_port: bool = False,
-) -> ThreadingHTTPServer:
+def text_answer(encoder: Encoder, tokenizer: Tokenizer, *, max_length: int = 256) -> Answer:
+    """Texts -> their embeddings, tokenised as text_tokenizer does."""
     tokenizer.no_padding()
     tokenizer.enable_truncation(max_length=max_length)
+
+    def answer(body: bytes, _: Mapping[str, str]) -> Callable[[], list[dict]]:
+        encodings = tokenizer.encode_batch(_request_texts(body))
+        ids = np.array([t for e in encodings for t in e.ids], dtype=np.int64)
+        lengths = np.array([len(e.ids) for e in encodings], dtype=np.int32)
+        return lambda: [_output("EMBEDDING", "FP32", encoder(ids, lengths))]
+
+    return answer
+
+
+def image_answer(pipeline: ImagePipeline, labels: list[str]) -> Answer:
+    """Encoded images -> their top-k classes: ids, softmax probabilities and labels."""
+
+    def answer(body: bytes, headers: Mapping[str, str]) -> Callable[[], list[dict]]:
+        pixels = pipeline.preprocess(request_images(body, headers))
+        return lambda: classified(pixels)
+
+    def classified(pixels: np.ndarray) -> list[dict]:
+        ids, probabilities = pipeline.classify(pixels)
+        names = np.array([[labels[i] for i in row] for row in ids], dtype=object)
+        return [
+            _output("CLASS_IDS", "INT64", ids),
+            _output("SCORES", "FP32", probabilities),
+            _output("LABELS", "BYTES", names),
+        ]
+
+    return answer
+
+
+def make_server(
+    *, answer: Answer, model_name: str, port: int = 0, reuse_port: bool = False, expects: str = TEXT_REQUEST
+) -> ThreadingHTTPServer:
+    """A server answering ``POST /v2/models/<model_name>/infer`` with ``answer``; a request it cannot read
+    gets a 400 saying it expected ``expects``."""
     lock = threading.Lock()
     path = f"/v2/models/{model_name}/infer"
 
@@ -79,19 +121,13 @@ def make_server(
                 self._reply(404, {"error": f"unknown model path {self.path}; POST {path}"})
                 return
             try:
-                texts = _request_texts(body)
-            except (ValueError, KeyError, IndexError, TypeError) as e:
-                self._reply(400, {"error": f"expected a KServe v2 JSON request with a TEXT input: {e}"})
+                infer = answer(body, {k.lower(): v for k, v in self.headers.items()})
+            except (ValueError, KeyError, IndexError, TypeError, struct.error) as e:
+                self._reply(400, {"error": f"expected {expects}: {e}"})
                 return
-            encodings = tokenizer.encode_batch(texts)
-            ids = np.array([t for e in encodings for t in e.ids], dtype=np.int64)
-            lengths = np.array([len(e.ids) for e in encodings], dtype=np.int32)
             with lock:  # one request at a time: no batching, no queue
-                embeddings = encoder(ids, lengths)
-            output = {"name": "EMBEDDING", "datatype": "FP32", "shape": list(embeddings.shape)}
-            self._reply(
-                200, {"model_name": model_name, "outputs": [output | {"data": embeddings.ravel().tolist()}]}
-            )
+                outputs = infer()
+            self._reply(200, {"model_name": model_name, "outputs": outputs})
 
         def _reply(self, status: int, payload: dict) -> None:
             data = json.dumps(payload).encode()
@@ -107,12 +143,35 @@ def make_server(
     return _bound_server(port, Handler, reuse_port=reuse_port)
 
 
+def _output(name: str, datatype: str, array: np.ndarray) -> dict:
+    data = array.ravel().tolist()
+    return {"name": name, "datatype": datatype, "shape": list(array.shape), "data": data}
+
+
 def _request_texts(body: bytes) -> list[str]:
     """The TEXT input's strings of a KServe v2 JSON request."""
     data = json.loads(body)["inputs"][0]["data"]
     if not isinstance(data, list) or not data:
         raise TypeError("TEXT data must be a non-empty list of strings")
     return [str(t) for t in data]
+
+
+def request_images(body: bytes, headers: Mapping[str, str]) -> list[bytes]:
+    """The encoded images of a KServe v2 request whose one BYTES input travels in the binary-data
+    extension: a JSON header of ``Inference-Header-Content-Length`` bytes (``headers`` lower-cased), then
+    each element as a 4-byte little-endian length and its bytes."""
+    if BINARY_HEADER not in headers:
+        raise ValueError(f"no {BINARY_HEADER} header: send IMAGE_BYTES as binary data (tritonclient does)")
+    split = int(headers[BINARY_HEADER])
+    (tensor,) = json.loads(body[:split])["inputs"]
+    count, raw, images, offset = int(np.prod(tensor["shape"])), body[split:], [], 0
+    for _ in range(count):
+        (size,) = struct.unpack_from("<I", raw, offset)
+        images.append(raw[offset + 4 : offset + 4 + size])
+        offset += 4 + size
+    if offset != len(raw) or not images:
+        raise ValueError(f"{len(raw)} bytes of binary data do not hold the {count} images its shape names")
+    return images
 
 
 def _bound_server(
@@ -148,29 +207,13 @@ class _Server(ThreadingHTTPServer):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = command_parser(
-        "python -m loadtest.baselines.minimal_server",
-        __doc__,
-        exit_codes="0 stopped by Ctrl-C, 1 the model or the port could not be used, 2 a usage error",
-    )
-    for option, what in (
-        ("--model", "exported encoder, .onnx or .pt"),
-        ("--tokenizer", "its tokenizer.json"),
-    ):
-        parser.add_argument(
-            option, type=Path, required=True, default=argparse.SUPPRESS, help=f"{what} (required)"
-        )
-    parser.add_argument("--name", default="text_embedder", help="model name in the URL")
-    parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (0: any free port)")
-    parser.add_argument("--threads", type=int, default=2, help="intra-op threads of the runtime")
-    parser.add_argument("--reuse-port", action="store_true", help="share --port with other worker processes")
-    args = parser.parse_args(argv)
+    args = _parser().parse_args(argv)
     server = make_server(
-        encoder=load_encoder(args.model, threads=args.threads),
-        tokenizer=Tokenizer.from_file(str(args.tokenizer)),
+        answer=_answer(args),
         model_name=args.name,
         port=args.port,
         reuse_port=args.reuse_port,
+        expects=IMAGE_REQUEST if args.pipeline == "image" else TEXT_REQUEST,
     )
     print(f"listening on http://127.0.0.1:{server.server_address[1]}", flush=True)
     try:
@@ -180,6 +223,43 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         server.server_close()
     return 0
+
+
+def _answer(args: argparse.Namespace) -> Answer:
+    if args.pipeline == "image":
+        pipeline = ImagePipeline(
+            args.repository, classifier_model=args.classifier, runtime="onnxruntime", threads=args.threads
+        )
+        return image_answer(pipeline, LABELS_FILE.read_text().splitlines())
+    if args.model is None or args.tokenizer is None:
+        raise SystemExit(
+            "--pipeline text needs --model (the exported encoder) and --tokenizer (tokenizer.json)"
+        )
+    return text_answer(
+        load_encoder(args.model, threads=args.threads), Tokenizer.from_file(str(args.tokenizer))
+    )
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = command_parser(
+        "python -m loadtest.baselines.minimal_server",
+        __doc__,
+        exit_codes="0 stopped by Ctrl-C, 1 the model or the port could not be used, 2 a usage error",
+    )
+    parser.add_argument("--pipeline", choices=("text", "image"), default="text", help="what it serves")
+    parser.add_argument("--model", type=Path, help="text: the exported encoder, .onnx or .pt")
+    parser.add_argument("--tokenizer", type=Path, help="text: its tokenizer.json")
+    parser.add_argument(
+        "--repository", type=Path, default=REPOSITORY, help="image: the repository of image_preprocess"
+    )
+    parser.add_argument(
+        "--classifier", default="efficientnet_lite0_onnx", help="image: the ONNX classifier model it runs"
+    )
+    parser.add_argument("--name", default="text_embedder", help="model name in the URL")
+    parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (0: any free port)")
+    parser.add_argument("--threads", type=int, default=2, help="intra-op threads of the runtime")
+    parser.add_argument("--reuse-port", action="store_true", help="share --port with other worker processes")
+    return parser
 
 
 if __name__ == "__main__":

@@ -123,7 +123,11 @@ class ImagePipeline:
         self.top_k = top_k
 
     def __call__(self, images: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray]:
-        logits = self.classifier(self.preprocess(images).astype(np.float32, copy=False))
+        return self.classify(self.preprocess(images))
+
+    def classify(self, pixels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Preprocessed images -> (top-k class ids, probabilities)."""
+        logits = self.classifier(pixels.astype(np.float32, copy=False))
         shifted = np.exp(logits - logits.max(axis=1, keepdims=True))
         probabilities = shifted / shifted.sum(axis=1, keepdims=True)
         ids = np.argsort(-probabilities, axis=1)[:, : self.top_k]

@@ -28,21 +28,38 @@ from loadtest.load.json_load import run_json_load
 READY_TIMEOUT_S = 120.0
 
 
-@contextlib.contextmanager
-def running(
-    *, encoder_file: Path, tokenizer_file: Path, model: str, threads: int, log_path: Path, workers: int = 1
-) -> Iterator[str]:
-    """The simplest alternative as ``workers`` processes sharing one free port (the kernel spreads the
-    connections); its base URL. Every process is stopped on exit (its whole process group), also when
-    the body raises."""
-    command = [
-        sys.executable,
-        "-m",
-        "loadtest.baselines.minimal_server",
+def text_options(*, encoder_file: Path, tokenizer_file: Path, model: str, threads: int) -> list[str]:
+    """The alternative's options for the text pipeline: the exported encoder file and its tokenizer."""
+    return [
         f"--model={encoder_file}",
         f"--tokenizer={tokenizer_file}",
         f"--name={model}",
         f"--threads={threads}",
+    ]
+
+
+def image_options(*, repository: Path, classifier: str, model: str, threads: int) -> list[str]:
+    """The alternative's options for the image pipeline: image_preprocess's code and the file of
+    ``classifier`` in ``repository``, served under ``model``'s URL."""
+    return [
+        "--pipeline=image",
+        f"--repository={repository}",
+        f"--classifier={classifier}",
+        f"--name={model}",
+        f"--threads={threads}",
+    ]
+
+
+@contextlib.contextmanager
+def running(*, options: list[str], log_path: Path, workers: int = 1) -> Iterator[str]:
+    """The simplest alternative, started with ``options`` (:func:`text_options`, :func:`image_options`), as
+    ``workers`` processes sharing one free port (the kernel spreads the connections); its base URL. Every
+    process is stopped on exit (its whole process group), also when the body raises."""
+    command = [
+        sys.executable,
+        "-m",
+        "loadtest.baselines.minimal_server",
+        *options,
         *(["--reuse-port"] if workers > 1 else []),
     ]
     with contextlib.ExitStack() as stack:
@@ -108,10 +125,12 @@ def compare(
         for count in dict.fromkeys(workers):
             url = stack.enter_context(
                 running(
-                    encoder_file=encoder_file,
-                    tokenizer_file=tokenizer_file,
-                    model=model,
-                    threads=max(1, threads // count),
+                    options=text_options(
+                        encoder_file=encoder_file,
+                        tokenizer_file=tokenizer_file,
+                        model=model,
+                        threads=max(1, threads // count),
+                    ),
                     log_path=log_path if count == 1 else log_path.with_name(f"{log_path.stem}_x{count}.log"),
                     workers=count,
                 )

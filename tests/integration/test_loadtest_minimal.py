@@ -14,12 +14,13 @@ from pathlib import Path
 import numpy as np
 import psutil
 import pytest
+import tritonclient.http as httpclient
 
 import samples
 from export.gates import TEXT_MIN_BATCHED_VS_ALONE_COSINE
 from loadtest.baselines.pipelines import served_file
 from loadtest.experiments import minimal
-from loadtest.experiments.plans import TEXT_MODEL, text_encoder_of
+from loadtest.experiments.plans import IMAGE_ENCODER, IMAGE_MODEL, TEXT_MODEL, text_encoder_of
 from loadtest.load.json_load import request_body, run_json_load
 from loadtest.load.preprocessing import tokenizer_file
 from tritonlocal import LocalTritonServer
@@ -29,13 +30,13 @@ SOURCE = ROOT / "model_repository"  # the deployable repository the benchmark re
 
 
 def _start(log_path: Path) -> AbstractContextManager[str]:
-    return minimal.running(
+    options = minimal.text_options(
         encoder_file=served_file(SOURCE, text_encoder_of(SOURCE)),
         tokenizer_file=tokenizer_file(SOURCE),
         model=TEXT_MODEL,
         threads=1,
-        log_path=log_path,
     )
+    return minimal.running(options=options, log_path=log_path)
 
 
 @pytest.fixture(scope="module")
@@ -132,3 +133,22 @@ def test_the_alternative_is_stopped_when_the_body_fails(tmp_path: Path) -> None:
             assert {p.pid for p in _minimal_servers()} != before, url
             raise RuntimeError("measurement failed")
     assert {p.pid for p in _minimal_servers()} == before
+
+
+def test_the_image_alternative_classifies_as_the_served_ensemble(
+    triton_server: LocalTritonServer, tmp_path: Path
+) -> None:
+    options = minimal.image_options(repository=SOURCE, classifier=IMAGE_ENCODER, model=IMAGE_MODEL, threads=1)
+    with minimal.running(options=options, log_path=tmp_path / "minimal_server.log", workers=2) as url:
+        alternative = httpclient.InferenceServerClient(url.removeprefix("http://"))
+        served = httpclient.InferenceServerClient(triton_server.http_url)
+        for photograph in samples.photographs()[:3]:
+            tensor = httpclient.InferInput("IMAGE_BYTES", [1, 1], "BYTES")
+            tensor.set_data_from_numpy(np.array([[photograph]], dtype=object))
+            ours, theirs = (c.infer(IMAGE_MODEL, [tensor]) for c in (alternative, served))
+            assert ours.as_numpy("CLASS_IDS").tolist() == theirs.as_numpy("CLASS_IDS").tolist()
+            # JSON carries the labels as text, Triton's binary data as bytes
+            assert ours.as_numpy("LABELS").tolist() == [[b.decode() for b in theirs.as_numpy("LABELS")[0]]]
+            np.testing.assert_allclose(ours.as_numpy("SCORES"), theirs.as_numpy("SCORES"), atol=1e-3)
+        status, payload = _post(f"{url}/v2/models/{IMAGE_MODEL}/infer", b'{"inputs": []}')
+        assert status == 400 and "IMAGE_BYTES input as binary data" in payload["error"]

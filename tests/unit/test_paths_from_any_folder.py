@@ -111,6 +111,7 @@ ENTRY_POINTS = (
     "loadtest.tune",
     "loadtest.soak",
     "loadtest.baselines.minimal_server",
+    "loadtest.experiments.classext",
     "demo",
 )
 
