@@ -256,9 +256,18 @@ def _ensemble(model: str, where: str, data: Any) -> EnsembleSpec:
     return spec
 
 
-def check_configs(model: str, spec: ConfigsSpec, *, module: bool, preprocessing: dict[str, str]) -> None:
-    """The section fits its description: a native section unless the module states it, and an image
-    preprocessing section only for a description whose preprocessing names its model."""
+def check_configs(
+    model: str, spec: ConfigsSpec, *, module: bool, preprocessing: dict[str, str], python_only: bool = False
+) -> None:
+    """The section fits its description: a native section unless the module states it or nothing is
+    exported (a python_model), and an image preprocessing section only for a description whose
+    preprocessing names its model."""
+    if python_only:
+        if spec.native is not None or spec.image_preprocessing is not None:
+            raise ExportError(
+                f"model {model!r}: a python_model exports nothing; state its models in configs.python_models"
+            )
+        return
     if module == (spec.native is not None):
         raise ExportError(
             f"model {model!r}: configs.native "

@@ -30,8 +30,11 @@ from export.module_spec import ModuleSpec, parse_module
 from export.produced_weights import produced
 from tritonrepo.paths import DESCRIPTIONS
 
-KINDS = ("image_classifier", "sentence_encoder", "torch_module")
+KINDS = ("image_classifier", "sentence_encoder", "torch_module", "python_model")
 MODULE_KIND = "torch_module"  # the kind whose description holds a ``module`` section
+# The kind with no weights and no exported file: Python-backend models only (configs.python_models),
+# whose code is the model.py beside each config.
+PYTHON_KIND = "python_model"
 FORMATS = ("onnx", "torchscript")
 DEVICE_PRECISIONS = {"cpu": ("fp32", "bf16", "int8"), "cuda": ("fp32", "tf32", "bf16", "fp16")}
 
@@ -116,7 +119,7 @@ class ServedFile:
 class ModelDescription:
     name: str
     kind: str
-    weights: Weights
+    weights: Weights | None  # None for a python_model only
     served: tuple[ServedFile, ...]
     preprocessing: dict[str, str]
     tolerance: float
@@ -135,11 +138,17 @@ class ModelDescription:
                 f"model {self.name!r}: a {MODULE_KIND} description has a module section and no other kind "
                 "has one (docs/your-model.md)"
             )
-        if not self.served:
-            raise ExportError(f"model {self.name!r}: lists no served files")
+        if self.kind == PYTHON_KIND:
+            _check_python_only(self)
+        elif not self.served or self.weights is None:
+            raise ExportError(f"model {self.name!r}: lists no served files or no weights")
         if self.configs is not None:
             check_configs(
-                self.name, self.configs, module=self.module is not None, preprocessing=self.preprocessing
+                self.name,
+                self.configs,
+                module=self.module is not None,
+                preprocessing=self.preprocessing,
+                python_only=self.kind == PYTHON_KIND,
             )
         for device, allowed in self.precisions.items():
             if device not in DEVICE_PRECISIONS or not set(allowed) <= set(DEVICE_PRECISIONS[device]):
@@ -152,7 +161,20 @@ class ModelDescription:
         return precision in self.precisions.get(device, ())
 
     def weights_path(self) -> Path:
+        if self.weights is None:
+            raise ExportError(f"model {self.name!r}: a {self.kind} has no weights")
         return self.weights.locate(self.folder)
+
+
+def _check_python_only(description: ModelDescription) -> None:
+    """A python_model states its Python models and nothing to export."""
+    if description.served or description.weights is not None or description.preprocessing:
+        raise ExportError(
+            f"model {description.name!r}: a {PYTHON_KIND} has no weights, served or preprocessing; "
+            "its models are configs.python_models, their code the model.py beside each config"
+        )
+    if description.configs is None or not description.configs.python_models:
+        raise ExportError(f"model {description.name!r}: a {PYTHON_KIND} needs configs.python_models")
 
 
 def parse_description(data: dict, *, source: Path) -> ModelDescription:
@@ -167,13 +189,14 @@ def parse_description(data: dict, *, source: Path) -> ModelDescription:
             raise ExportError(
                 f"{source}: a {MODULE_KIND} states a tolerance per output (module.outputs), not tolerance"
             )
+        python_only = data.get("kind") == PYTHON_KIND
         return ModelDescription(
             name=data["name"],
             kind=data["kind"],
-            weights=Weights(**data["weights"]),
-            served=tuple(ServedFile(**entry) for entry in data["served"]),
+            weights=None if python_only and "weights" not in data else Weights(**data["weights"]),
+            served=tuple(ServedFile(**entry) for entry in data.get("served", [])),
             preprocessing=dict(data.get("preprocessing") or {}),
-            tolerance=float(data["tolerance"]) if data.get("kind") != MODULE_KIND else 0.0,
+            tolerance=0.0 if python_only or data.get("kind") == MODULE_KIND else float(data["tolerance"]),
             architecture=dict(data.get("architecture") or {}),
             gates={name: float(value) for name, value in (data.get("gates") or {}).items()},
             precisions={k: tuple(v) for k, v in (data.get("precisions") or DEVICE_PRECISIONS).items()},

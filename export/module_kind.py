@@ -277,7 +277,7 @@ class TorchModuleKind:
                 spec.check_inputs, folder, where=f"{_where(description)}: module.check_inputs"
             ),
         ]
-        if description.weights.produced_by:
+        if description.weights is not None and description.weights.produced_by:
             files.append(folder / description.weights.produced_by)
         modules = (
             *(config_rules, config_spec, generated_configs),

@@ -32,7 +32,7 @@ import torch
 
 from export import cuda_runtime, device, image, module_kind, text
 from export.common import ModelConfig, fingerprint, is_up_to_date, write_atomically, write_manifest
-from export.description import ModelDescription, ServedFile
+from export.description import PYTHON_KIND, ModelDescription, ServedFile
 from export.generated_configs import write_configs
 from export.kinds import Kind, Parity, Plan, Target
 from export.precision import Capabilities, Selection, Variant, resized_workload, select_and_write
@@ -88,7 +88,11 @@ class ExportResult:
 
 def export_model(description: ModelDescription, options: Options) -> list[ExportResult]:
     """Every served file of ``description`` (each a no-op when up to date), then its support files. A file
-    that fails is returned with its ``failure``; the others are still exported."""
+    that fails is returned with its ``failure``; the others are still exported. A python_model has
+    only its configs to write."""
+    if description.kind == PYTHON_KIND:
+        written = write_configs(description, options.repository)
+        return [ExportResult(model=path.parent.name, path=path, written=True) for path in written]
     kind = KINDS[description.kind]
     prepared = _once(lambda: kind.prepare(description, options.repository))
     try:  # the configs are generated, once its model is loaded and checked
@@ -153,7 +157,8 @@ def copy_support_file(
 
 
 def _weights_source(description: ModelDescription) -> str:
-    return description.weights.package or description.weights.path
+    weights = description.weights
+    return "" if weights is None else weights.package or weights.path
 
 
 def export_file(

@@ -1,5 +1,9 @@
 """Scaffold a new model: its description, from its kind, and the configs generated from it.
 
+``python -m export.scaffold python_model NAME --input IN:FP32:4 --output OUT:FP32:4`` writes a
+Python-backend model for anything that is neither an image classifier nor a sentence encoder: its
+description, its generated config, a model.py batching through RequestBatcher and a test that serves it
+(export/scaffold_python.py). For the two exported kinds,
 ``python -m export.scaffold KIND NAME --weights-path PATH`` (or ``--weights-package P --loader M:F``)
 writes, taking the shipped description of the same kind as the starting point:
 
@@ -35,13 +39,14 @@ import yaml
 from tokenizers import Tokenizer
 
 from export.common import ExportError
-from export.description import ModelDescription, Weights, parse_description, weights_sha256
+from export.description import PYTHON_KIND, ModelDescription, Weights, parse_description, weights_sha256
 from export.generated_configs import config_path, generate, model_config, refresh_command, write_configs
 from export.minilm import load_tokenizer
+from export.scaffold_python import python_main
 from export.text_warmup import encoder_warmup_files, write_files
 from tritonrepo.commands import EXIT_FAILED, EXIT_OK, command_parser
 from tritonrepo.errors import RepositoryError
-from tritonrepo.paths import DESCRIPTIONS, REPOSITORY
+from tritonrepo.paths import DESCRIPTIONS, REPOSITORY, ROOT
 from tritonrepo.served_code import BATCHING_HELPER, PARAMETERS_HELPER
 
 
@@ -68,6 +73,7 @@ HEADER = (
     "# is what it is); yours to edit. The configs section states what Triton serves for it, once: each\n"
     "# config.pbtxt is generated from it by `{command}`.\n"
 )
+TESTS = ROOT / "tests" / "integration"  # where the project keeps the tests that start a server
 COLUMNS = 104  # the width the description's YAML wraps at
 SHARED = "# {shared}: {template}'s, named here as an ensemble step and read from the repository.\n"
 
@@ -284,21 +290,23 @@ def build_parser() -> argparse.ArgumentParser:
     parser = command_parser(
         "python -m export.scaffold",
         __doc__,
-        exit_codes="0 written, 1 not written (a file exists, the weights or the template do not "
-        "fit), 2 a usage error (a bad name, kind or weights option)",
+        exit_codes="0 written, 1 not written (a file exists, the weights, tensors or the template do "
+        "not fit), 2 a usage error (a bad name, kind or weights option)",
     )
     parser.add_argument(
-        "kind", choices=sorted(TEMPLATES), help="the kind of model: its shipped model is the start"
+        "kind",
+        choices=[*sorted(TEMPLATES), PYTHON_KIND],
+        help="the kind of model: an exported kind starts from its shipped model; python_model is any other",
     )
     parser.add_argument(
         "name", type=_name_argument, help="the model's name: lower-case letters, digits and underscores"
     )
-    weights = parser.add_mutually_exclusive_group(required=True)
+    weights = parser.add_mutually_exclusive_group()
     weights.add_argument(
         "--weights-path",
         type=Path,
         default=argparse.SUPPRESS,
-        help="a local weights file or folder (this or --weights-package is required)",
+        help="a local weights file or folder (exported kinds: this or --weights-package is required)",
     )
     weights.add_argument(
         "--weights-package",
@@ -311,6 +319,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --weights-package: module:function, called to return the weights' path",
     )
     parser.add_argument("--image-size", type=int, default=224, help="image classifiers: input size in px")
+    for option, default in (("--input", "INPUT:FP32:4"), ("--output", "OUTPUT:FP32:4")):
+        parser.add_argument(
+            option,
+            action="append",
+            metavar="NAME:DTYPE:DIMS",
+            help=f"python_model: one {option[2:]} tensor, repeatable (DIMS comma-separated; "
+            f"default {default})",
+        )
+    parser.add_argument(
+        "--tests", type=Path, default=TESTS, help="python_model: the folder its test is written to"
+    )
     parser.add_argument(
         "--repository", type=Path, default=REPOSITORY, help="the model repository to write into"
     )
@@ -328,7 +347,15 @@ def _name_argument(text: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.kind == PYTHON_KIND:
+        if {"weights_path", "weights_package"} & set(vars(args)) or args.loader:
+            parser.error("a python_model has no weights: its code is model.py; leave out the weights options")
+        return python_main(args)
+    if args.input or args.output:
+        parser.error("--input and --output are for python_model; an exported kind has its template's tensors")
     path, package = vars(args).get("weights_path"), vars(args).get("weights_package")
+    if path is None and package is None:
+        parser.error(f"{args.kind} needs --weights-path or --weights-package with --loader")
     if package is not None and ":" not in (args.loader or ""):
         parser.error(f"--weights-package {package} needs --loader module:function (got {args.loader!r})")
     if path is not None and args.loader:

@@ -1,5 +1,6 @@
 """Bringing your own model, end to end: a BERT-family encoder generated here, of another size than MiniLM,
-goes through the scaffold, its description, the export (fp32), a ragged ensemble and a real server.
+goes through the scaffold, its description, the export (fp32), a ragged ensemble and a real server; and a
+scaffolded Python-backend model passes the test the scaffold wrote for it, against a real server.
 
 No code of the project names it: the scaffold writes its files from its kind, and everything after reads
 them (docs/your-model.md walks through the same steps).
@@ -8,6 +9,8 @@ them (docs/your-model.md walks through the same steps).
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -24,6 +27,7 @@ from tritonlocal import LocalTritonServer, ServerConfig
 from tritonrepo.configs import load_model_config
 from tritonrepo.derive import derive_repository
 
+ROOT = Path(__file__).resolve().parents[2]
 SIZE = {"hidden_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 192}
 SENTENCES = [
     "A man is eating food.",
@@ -77,3 +81,32 @@ def test_a_generated_encoder_goes_from_scaffold_to_served_embeddings_equal_to_ea
             served = np.asarray(client.embed(SENTENCES, model="tiny_bert_embedder"))
     assert served.shape == (len(SENTENCES), SIZE["hidden_size"])
     np.testing.assert_allclose(served, expected, rtol=0, atol=1e-5)
+
+
+def test_a_scaffolded_python_model_passes_the_test_the_scaffold_wrote_for_it(tmp_path: Path) -> None:
+    repository = tmp_path / "model_repository"
+    repository.mkdir()
+    for helper in ("pybackend_batching.py", "pybackend_parameters.py"):
+        shutil.copyfile(ROOT / "model_repository" / helper, repository / helper)
+    folders = [
+        "--repository",
+        str(repository),
+        "--models",
+        str(tmp_path / "models"),
+        "--tests",
+        str(tmp_path),
+    ]
+    tensors = ["--input", "FEATURES:FP32:4", "--input", "IDS:INT64:-1"]
+    tensors += ["--output", "SCALED:FP32:4", "--output", "IDS_OUT:INT64:-1"]
+    assert scaffold.main(["python_model", "my_scaler", *tensors, *folders]) == 0
+    test = tmp_path / "test_my_scaler_model.py"
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(test)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    assert "2 passed" in run.stdout

@@ -50,7 +50,7 @@ def _request(project: Path, **fields) -> scaffold.Request:
 
 def test_every_kind_of_the_pipeline_has_a_scaffold() -> None:
     # A torch_module needs none: its description states everything and its configs are generated from it.
-    assert set(scaffold.TEMPLATES) == set(KINDS) - {"torch_module"}
+    assert set(scaffold.TEMPLATES) == set(KINDS) - {"torch_module"}  # python_model: export/scaffold_python.py
 
 
 def test_an_image_classifier_gets_a_description_that_generates_three_configs_that_chain(

@@ -1,0 +1,165 @@
+"""Scaffold a Python-backend model (``python -m export.scaffold python_model NAME``), for the user to fill.
+
+It writes, and never overwrites:
+
+- ``model_descriptions/NAME.yaml``: a ``python_model`` description whose ``configs.python_models`` entry
+  states the model's tensors (``--input`` / ``--output NAME:DTYPE:DIMS``), batching and instances;
+- ``model_repository/NAME/config.pbtxt``, generated from it by the generator of every shipped config;
+- ``model_repository/NAME/1/model.py``: a TritonPythonModel batching through RequestBatcher, with the
+  links to the helpers every Python model has. As scaffolded it rejects a request holding a NaN or an
+  infinite float (that request alone, HTTP 400) and passes input i through to output i, so the outputs
+  must pair with the inputs (same count and dims); the user's code replaces ``_run``;
+- ``TESTS/test_NAME_model.py``: a pytest file that serves the model on a real local tritonserver, sends
+  concurrent requests and checks each gets its own rows back, and that a bad request fails alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from string import Template
+from typing import Any
+
+import yaml
+
+from export.common import ExportError
+from export.description import PYTHON_KIND, parse_description
+from export.generated_configs import config_path, generate, refresh_command, write_configs
+from tritonrepo.commands import EXIT_FAILED, EXIT_OK
+from tritonrepo.served_code import BATCHING_HELPER, PARAMETERS_HELPER
+
+TEMPLATES = Path(__file__).resolve().parent / "scaffold_templates"
+FLOATS = ("FP16", "FP32", "FP64")
+# The starting point: 1 ms of queueing buys batches of the requests that arrive together, and two
+# instances let one batch run while the next forms. Tune them in the description once the model is real.
+BATCHING = {"max_queue_delay_us": 1000, "preferred_batch_sizes": [8, 16, 32]}
+HEADER = (
+    "# Scaffolded by `python -m export.scaffold python_model`; yours to edit. Its code is\n"
+    "# model_repository/{name}/1/model.py; its config.pbtxt is generated from this file by\n"
+    "# `{command}`.\n"
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Tensor:
+    name: str
+    dtype: str
+    dims: tuple[int, ...]
+
+    @classmethod
+    def parse(cls, text: str) -> Tensor:
+        """``NAME:DTYPE:DIMS`` with DIMS comma-separated (``FEATURES:FP32:4``, ``IMAGE:FP32:3,224,224``)."""
+        try:
+            name, dtype, dims = text.split(":")
+            return cls(name=name, dtype=dtype.upper(), dims=tuple(int(d) for d in dims.split(",")))
+        except ValueError:
+            raise ExportError(
+                f"tensor {text!r}: write NAME:DTYPE:DIMS, DIMS comma-separated, e.g. FEATURES:FP32:4"
+            ) from None
+
+    def entry(self) -> dict[str, Any]:
+        return {"name": self.name, "dtype": self.dtype, "dims": list(self.dims)}
+
+
+@dataclass(frozen=True, kw_only=True)
+class PythonRequest:
+    name: str
+    inputs: tuple[Tensor, ...]
+    outputs: tuple[Tensor, ...]
+    repository: Path
+    models_dir: Path
+    tests_dir: Path
+    max_batch_size: int = 64
+
+    def __post_init__(self) -> None:
+        if not self.inputs or self.inputs[0].dtype not in FLOATS:
+            raise ExportError(
+                f"inputs {[t.name for t in self.inputs]}: the first must be one of {list(FLOATS)} (the "
+                "scaffolded check rejects a non-finite value in it); add e.g. --input FEATURES:FP32:4 first"
+            )
+        paired = [t.dims for t in self.inputs] == [t.dims for t in self.outputs]
+        if not paired:
+            raise ExportError(
+                f"outputs {[t.entry() for t in self.outputs]} do not pair with inputs "
+                f"{[t.entry() for t in self.inputs]}: the scaffolded model passes input i through to "
+                "output i, so give one output of the same dims per input; change them in the description "
+                "when you change _run"
+            )
+
+
+def scaffold_python(request: PythonRequest) -> list[Path]:
+    """Write the model's files; returns them. Raises ExportError before writing if any exists."""
+    name = request.name
+    data = _description_data(request)
+    source = request.models_dir / f"{name}.yaml"
+    description = parse_description(data, source=source)  # fails early when invalid
+    version = request.repository / name / "1"
+    test = request.tests_dir / f"test_{name}_model.py"
+    configs = [config_path(request.repository, model) for model in generate(description, request.repository)]
+    targets = [source, *configs, version / "model.py", test]
+    existing = [str(path) for path in targets if path.exists()]
+    if existing:
+        raise ExportError(f"not overwriting {existing}; choose another name or remove them")
+    missing = [h for h in (BATCHING_HELPER, PARAMETERS_HELPER) if not (request.repository / h).is_file()]
+    if missing:
+        raise ExportError(
+            f"{request.repository} has no {missing}, which model.py links to; scaffold into a model "
+            "repository holding them (the project's model_repository does)"
+        )
+    request.models_dir.mkdir(parents=True, exist_ok=True)
+    text = yaml.dump(data, sort_keys=False, width=104, default_flow_style=None)  # [4], not a list a line
+    source.write_text(HEADER.format(name=name, command=refresh_command(description)) + text, encoding="utf-8")
+    write_configs(description, request.repository)  # the generator of every shipped config
+    version.mkdir(parents=True, exist_ok=True)
+    (version / "model.py").write_text(_filled("model.py.template", name=name), encoding="utf-8")
+    for helper in (BATCHING_HELPER, PARAMETERS_HELPER):  # shipped beside every Python model
+        os.symlink(Path("..", "..", helper), version / helper)
+    request.tests_dir.mkdir(parents=True, exist_ok=True)
+    relative = os.path.relpath(request.repository.resolve(), request.tests_dir.resolve())
+    test.write_text(
+        _filled("test_model.py.template", name=name, repository=Path(relative).as_posix()), encoding="utf-8"
+    )
+    return targets
+
+
+def _description_data(request: PythonRequest) -> dict[str, Any]:
+    entry = {
+        "model": request.name,
+        "about": f"Scaffolded Python-backend model {request.name}; say here what it computes",
+        "inputs": [t.entry() for t in request.inputs],
+        "outputs": [t.entry() for t in request.outputs],
+        "max_batch_size": request.max_batch_size,
+        "dynamic_batching": BATCHING,
+        "instance_groups": [{"kind": "KIND_CPU", "count": 2}],
+    }
+    return {"name": request.name, "kind": PYTHON_KIND, "configs": {"python_models": [entry]}}
+
+
+def _filled(template: str, **values: str) -> str:
+    return Template((TEMPLATES / template).read_text(encoding="utf-8")).substitute(values)
+
+
+def python_main(args: argparse.Namespace) -> int:
+    """``python -m export.scaffold python_model NAME ...``: write the files, print them and what is next."""
+    try:
+        written = scaffold_python(
+            PythonRequest(
+                name=args.name,
+                inputs=tuple(Tensor.parse(t) for t in args.input or ["INPUT:FP32:4"]),
+                outputs=tuple(Tensor.parse(t) for t in args.output or ["OUTPUT:FP32:4"]),
+                repository=args.repository,
+                models_dir=args.models,
+                tests_dir=args.tests,
+            )
+        )
+    except ExportError as e:
+        print(f"scaffold failed: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    for path in written:
+        print(f"wrote {path}")
+    model, test = written[-2:]
+    print(f"next: fill _run in {model}, then python -m pytest {test}")
+    return EXIT_OK
