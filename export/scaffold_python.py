@@ -28,6 +28,7 @@ import yaml
 from export.common import ExportError
 from export.description import PYTHON_KIND, parse_description
 from export.generated_configs import config_path, generate, refresh_command, write_configs
+from export.module_spec import TensorDecl
 from tritonrepo.commands import EXIT_FAILED, EXIT_OK
 from tritonrepo.served_code import BATCHING_HELPER, PARAMETERS_HELPER
 
@@ -43,32 +44,26 @@ HEADER = (
 )
 
 
-@dataclass(frozen=True, kw_only=True)
-class Tensor:
-    name: str
-    dtype: str
-    dims: tuple[int, ...]
+def parse_tensor(text: str) -> TensorDecl:
+    """``NAME:DTYPE:DIMS`` with DIMS comma-separated (``FEATURES:FP32:4``, ``IMAGE:FP32:3,224,224``)."""
+    try:
+        name, dtype, dims = text.split(":")
+        return TensorDecl(name=name, dtype=dtype.upper(), dims=tuple(int(d) for d in dims.split(",")))
+    except ValueError:
+        raise ExportError(
+            f"tensor {text!r}: write NAME:DTYPE:DIMS, DIMS comma-separated, e.g. FEATURES:FP32:4"
+        ) from None
 
-    @classmethod
-    def parse(cls, text: str) -> Tensor:
-        """``NAME:DTYPE:DIMS`` with DIMS comma-separated (``FEATURES:FP32:4``, ``IMAGE:FP32:3,224,224``)."""
-        try:
-            name, dtype, dims = text.split(":")
-            return cls(name=name, dtype=dtype.upper(), dims=tuple(int(d) for d in dims.split(",")))
-        except ValueError:
-            raise ExportError(
-                f"tensor {text!r}: write NAME:DTYPE:DIMS, DIMS comma-separated, e.g. FEATURES:FP32:4"
-            ) from None
 
-    def entry(self) -> dict[str, Any]:
-        return {"name": self.name, "dtype": self.dtype, "dims": list(self.dims)}
+def _entry(tensor: TensorDecl) -> dict[str, Any]:
+    return {"name": tensor.name, "dtype": tensor.dtype, "dims": list(tensor.dims)}
 
 
 @dataclass(frozen=True, kw_only=True)
 class PythonRequest:
     name: str
-    inputs: tuple[Tensor, ...]
-    outputs: tuple[Tensor, ...]
+    inputs: tuple[TensorDecl, ...]
+    outputs: tuple[TensorDecl, ...]
     repository: Path
     models_dir: Path
     tests_dir: Path
@@ -83,8 +78,8 @@ class PythonRequest:
         paired = [t.dims for t in self.inputs] == [t.dims for t in self.outputs]
         if not paired:
             raise ExportError(
-                f"outputs {[t.entry() for t in self.outputs]} do not pair with inputs "
-                f"{[t.entry() for t in self.inputs]}: the scaffolded model passes input i through to "
+                f"outputs {[_entry(t) for t in self.outputs]} do not pair with inputs "
+                f"{[_entry(t) for t in self.inputs]}: the scaffolded model passes input i through to "
                 "output i, so give one output of the same dims per input; change them in the description "
                 "when you change _run"
             )
@@ -129,8 +124,8 @@ def _description_data(request: PythonRequest) -> dict[str, Any]:
     entry = {
         "model": request.name,
         "about": f"Scaffolded Python-backend model {request.name}; say here what it computes",
-        "inputs": [t.entry() for t in request.inputs],
-        "outputs": [t.entry() for t in request.outputs],
+        "inputs": [_entry(t) for t in request.inputs],
+        "outputs": [_entry(t) for t in request.outputs],
         "max_batch_size": request.max_batch_size,
         "dynamic_batching": BATCHING,
         "instance_groups": [{"kind": "KIND_CPU", "count": 2}],
@@ -148,8 +143,8 @@ def python_main(args: argparse.Namespace) -> int:
         written = scaffold_python(
             PythonRequest(
                 name=args.name,
-                inputs=tuple(Tensor.parse(t) for t in args.input or ["INPUT:FP32:4"]),
-                outputs=tuple(Tensor.parse(t) for t in args.output or ["OUTPUT:FP32:4"]),
+                inputs=tuple(parse_tensor(t) for t in args.input or ["INPUT:FP32:4"]),
+                outputs=tuple(parse_tensor(t) for t in args.output or ["OUTPUT:FP32:4"]),
                 repository=args.repository,
                 models_dir=args.models,
                 tests_dir=args.tests,

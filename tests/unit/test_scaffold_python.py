@@ -24,7 +24,7 @@ from export.description import PYTHON_KIND, load_description, parse_description
 from export.generated_configs import config_text, generate
 from export.pipeline import Options, export_model
 from export.precision import Capabilities
-from export.scaffold_python import PythonRequest, Tensor, scaffold_python
+from export.scaffold_python import PythonRequest, parse_tensor, scaffold_python
 from tritonrepo.configs import load_model_config
 from tritonrepo.served_code import BATCHING_HELPER, PARAMETERS_HELPER, load_served_module
 
@@ -129,8 +129,8 @@ def test_the_python_model_scaffold_never_overwrites_and_refuses_what_it_cannot_s
     assert scaffold.main(_argv(project)) == 0
     again = PythonRequest(
         name="my_scaler",
-        inputs=(Tensor.parse("INPUT:FP32:4"),),
-        outputs=(Tensor.parse("OUTPUT:FP32:4"),),
+        inputs=(parse_tensor("INPUT:FP32:4"),),
+        outputs=(parse_tensor("OUTPUT:FP32:4"),),
         repository=project / "model_repository",
         models_dir=project / "model_descriptions",
         tests_dir=project / "tests",
@@ -138,11 +138,11 @@ def test_the_python_model_scaffold_never_overwrites_and_refuses_what_it_cannot_s
     with pytest.raises(ExportError, match="not overwriting .*my_scaler.yaml"):
         scaffold_python(again)
     with pytest.raises(ExportError, match="do not pair with inputs"):
-        PythonRequest(**{**again.__dict__, "outputs": (Tensor.parse("OUTPUT:FP32:8"),)})
+        PythonRequest(**{**again.__dict__, "outputs": (parse_tensor("OUTPUT:FP32:8"),)})
     with pytest.raises(ExportError, match="the first must be one of"):
-        PythonRequest(**{**again.__dict__, "inputs": (Tensor.parse("IDS:INT64:4"),)})
+        PythonRequest(**{**again.__dict__, "inputs": (parse_tensor("IDS:INT64:4"),)})
     with pytest.raises(ExportError, match="write NAME:DTYPE:DIMS"):
-        Tensor.parse("FEATURES:FP32")
+        parse_tensor("FEATURES:FP32")
     bare = project / "bare"
     bare.mkdir()
     with pytest.raises(ExportError, match="which model.py links to"):
