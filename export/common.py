@@ -77,6 +77,15 @@ def single_io(config: ModelConfig) -> tuple[TensorSpec, TensorSpec]:
     return inputs[0], outputs[0]
 
 
+def shown(path: Path) -> str:
+    """``path`` as a command prints it: relative to the working folder when inside it, else absolute."""
+    resolved = Path(path).resolve()
+    try:
+        return str(resolved.relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(resolved)
+
+
 def sha256_file(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as handle:

@@ -38,7 +38,7 @@ from typing import Any
 import yaml
 from tokenizers import Tokenizer
 
-from export.common import ExportError
+from export.common import ExportError, shown
 from export.description import PYTHON_KIND, ModelDescription, Weights, parse_description, weights_sha256
 from export.generated_configs import config_path, generate, model_config, refresh_command, write_configs
 from export.minilm import load_tokenizer
@@ -379,7 +379,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"scaffold failed: {e}", file=sys.stderr)
         return EXIT_FAILED
     for path in written:
-        print(f"wrote {path}")
+        print(f"wrote {shown(path)}")
     print(f"next: python -m export --only {args.name} --precision fp32")
     return EXIT_OK
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from export.common import ExportError
+from export.common import ExportError, shown
 from export.description import PYTHON_KIND, parse_description
 from export.generated_configs import config_path, generate, refresh_command, write_configs
 from export.module_spec import TensorDecl
@@ -154,7 +154,7 @@ def python_main(args: argparse.Namespace) -> int:
         print(f"scaffold failed: {e}", file=sys.stderr)
         return EXIT_FAILED
     for path in written:
-        print(f"wrote {path}")
+        print(f"wrote {shown(path)}")
     model, test = written[-2:]
-    print(f"next: fill _run in {model}, then python -m pytest {test}")
+    print(f"next: fill _run in {shown(model)}, then python -m pytest {shown(test)}")
     return EXIT_OK
