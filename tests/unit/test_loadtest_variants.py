@@ -301,6 +301,13 @@ def test_a_native_repository_copies_its_files_for_a_container_of_its_own(
         assert (target / clone / "1" / ".export.json").is_file(), "the start-up check reads it"
         assert (target / clone / "warmup" / "tokens_256.int64").is_file()
         assert not (target / clone / "local_cpu.pbtxt").exists(), "the local CPU settings stay local"
+    served = (small_source / "minilm_onnx" / "1" / "model.onnx").stat()
+    assert (target / "minilm_onnx__x1" / "1" / "model.onnx").stat().st_ino == served.st_ino, (
+        "linked, not copied"
+    )
+    assert not (target / "minilm_onnx" / "config.pbtxt").samefile(
+        small_source / "minilm_onnx" / "config.pbtxt"
+    )
 
 
 def test_a_native_fp32_clone_serves_the_kept_file_under_the_configs_file_name(
@@ -324,6 +331,9 @@ def test_a_native_fp32_clone_serves_the_kept_file_under_the_configs_file_name(
     assert manifest["artifact"] == "model.onnx" and manifest["gated_on"] == {"device": "cuda"}
     assert manifest["artifact_sha256"] == hashlib.sha256(b"the kept fp32 file").hexdigest()
     assert manifest["copied_from"] == "onnx-fp32.onnx"
+    source_manifest = json.loads((small_source / "minilm_onnx" / "1" / ".export.json").read_text())
+    assert "copied_from" not in source_manifest, "the source's manifest is left as it was"
+    assert (small_source / "minilm_onnx" / "1" / "model.onnx").read_bytes() == b"the served file"
     derived = tmp_path / "derived"  # the local flavour of the same variant: the runner reads the parameter
     build_repository(small_source, derived, [fp32], total_threads=2)
     runner = parse_config(derived / "minilm_onnx__fp32" / "config.pbtxt")
