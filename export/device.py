@@ -17,8 +17,6 @@ for the server's start-up check (deploy/tritonserver/gpu_class_check.py).
 from __future__ import annotations
 
 import logging
-import shutil
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -84,22 +82,13 @@ class CudaDevice:
         )
 
 
-def nvidia_driver_version() -> str | None:
-    """The NVIDIA driver's version from nvidia-smi (None where it cannot be run)."""
-    executable = shutil.which("nvidia-smi")
-    if executable is None:
-        return None
+def nvidia_driver_version(module_version: Path = Path("/sys/module/nvidia/version")) -> str | None:
+    """The NVIDIA driver's version, as its loaded kernel module reports it ("580.159.04"; None where no
+    NVIDIA module is loaded or the file cannot be read). The server's start-up check asks nvidia-smi."""
     try:
-        out = subprocess.run(
-            [executable, "--query-gpu=driver_version", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=True,
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
+        return Path(module_version).read_text(encoding="utf-8").strip() or None
+    except OSError:
         return None
-    return out.splitlines()[0].strip() if out.strip() else None
 
 
 @dataclass(frozen=True, kw_only=True)

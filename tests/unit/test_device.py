@@ -182,3 +182,10 @@ def test_cpu_flags_come_from_the_cpuinfo_flags_line(tmp_path: Path) -> None:
     capabilities = Capabilities(cpu_flags=device.cpu_flags(cpuinfo))
     assert capabilities.cpu_bf16 and capabilities.cpu_vnni
     assert device.cpu_flags(tmp_path / "missing") == frozenset()
+
+
+def test_the_driver_version_is_the_loaded_nvidia_module_s(tmp_path: Path) -> None:
+    version = tmp_path / "version"
+    version.write_text("580.159.04\n")
+    assert device.nvidia_driver_version(version) == "580.159.04"
+    assert device.nvidia_driver_version(tmp_path / "no-module") is None, "no NVIDIA module loaded"
