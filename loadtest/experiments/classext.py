@@ -33,7 +33,7 @@ import shutil
 import sys
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -41,6 +41,7 @@ import tritonclient.http.aio as httpaio
 from tritonclient.http import InferInput, InferRequestedOutput
 
 from loadtest.experiments import classext_report, minimal
+from loadtest.experiments.clients import ClientRun
 from loadtest.experiments.plans import IMAGE_ENCODER, IMAGE_MODEL
 from loadtest.load.payloads import image_variants
 from tritonlocal import LocalTritonServer, ServerConfig
@@ -69,22 +70,6 @@ class Arm:
     model: str
     outputs: tuple[str, ...]
     class_count: int = 0
-
-
-@dataclass(kw_only=True)
-class ArmRun:
-    label: str
-    in_flight: int
-    round: int
-    requests: int
-    wall_s: float
-    failures: int = 0
-    latencies_ms: list[float] = field(default_factory=list)
-    top1: list[int] = field(default_factory=list)  # by request index; -1 where it failed
-
-    @property
-    def images_per_s(self) -> float:
-        return self.requests / self.wall_s if self.wall_s else 0.0
 
 
 def parse_classification(entry: bytes | str) -> tuple[float, int, str]:
@@ -130,10 +115,13 @@ def top1_of(arm: Arm, result: object) -> int:
     return int(result.as_numpy("CLASS_IDS").ravel()[0])  # type: ignore[attr-defined]
 
 
-async def _drive(arm: Arm, images: Sequence[bytes], *, in_flight: int, requests: int, round_: int) -> ArmRun:
-    """``requests`` single-image requests, ``in_flight`` outstanding at every moment (closed loop)."""
-    run = ArmRun(label=arm.label, in_flight=in_flight, round=round_, requests=requests, wall_s=0.0)
-    run.top1 = [-1] * requests
+async def _drive(arm: Arm, images: Sequence[bytes], *, in_flight: int, requests: int, round_: int) -> dict:
+    """``requests`` single-image requests, ``in_flight`` outstanding at every moment (closed loop): the
+    run's record, with ``top1`` by request index (-1 where it failed)."""
+    run = ClientRun(
+        label=arm.label, model=arm.model, items=requests, in_flight=in_flight, wall_s=0.0, round=round_
+    )
+    top1 = [-1] * requests
     outputs = [InferRequestedOutput(name, class_count=arm.class_count) for name in arm.outputs]
     next_index = iter(range(requests))
     client = httpaio.InferenceServerClient(arm.url, conn_limit=in_flight)
@@ -149,7 +137,7 @@ async def _drive(arm: Arm, images: Sequence[bytes], *, in_flight: int, requests:
                 run.failures += 1
                 continue
             run.latencies_ms.append(1000.0 * (time.perf_counter() - sent))
-            run.top1[index] = top1_of(arm, result)
+            top1[index] = top1_of(arm, result)
 
     try:
         started = time.perf_counter()
@@ -157,12 +145,12 @@ async def _drive(arm: Arm, images: Sequence[bytes], *, in_flight: int, requests:
         run.wall_s = time.perf_counter() - started
     finally:
         await client.close()
-    return run
+    return asdict(run) | {"images_per_s": run.items_per_s, "top1": top1}
 
 
 def alternate(
     arms: list[Arm], images: Sequence[bytes], *, in_flight: int, requests: int, rounds: int
-) -> list[ArmRun]:
+) -> list[dict]:
     """One unmeasured warm-up of each arm, then A, B, C, A, B, C... for ``rounds`` rounds."""
     for arm in arms:
         asyncio.run(
@@ -179,7 +167,7 @@ def alternate(
                 arm.label,
                 in_flight,
                 round_,
-                runs[-1].images_per_s,
+                runs[-1]["images_per_s"],
             )
     return runs
 
@@ -225,11 +213,12 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     args.output.mkdir(parents=True, exist_ok=True)
     images = image_variants(args.images, seed=7)
-    runs: list[ArmRun] = []
+    records: list[dict] = []
     with served_arms(args.output, workers=args.workers, threads=args.threads) as arms:
         for in_flight in args.in_flight:
-            runs += alternate(arms, images, in_flight=in_flight, requests=args.requests, rounds=args.rounds)
-    records = [asdict(run) | {"images_per_s": run.images_per_s} for run in runs]
+            records += alternate(
+                arms, images, in_flight=in_flight, requests=args.requests, rounds=args.rounds
+            )
     (args.output / "results.json").write_text(json.dumps({"argv": sys.argv, "runs": records}, indent=1))
     report = classext_report.markdown(
         records, command=" ".join(["python -m loadtest.experiments.classext", *(argv or sys.argv[1:])])

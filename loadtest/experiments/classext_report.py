@@ -1,8 +1,8 @@
 """The `classext` experiment's summary: each arm's median and range over the rounds, and its ratios to the
 shipped arm and to the simplest server, taken round by round inside the run.
 
-A record is one arm's run of one round (:class:`loadtest.experiments.classext.ArmRun` as a dict, with
-``images_per_s``); the first arm of a concurrency's records is the reference ("vs first").
+A record is one arm's run of one round (:class:`loadtest.experiments.clients.ClientRun` as a dict, with
+``images_per_s`` and ``top1``); the first arm of a concurrency's records is the reference ("vs first").
 """
 
 from __future__ import annotations
