@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 pytest_plugins = ["tritonlocal.pytest_plugin"]
+
+ROOT = Path(__file__).resolve().parents[1]
 
 _TIERS = {"unit": pytest.mark.unit, "integration": pytest.mark.integration}
 
@@ -20,6 +24,23 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         tier = Path(str(item.fspath)).parent.name
         if tier in _TIERS:
             item.add_marker(_TIERS[tier])
+
+
+@pytest.fixture(scope="session")
+def run_python() -> Callable[..., subprocess.CompletedProcess[str]]:
+    """``run(*args, timeout_s=300)``: this interpreter with ``args`` in the project root, its output
+    captured; the test fails with the output's tail where it exits non-zero."""
+
+    def run(*args: str | Path, timeout_s: float = 300) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, *map(str, args)]
+        done = subprocess.run(
+            command, cwd=ROOT, capture_output=True, text=True, timeout=timeout_s, check=False
+        )
+        tail = f"{done.stdout[-4000:]}\n{done.stderr[-3000:]}"
+        assert done.returncode == 0, f"{' '.join(command[1:])} exited {done.returncode}:\n{tail}"
+        return done
+
+    return run
 
 
 @pytest.fixture(scope="session")

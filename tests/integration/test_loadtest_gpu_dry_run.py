@@ -9,9 +9,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psutil
@@ -25,21 +23,15 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def dry_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict]]:
+def dry_run(
+    tmp_path_factory: pytest.TempPathFactory, run_python: Callable[..., object]
+) -> Iterator[tuple[Path, dict]]:
     output = tmp_path_factory.mktemp("gpu-bench")
     run_id = f"gpu-dry-run-test-{os.getpid()}"
     work = ROOT / "build" / "bench" / run_id  # where the run derives its repositories
     try:
-        done = subprocess.run(
-            [sys.executable, "-m", "loadtest.bench", "--mode", "gpu", "--dry-run", "--output", str(output)]
-            + ["--run-id", run_id],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=1200,
-            check=False,
-        )
-        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        bench = ["-m", "loadtest.bench", "--mode", "gpu", "--dry-run"]
+        run_python(*bench, "--output", output, "--run-id", run_id, timeout_s=1200)
         left = [
             p.pid for p in psutil.process_iter(["cmdline"]) if str(work) in " ".join(p.info["cmdline"] or [])
         ]

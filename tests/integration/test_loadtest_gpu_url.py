@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -42,23 +40,19 @@ def bench_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTrit
 
 @pytest.fixture(scope="module")
 def url_run(
-    bench_server: LocalTritonServer, tmp_path_factory: pytest.TempPathFactory
+    bench_server: LocalTritonServer,
+    tmp_path_factory: pytest.TempPathFactory,
+    run_python: Callable[..., object],
 ) -> tuple[Path, dict, str]:
     output = tmp_path_factory.mktemp("gpu-url-bench")
     run_id = f"gpu-url-test-{os.getpid()}"
     url = f"http://{bench_server.http_url}"
-    command = [sys.executable, "-m", "loadtest.bench", "--mode", "gpu", "--dry-run", "--url", url]
-    command += ["--grpc-url", bench_server.grpc_url, "--records", str(PRECISION_RECORDS)]
-    command += ["--output", str(output), "--run-id", run_id]
-    done = subprocess.run(
-        command,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
+    run_python(
+        *["-m", "loadtest.bench", "--mode", "gpu", "--dry-run"],
+        *["--url", url, "--grpc-url", bench_server.grpc_url, "--records", PRECISION_RECORDS],
+        *["--output", output, "--run-id", run_id],
+        timeout_s=900,
     )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     folder = output / run_id
     return folder, json.loads((folder / "results.json").read_text()), url
 

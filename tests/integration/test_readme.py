@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import subprocess
-import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -18,10 +18,8 @@ def test_the_readme_has_python_examples() -> None:
 
 
 @pytest.mark.parametrize("code", BLOCKS, ids=lambda code: code.splitlines()[0][:40])
-def test_a_readme_python_example_runs(code: str, triton_repository: Path) -> None:
+def test_a_readme_python_example_runs(
+    code: str, triton_repository: Path, run_python: Callable[..., subprocess.CompletedProcess[str]]
+) -> None:
     # triton_repository: the fixture derives build/local_repository, which the examples serve.
-    completed = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300, check=False
-    )
-    assert completed.returncode == 0, completed.stderr[-3000:]
-    assert "127.0.0.1:" in completed.stdout
+    assert "127.0.0.1:" in run_python("-c", code).stdout

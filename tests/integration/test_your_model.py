@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -83,7 +82,9 @@ def test_a_generated_encoder_goes_from_scaffold_to_served_embeddings_equal_to_ea
     np.testing.assert_allclose(served, expected, rtol=0, atol=1e-5)
 
 
-def test_a_scaffolded_python_model_passes_the_test_the_scaffold_wrote_for_it(tmp_path: Path) -> None:
+def test_a_scaffolded_python_model_passes_the_test_the_scaffold_wrote_for_it(
+    tmp_path: Path, run_python: Callable[..., subprocess.CompletedProcess[str]]
+) -> None:
     repository = tmp_path / "model_repository"
     repository.mkdir()
     for helper in ("pybackend_batching.py", "pybackend_parameters.py"):
@@ -100,13 +101,5 @@ def test_a_scaffolded_python_model_passes_the_test_the_scaffold_wrote_for_it(tmp
     tensors += ["--output", "SCALED:FP32:4", "--output", "IDS_OUT:INT64:-1"]
     assert scaffold.main(["python_model", "my_scaler", *tensors, *folders]) == 0
     test = tmp_path / "test_my_scaler_model.py"
-    run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(test)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    run = run_python("-m", "pytest", "-q", "-p", "no:cacheprovider", test)
     assert "2 passed" in run.stdout

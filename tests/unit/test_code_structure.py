@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import ast
 import re
-import subprocess
-import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -218,14 +217,9 @@ def test_mypy_checks_every_package_and_every_served_helper() -> None:
 
 
 @pytest.mark.parametrize("model_py", served_models(), ids=lambda path: path.parent.parent.name)
-def test_every_python_model_type_checks_against_tritons_api(model_py: Path) -> None:
+def test_every_python_model_type_checks_against_tritons_api(
+    model_py: Path, run_python: Callable[..., object]
+) -> None:
     """mypy with the project's settings (pyproject.toml), which check the packages and the served helpers
     in one run; a model.py needs a run of its own, since every one of them is a module named `model`."""
-    checked = subprocess.run(
-        [sys.executable, "-m", "mypy", model_py.relative_to(ROOT).as_posix()],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert checked.returncode == 0, checked.stdout + checked.stderr
+    run_python("-m", "mypy", model_py.relative_to(ROOT).as_posix())
