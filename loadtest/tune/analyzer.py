@@ -51,33 +51,31 @@ class TuneError(Exception):
 
 @dataclass(frozen=True, kw_only=True)
 class Workspace:
+    """A tuning's work folder and what it holds."""
+
     root: Path
+    repository: Path  # the repository it tunes
+    output_repository: Path  # Model Analyzer's output_model_repository_path: the configurations it tried
+    export: Path  # Model Analyzer's export_path: its results and reports
+    config_file: Path  # Model Analyzer's config
+    log_file: Path  # Model Analyzer's log
 
-    @property
-    def repository(self) -> Path:
-        return self.root / "repository"
-
-    @property
-    def output_repository(self) -> Path:
-        return self.root / "output_repository"
-
-    @property
-    def export(self) -> Path:
-        return self.root / "export"
-
-    @property
-    def config_file(self) -> Path:
-        return self.root / "config.yaml"
-
-    @property
-    def log_file(self) -> Path:
-        return self.root / "model_analyzer.log"
+    @classmethod
+    def at(cls, root: Path) -> Workspace:
+        return cls(
+            root=root,
+            repository=root / "repository",
+            output_repository=root / "output_repository",
+            export=root / "export",
+            config_file=root / "config.yaml",
+            log_file=root / "model_analyzer.log",
+        )
 
 
 def prepare(plan: TunePlan, work_root: Path) -> Workspace:
     """Write the work folder for ``plan`` (reusing its checkpoint when one exists)."""
     models = load_repository(plan.source)
-    workspace = Workspace(root=(Path(work_root) / plan.fingerprint(models)).resolve())
+    workspace = Workspace.at((Path(work_root) / plan.fingerprint(models)).resolve())
     workspace.root.mkdir(parents=True, exist_ok=True)
     derived = derive_repository(plan.source, workspace.repository, gpu_available=plan.gpu)
     for pipeline, model in plan.targets.items():

@@ -96,7 +96,7 @@ def test_following_stops_at_the_deadline(tmp_path: Path) -> None:
 
 
 def test_a_failing_model_analyzer_is_a_tune_error_naming_its_status_and_log(tmp_path: Path) -> None:
-    workspace = analyzer.Workspace(root=tmp_path)
+    workspace = analyzer.Workspace.at(tmp_path)
     tmp_path.mkdir(exist_ok=True)
     workspace.config_file.write_text("profile_models: [\n")  # not YAML: Model Analyzer exits 1
     seen: list[str] = []
