@@ -14,7 +14,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import IO, TypeVar
+from typing import IO, Protocol, TypeVar
 
 import psutil
 
@@ -38,6 +38,28 @@ class Service:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
+
+
+class Addresses(Protocol):
+    """Where a started service listens: ports 0 (pick a free one) are replaced by the picked ones."""
+
+    host: str
+    http_port: int
+    grpc_port: int
+
+
+class Endpoint(Service):
+    """A service that clients reach over HTTP and gRPC at the host and ports of its ``config``."""
+
+    config: Addresses
+
+    @property
+    def http_url(self) -> str:
+        return f"{self.config.host}:{self.config.http_port}"
+
+    @property
+    def grpc_url(self) -> str:
+        return f"{self.config.host}:{self.config.grpc_port}"
 
 
 def find_binary(name: str, given: Path | None, *, missing: Exception, fallbacks: Sequence[Path] = ()) -> Path:

@@ -23,7 +23,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import psutil
@@ -120,25 +120,18 @@ def find_nginx(binary: Path | None = None) -> Path:
     return proc.find_binary("nginx", binary, missing=missing, fallbacks=[Path("/usr/sbin/nginx")])
 
 
-class LocalReplicaSet(proc.Service):
+class LocalReplicaSet(proc.Endpoint):
     """``config.replicas`` tritonservers and one nginx in front of them; a context manager."""
 
+    config: ReplicaSetConfig
+
     def __init__(self, config: ReplicaSetConfig) -> None:
-        self.config = config
+        self.requested = config
+        self.config = config  # with the ports picked once started
         self.servers: list[LocalTritonServer] = []
-        self.http_port = config.http_port
-        self.grpc_port = config.grpc_port
         self._nginx: subprocess.Popen | None = None
         self._workdir: Path | None = None
         self._down: set[int] = set()
-
-    @property
-    def http_url(self) -> str:
-        return f"{self.config.host}:{self.http_port}"
-
-    @property
-    def grpc_url(self) -> str:
-        return f"{self.config.host}:{self.grpc_port}"
 
     def start(self) -> LocalReplicaSet:
         nginx = find_nginx(self.config.nginx_binary)
@@ -219,10 +212,12 @@ class LocalReplicaSet(proc.Service):
         for path in (self._workdir, prefix):
             path.chmod(0o755)
         (prefix / "tmp").chmod(0o1777)
-        self.http_port = self.config.http_port or pick_free_port(self.config.host)
-        self.grpc_port = self.config.grpc_port or pick_free_port(self.config.host)
-        while self.grpc_port == self.http_port:
-            self.grpc_port = pick_free_port(self.config.host)
+        host = self.requested.host
+        http_port = self.requested.http_port or pick_free_port(host)
+        grpc_port = self.requested.grpc_port or pick_free_port(host)
+        while grpc_port == http_port:
+            grpc_port = pick_free_port(host)
+        self.config = replace(self.requested, http_port=http_port, grpc_port=grpc_port)
         self._write_nginx_config()
         command = [
             str(binary),
@@ -248,8 +243,8 @@ class LocalReplicaSet(proc.Service):
             render_nginx_config(
                 self.config.template.read_text(),
                 host=self.config.host,
-                http_port=self.http_port,
-                grpc_port=self.grpc_port,
+                http_port=self.config.http_port,
+                grpc_port=self.config.grpc_port,
                 http_backends=[s.http_url for s in self.servers],
                 grpc_backends=[s.grpc_url for s in self.servers],
                 max_fails=self.config.max_fails,

@@ -52,13 +52,15 @@ _PORT_FLAGS = {"http_port": "--http-port", "grpc_port": "--grpc-port", "metrics_
 _SPAWNER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tritonlocal-spawner")
 
 
-class LocalTritonServer(proc.Service):
+class LocalTritonServer(proc.Endpoint):
     """A tritonserver process serving ``config.model_repository``.
 
     Use it as a context manager (``with LocalTritonServer(config) as server: ...``) or call
     :meth:`start` and :meth:`stop`. The server and every Python-backend stub it spawns are stopped on
     exit, on an exception, on interpreter exit, and by the kernel if this process is killed.
     """
+
+    config: ServerConfig
 
     def __init__(self, config: ServerConfig) -> None:
         self.requested = config
@@ -69,15 +71,7 @@ class LocalTritonServer(proc.Service):
         # Models that failed to load while the server serves the others (ServerConfig.exit_on_error=False).
         self.failed_models: dict[str, str] = {}
 
-    # -- addresses -------------------------------------------------------------------------------
-    @property
-    def http_url(self) -> str:
-        return f"{self.config.host}:{self.config.http_port}"
-
-    @property
-    def grpc_url(self) -> str:
-        return f"{self.config.host}:{self.config.grpc_port}"
-
+    # -- addresses (http_url and grpc_url: proc.Endpoint) --------------------------------------------
     @property
     def metrics_url(self) -> str:
         return f"http://{self.config.host}:{self.config.metrics_port}/metrics"
