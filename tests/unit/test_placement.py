@@ -30,27 +30,29 @@ def _placed(*nodes: tuple[str, str, str]) -> list[NodePlacement]:
     return [NodePlacement(node=name, op_type=op, provider=provider) for name, op, provider in nodes]
 
 
+# The compute on the GPU, the shape computations on the CPU: how onnxruntime places an fp16 encoder.
+ON_THE_GPU = _placed(
+    ("/attention/MatMul", "MatMul", CUDA),
+    ("/attention/Softmax", "Softmax", CUDA),
+    ("/norm/LayerNormalization", "LayerNormalization", CUDA),
+    ("/act/Erf", "Erf", CUDA),
+    ("/Shape", "Shape", CPU),
+    ("/Gather_3", "Gather", CPU),
+    ("/Concat", "Concat", CPU),
+    ("MemcpyToHost", "MemcpyToHost", CUDA),
+)
+
+
 def test_shape_computations_on_the_cpu_pass_when_the_compute_runs_on_the_gpu() -> None:
-    record = _placed(
-        ("/attention/MatMul", "MatMul", CUDA),
-        ("/attention/Softmax", "Softmax", CUDA),
-        ("/norm/LayerNormalization", "LayerNormalization", CUDA),
-        ("/act/Erf", "Erf", CUDA),
-        ("/Shape", "Shape", CPU),
-        ("/Gather_3", "Gather", CPU),
-        ("/Concat", "Concat", CPU),
-        ("MemcpyToHost", "MemcpyToHost", CUDA),
-    )
-    check_cuda_placement(record, what="onnx-fp16-cuda")
+    check_cuda_placement(ON_THE_GPU, what="onnx-fp16-cuda")
 
 
 def test_a_compute_node_left_on_the_cpu_fails_the_variant_and_is_named() -> None:
-    record = _placed(
-        ("/attention/MatMul", "MatMul", CUDA),
+    left = [
         ("/encoder/layer.0/output/LayerNorm", "LayerNormalization", CPU),
         ("/classifier/Gemm", "Gemm", CPU),
-        ("/Shape", "Shape", CPU),
-    )
+    ]
+    record = ON_THE_GPU + _placed(*left)
     with pytest.raises(ExportError) as failed:
         check_cuda_placement(record, what="onnx-fp16-cuda")
     message = str(failed.value)
