@@ -24,6 +24,7 @@ as a bar on a terminal and as one plain line per step elsewhere; ``--quiet`` pri
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import sys
 import time
@@ -75,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
             written = write_configs(description, args.repository)
             print(f"{description.name}: {', '.join(map(str, written)) or 'configs up to date'}")
         return 0
-    with options.progress, logging_redirect_tqdm(loggers=[logging.getLogger()]):
+    with contextlib.closing(options.progress), logging_redirect_tqdm(loggers=[logging.getLogger()]):
         failed = _export(descriptions, options)
     return _exit_status(failed)
 

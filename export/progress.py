@@ -17,7 +17,6 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from types import TracebackType
 from typing import TextIO
 
 from tqdm import tqdm
@@ -159,12 +158,7 @@ class Progress:
             self._bar.refresh()
 
     def close(self) -> None:
+        """End the bar (``contextlib.closing`` calls it at the end of a ``with`` block)."""
         if self._bar is not None:
             self._bar.close()
             self._bar = None
-
-    def __enter__(self) -> Progress:
-        return self
-
-    def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
-        self.close()

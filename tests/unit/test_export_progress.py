@@ -3,6 +3,7 @@ elapsed and left (from the variants done), as a bar on a terminal, plain lines e
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import io
 import os
@@ -69,7 +70,8 @@ def test_an_up_to_date_or_failed_file_expects_no_more_variants() -> None:
 
 def test_a_terminal_gets_a_bar_with_the_same_facts(monkeypatch: pytest.MonkeyPatch) -> None:
     clock, stream = Clock(), Terminal()
-    with Progress(mode=mode_for(stream, quiet=False), stream=stream, clock=clock) as progress:
+    progress = Progress(mode=mode_for(stream, quiet=False), stream=stream, clock=clock)
+    with contextlib.closing(progress):
         assert progress.mode == "bar"
         progress.start(ESTIMATES)
         progress.model("second")
