@@ -70,13 +70,9 @@ class JobSummary:
         return self.total - self.skipped - self.processed
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "total": self.total,
-            "skipped": self.skipped,
-            "processed": self.processed,
-            "ok": self.ok,
-            "errors": self.errors,
-            "remaining": self.remaining,
+        """The JSON summary: the input counts, the time and rate, each model's average batch."""
+        counts = ("total", "skipped", "processed", "ok", "errors", "remaining")
+        return {name: getattr(self, name) for name in counts} | {
             "elapsed_s": round(self.elapsed_s, 3),
             "throughput_per_s": round(self.throughput_per_s, 2),
             "server_average_batch_size": {s.model: round(s.average_batch_size, 2) for s in self.server},
