@@ -7,8 +7,9 @@ import json
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -41,6 +42,32 @@ def run_python() -> Callable[..., subprocess.CompletedProcess[str]]:
         return done
 
     return run
+
+
+@pytest.fixture(scope="session")
+def write_config() -> Callable[..., Path]:
+    """``write(root, name, *inputs, steps=(), **fields)``: ``root/name/config.pbtxt`` of a model batching
+    up to 8, its ``inputs`` ``(name, datatype, dims)`` rows (``("X", "FP32", [2, 3])``), one output
+    ``OUT`` (FP32, 1), the ensemble ``steps`` (model names, in order) and any other ModelConfig ``fields``
+    (``backend="python"``); returns ``root``."""
+    from tritonclient.grpc import model_config_pb2 as pb
+
+    from tritonrepo.configs import format_config
+
+    def write(
+        root: Path, name: str, *inputs: tuple[str, str, list[int]], steps: Sequence[str] = (), **fields: Any
+    ) -> Path:
+        config = pb.ModelConfig(name=name, max_batch_size=8, **fields)
+        for tensor, datatype, dims in inputs:
+            config.input.add(name=tensor, data_type=pb.DataType.Value(f"TYPE_{datatype}"), dims=dims)
+        config.output.add(name="OUT", data_type=pb.TYPE_FP32, dims=[1])
+        for step in steps:
+            config.ensemble_scheduling.step.add(model_name=step, model_version=-1)
+        (root / name / "1").mkdir(parents=True, exist_ok=True)
+        (root / name / "config.pbtxt").write_text(format_config(config))
+        return root
+
+    return write
 
 
 @pytest.fixture(scope="session")

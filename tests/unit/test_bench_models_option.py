@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from tritonclient.grpc import model_config_pb2 as pb
 
 from loadtest.bench.run import BenchOptions, main
 from loadtest.experiments import plans as experiments_plan
@@ -13,73 +15,37 @@ from tritonrepo.configs import load_repository, pipeline_steps
 from tritonrepo.errors import RepositoryError
 from tritonrepo.paths import REPOSITORY
 
-ENSEMBLE = """name: "{name}"
-platform: "ensemble"
-max_batch_size: 8
-input [ {{ name: "{input}" data_type: TYPE_STRING dims: [ 1 ] }} ]
-output [ {{ name: "OUT" data_type: TYPE_FP32 dims: [ 4 ] }} ]
-ensemble_scheduling {{
-{steps}
-}}
-"""
-STEP = '  step [ { model_name: "%s" model_version: -1 } ]'
-NATIVE = """name: "{name}"
-platform: "onnxruntime_onnx"
-max_batch_size: 8
-input [ {inputs} ]
-output [ {{ name: "Y" data_type: TYPE_FP32 dims: [ 4 ] }} ]
-{batching}"""
-INPUT = '{{ name: "{name}" data_type: {dtype} dims: {dims} }}'
-PYTHON = """name: "{name}"
-backend: "python"
-max_batch_size: 8
-input [ {{ name: "A" data_type: TYPE_FP32 dims: [ 4 ] }} ]
-output [ {{ name: "B" data_type: TYPE_FP32 dims: [ 4 ] }} ]
-dynamic_batching {{ }}
-"""
+ONNX = "onnxruntime_onnx"
 
 
-def _model(root: Path, name: str, text: str) -> None:
-    (root / name).mkdir(parents=True)
-    (root / name / "config.pbtxt").write_text(text)
-
-
-def _native(root: Path, name: str, *inputs: tuple[str, str, str], batching: str = "") -> None:
-    tensors = ", ".join(INPUT.format(name=n, dtype=dtype, dims=dims) for n, dtype, dims in inputs)
-    _model(root, name, NATIVE.format(name=name, inputs=tensors, batching=batching))
-
-
-def _repository(root: Path) -> Path:
-    _native(root, "vision_onnx", ("X", "TYPE_FP32", "[ 3, 8, 8 ]"))
-    _native(root, "words_onnx", ("X", "TYPE_INT64", "[ -1 ]"))
+@pytest.fixture
+def repository(tmp_path: Path, write_config: Callable[..., Path]) -> Path:
+    """Two exported encoders, a model of rows, a Python model and three ensembles of them."""
+    write_config(tmp_path, "vision_onnx", ("X", "FP32", [3, 8, 8]), platform=ONNX)
+    write_config(tmp_path, "words_onnx", ("X", "INT64", [-1]), platform=ONNX)
+    batcher = pb.ModelDynamicBatching()
     # a model of any other inputs: rows of features and a categorical id, batched by its own batcher
-    _native(
-        root,
-        "rows_onnx",
-        ("FEATURES", "TYPE_FP32", "[ 9 ]"),
-        ("SEX", "TYPE_INT64", "[ 1 ]"),
-        batching="dynamic_batching { }",
-    )
-    _model(root, "prep", PYTHON.format(name="prep"))
+    rows = (("FEATURES", "FP32", [9]), ("SEX", "INT64", [1]))
+    write_config(tmp_path, "rows_onnx", *rows, platform=ONNX, dynamic_batching=batcher)
+    write_config(tmp_path, "prep", ("A", "FP32", [4]), backend="python", dynamic_batching=batcher)
     for name, input_name, steps in (
         ("see", "IMAGE_BYTES", ("prep", "vision_onnx")),
         ("read", "TEXT", ("prep", "words_onnx")),
         ("both", "TEXT", ("vision_onnx", "words_onnx")),
     ):
-        body = "\n".join(STEP % step for step in steps)
-        _model(root, name, ENSEMBLE.format(name=name, input=input_name, steps=body))
-    return root
+        write_config(tmp_path, name, (input_name, "STRING", [1]), steps=steps, platform="ensemble")
+    return tmp_path
 
 
-def test_an_ensembles_encoder_and_kind_come_from_its_configs(tmp_path: Path) -> None:
-    models = load_repository(_repository(tmp_path))
+def test_an_ensembles_encoder_and_kind_come_from_its_configs(repository: Path) -> None:
+    models = load_repository(repository)
     see, read = pipeline_steps(models, "see"), pipeline_steps(models, "read")
     assert (see.encoder, see.kind) == ("vision_onnx", "image")
     assert (read.encoder, read.kind) == ("words_onnx", "text")
 
 
-def test_a_native_model_is_its_own_encoder_and_its_inputs_give_its_kind(tmp_path: Path) -> None:
-    models = load_repository(_repository(tmp_path))
+def test_a_native_model_is_its_own_encoder_and_its_inputs_give_its_kind(repository: Path) -> None:
+    models = load_repository(repository)
     assert pipeline_steps(models, "vision_onnx").kind == "pixels"
     assert pipeline_steps(models, "words_onnx").kind == "tokens"
     rows = pipeline_steps(models, "rows_onnx")
@@ -95,8 +61,8 @@ def test_the_shipped_tabular_model_is_measured_as_rows_of_tensors() -> None:
         assert (steps.encoder, steps.kind) == (name, "tensors")
 
 
-def test_an_ensemble_of_two_exported_steps_or_an_unknown_model_is_refused(tmp_path: Path) -> None:
-    models = load_repository(_repository(tmp_path))
+def test_an_ensemble_of_two_exported_steps_or_an_unknown_model_is_refused(repository: Path) -> None:
+    models = load_repository(repository)
     with pytest.raises(RepositoryError, match="2 exported steps"):
         pipeline_steps(models, "both")
     with pytest.raises(RepositoryError, match="no model 'nope'.*read, rows_onnx, see"):
@@ -108,8 +74,10 @@ def test_the_shipped_lite2_classifier_derives_its_own_encoder() -> None:
     assert (steps.encoder, steps.kind) == ("efficientnet_lite2_onnx", "image")
 
 
-def test_models_replace_the_sweep_and_the_batching_experiment_takes_those_that_batch(tmp_path: Path) -> None:
-    root = _repository(tmp_path)
+def test_models_replace_the_sweep_and_the_batching_experiment_takes_those_that_batch(
+    tmp_path: Path, repository: Path
+) -> None:
+    root = repository
     models = ("see", "words_onnx", "rows_onnx")
     plan = experiments_plan.with_models(experiments_plan.PLANS["quick"], models, root)
     assert plan.sweep_models == models

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -20,25 +21,24 @@ from tritonrepo.configs import parse_config
 from tritonrepo.paths import DESCRIPTIONS, REPOSITORY
 
 TABULAR = "diabetes_classifier_onnx"
-ANY = """name: "{name}"
-backend: "python"
-max_batch_size: 8
-input [ {inputs} ]
-output [ {{ name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] }} ]
-"""
 
 
 def _decoded(entry: dict, dtype: type) -> np.ndarray:
     return np.frombuffer(base64.b64decode(entry["b64"]), dtype=dtype).reshape(entry["shape"])
 
 
-def _model(root: Path, name: str, inputs: str, bounds: dict | None = None) -> Path:
-    """A model folder of ``inputs`` (Triton's text format), with a manifest recording ``bounds``."""
-    (root / name / "1").mkdir(parents=True)
-    (root / name / "config.pbtxt").write_text(ANY.format(name=name, inputs=inputs))
-    if bounds is not None:
-        (root / name / "1" / ".export.json").write_text(json.dumps({"input_bounds": bounds}))
-    return root
+@pytest.fixture
+def python_model(tmp_path: Path, write_config: Callable[..., Path]) -> Callable[..., Path]:
+    """``make(name, *inputs, bounds=None)``: a Python model of ``inputs`` under ``tmp_path``, with a manifest
+    recording ``bounds``; returns ``tmp_path``."""
+
+    def make(name: str, *inputs: tuple[str, str, list[int]], bounds: dict | None = None) -> Path:
+        write_config(tmp_path, name, *inputs, backend="python")
+        if bounds is not None:
+            (tmp_path / name / "1" / ".export.json").write_text(json.dumps({"input_bounds": bounds}))
+        return tmp_path
+
+    return make
 
 
 def test_the_tabular_model_is_sent_every_real_row_its_description_names(tmp_path: Path) -> None:
@@ -58,7 +58,9 @@ def test_the_tabular_model_is_sent_every_real_row_its_description_names(tmp_path
     assert all(e["FEATURES"]["shape"] == [9] and e["SEX"]["shape"] == [1] for e in entries)
 
 
-def test_rows_the_served_config_does_not_declare_are_refused_naming_the_fix(tmp_path: Path) -> None:
+def test_rows_the_served_config_does_not_declare_are_refused_naming_the_fix(
+    tmp_path: Path, python_model: Callable[..., Path]
+) -> None:
     (tmp_path / "code.py").write_text(
         "import numpy as np\n\ndef rows():\n    return {'X': np.zeros((3, 4), dtype=np.float32)}\n"
     )
@@ -80,7 +82,7 @@ def test_rows_the_served_config_does_not_declare_are_refused_naming_the_fix(tmp_
         "served": [{"model": "toy_onnx", "format": "onnx"}],
     }
     (tmp_path / "toy.yaml").write_text(yaml.safe_dump(description))
-    _model(tmp_path, "toy_onnx", '{ name: "X" data_type: TYPE_FP32 dims: [ 5 ] }')
+    python_model("toy_onnx", ("X", "FP32", [5]))
     config = parse_config(tmp_path / "toy_onnx" / "config.pbtxt")
     with pytest.raises(ValueError, match=r"X rows of float32 \[4\]; the served config declares FP32 \[5\].*"):
         model_rows.described_rows("toy_onnx", config, tmp_path)
@@ -88,18 +90,10 @@ def test_rows_the_served_config_does_not_declare_are_refused_naming_the_fix(tmp_
 
 
 def test_an_undescribed_model_gets_random_values_of_its_dtypes_dims_and_recorded_ranges(
-    tmp_path: Path,
+    tmp_path: Path, python_model: Callable[..., Path]
 ) -> None:
-    tensors = (
-        ("X", "FP32", "[ 2, 3 ]"),
-        ("ID", "INT64", "[ 4 ]"),
-        ("COUNT", "INT32", "[ 1 ]"),
-        ("MASK", "BOOL", "[ 2 ]"),
-    )
-    inputs = ", ".join(
-        f'{{ name: "{n}" data_type: TYPE_{dtype} dims: {dims} }}' for n, dtype, dims in tensors
-    )
-    root = _model(tmp_path, "rows", inputs, bounds={"ID": [3, 5]})
+    tensors = (("X", "FP32", [2, 3]), ("ID", "INT64", [4]), ("COUNT", "INT32", [1]), ("MASK", "BOOL", [2]))
+    root = python_model("rows", *tensors, bounds={"ID": [3, 5]})
     data = write_input_data("rows", root, tmp_path / "rows.json", entries=40)
     entries = json.loads(data.path.read_text())["data"]
     assert data.kind == "random rows" and len(entries) == 41  # an odd count of at least the entries asked
@@ -113,8 +107,10 @@ def test_an_undescribed_model_gets_random_values_of_its_dtypes_dims_and_recorded
     assert masks.shape == (41, 2) and masks.any() and not masks.all()
 
 
-def test_a_derived_configs_input_bounds_parameter_gives_the_range(tmp_path: Path) -> None:
-    root = _model(tmp_path, "ids", '{ name: "ID" data_type: TYPE_INT64 dims: [ 1 ] }')
+def test_a_derived_configs_input_bounds_parameter_gives_the_range(
+    tmp_path: Path, python_model: Callable[..., Path]
+) -> None:
+    root = python_model("ids", ("ID", "INT64", [1]))
     with open(root / "ids" / "config.pbtxt", "a") as config:  # as tritonrepo/derive.py writes it
         config.write('parameters { key: "input_bounds" value: { string_value: \'{"ID": [7, 8]}\' } }\n')
     data = write_input_data("ids", root, tmp_path / "ids.json", entries=20)
@@ -123,19 +119,16 @@ def test_a_derived_configs_input_bounds_parameter_gives_the_range(tmp_path: Path
 
 
 @pytest.mark.parametrize(
-    ("inputs", "refusal"),
+    ("tensor", "refusal"),
     [
-        (
-            '{ name: "NAME" data_type: TYPE_STRING dims: [ 1 ] }',
-            "no real data is known for its STRING input 'NAME'",
-        ),
-        ('{ name: "X" data_type: TYPE_FP32 dims: [ 2, -1 ] }', r"'X' has variable dims \[2, -1\]"),
+        (("NAME", "STRING", [1]), "no real data is known for its STRING input 'NAME'"),
+        (("X", "FP32", [2, -1]), r"'X' has variable dims \[2, -1\]"),
     ],
 )
 def test_inputs_random_values_cannot_fill_are_refused_naming_check_inputs(
-    tmp_path: Path, inputs: str, refusal: str
+    tmp_path: Path, python_model: Callable[..., Path], tensor: tuple[str, str, list[int]], refusal: str
 ) -> None:
-    root = _model(tmp_path, "odd", inputs)
+    root = python_model("odd", tensor)
     with pytest.raises(ValueError, match=refusal + ".*module.check_inputs"):
         write_input_data("odd", root, tmp_path / "odd.json")
 
