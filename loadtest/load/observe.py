@@ -49,15 +49,13 @@ def statistics_delta(
 
 @dataclass(kw_only=True)
 class ProcessUsage:
-    """CPU seconds used and peak/mean resident memory (MB, :func:`rss_mb`) of a group of processes during
-    a run."""
+    """CPU seconds used and peak resident memory (MB, :func:`rss_mb`) of a group of processes during a
+    run."""
 
     cpu_s: float = 0.0
     wall_s: float = 0.0
     peak_rss_mb: float = 0.0
-    mean_rss_mb: float = 0.0
     processes: int = 0
-    samples: int = 0
     cpu_s_by_label: dict[str, float] = field(default_factory=dict)
     machine_busy_s: float | None = None  # CPU seconds every process on the machine used meanwhile
 
@@ -102,7 +100,6 @@ class ProcessSampler:
         self._thread.join()
         self._sample()
         machine_busy_s = _machine_busy_s() - self._machine_start
-        rss = self._rss or [0.0]
         by_label: dict[str, float] = {}
         for pid, cpu in self._cpu.items():
             label = self._labels[pid]
@@ -110,10 +107,8 @@ class ProcessSampler:
         self.usage = ProcessUsage(
             cpu_s=sum(by_label.values()),
             wall_s=time.perf_counter() - self._started,
-            peak_rss_mb=max(rss),
-            mean_rss_mb=sum(rss) / len(rss),
+            peak_rss_mb=max(self._rss, default=0.0),
             processes=len(self._seen),
-            samples=len(self._rss),
             cpu_s_by_label=by_label,
             machine_busy_s=machine_busy_s,
         )
