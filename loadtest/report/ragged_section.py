@@ -6,6 +6,7 @@ Called by :mod:`loadtest.report.markdown`.
 
 from __future__ import annotations
 
+from dataclasses import astuple
 from pathlib import Path
 
 from loadtest.experiments.registry import TARGET_CONCURRENCY, experiment
@@ -54,22 +55,8 @@ def section(r: dict, folder: Path) -> str:
 
 
 def _arms_table(summary: list[ArmSummary]) -> str:
-    """One row per arm and concurrency: throughput, latency and the encoder's batches."""
-    rows = [
-        (
-            s.concurrency,
-            s.arm,
-            s.served_model,
-            s.runs,
-            s.throughput_per_s,
-            s.p50_ms,
-            s.p99_ms,
-            s.encoder_batch,
-            s.encoder_queue_ms,
-            s.encoder_compute_ms,
-        )
-        for s in summary
-    ]
+    """One row per arm and concurrency: throughput, latency and the encoder's batches (a column per field
+    of ArmSummary, in its order)."""
     header = (
         "concurrency",
         "arm",
@@ -82,7 +69,7 @@ def _arms_table(summary: list[ArmSummary]) -> str:
         "encoder queue ms",
         "encoder compute ms",
     )
-    return table(header, rows)
+    return table(header, map(astuple, summary))
 
 
 def _beside_inprocess(r: dict) -> str:
