@@ -21,11 +21,12 @@ from clients.errors import (
     ServerOverloadedError,
     ServerUnavailableError,
 )
-from clients.model_info import Health, ModelSignature, ModelState, TensorSpec
+from clients.model_info import Health, ModelSignature, ModelState
 from clients.options import ClientOptions
 from clients.retry import RetryPolicy
 from clients.stats import Duration, ModelStatistics
 from clients.sync_client import TritonClient
+from tritonrepo.tensors import TensorSpec
 
 __all__ = [
     "AsyncTritonClient",

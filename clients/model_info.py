@@ -9,15 +9,12 @@ Nothing here names a tensor. The roles the client needs are derived from the met
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-from tritonclient.utils import triton_to_np_dtype
-
 from clients.errors import InvalidInputError
+from tritonrepo.tensors import TensorSpec
 
 _INTEGER = ("INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16", "UINT32", "UINT64")
 _FLOAT = ("FP16", "FP32", "FP64", "BF16")
@@ -27,27 +24,6 @@ _FLOAT = ("FP16", "FP32", "FP64", "BF16")
 class Health:
     live: bool
     ready: bool
-
-
-@dataclass(frozen=True, kw_only=True)
-class TensorSpec:
-    """A tensor as the server describes it; ``dims`` excludes the batch dimension of a batching model."""
-
-    name: str
-    datatype: str
-    dims: tuple[int, ...]
-
-    @property
-    def numpy_dtype(self) -> Any:
-        return np.object_ if self.datatype == "BYTES" else triton_to_np_dtype(self.datatype)
-
-    @property
-    def fixed_size(self) -> bool:
-        return self.datatype != "BYTES" and all(d >= 0 for d in self.dims)
-
-    def byte_size(self, rows: int) -> int:
-        """Bytes of ``rows`` rows of this tensor (fixed-size, non-BYTES tensors only)."""
-        return rows * math.prod(self.dims) * np.dtype(self.numpy_dtype).itemsize
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -20,7 +20,7 @@ import numpy as np
 import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import np_to_triton_dtype, serialize_byte_tensor
 
-from clients.model_info import TensorSpec
+from tritonrepo.tensors import TensorSpec
 
 logger = logging.getLogger(__name__)
 _ALIGN_BYTES = 64

@@ -1,4 +1,4 @@
-"""Helpers shared by the exporters: tensor specs, atomic writes and the idempotence manifest.
+"""Helpers shared by the exporters: a config's tensors, atomic writes and the idempotence manifest.
 
 A model's ``config.pbtxt`` is the source of truth for its tensor names, dims and max_batch_size; the
 exporters parse it with ``tritonrepo.configs.load_model_config`` and never restate them. An exported
@@ -14,55 +14,41 @@ import logging
 import os
 import tempfile
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 from tritonclient.grpc import model_config_pb2
 from tritonclient.grpc.model_config_pb2 import ModelConfig
+
+from tritonrepo.tensors import TensorSpec
 
 logger = logging.getLogger(__name__)
 
 MANIFEST_NAME = ".export.json"
 MANIFEST_FORMAT = 1
 
-_NUMPY_DTYPES = {
-    model_config_pb2.TYPE_FP32: np.float32,
-    model_config_pb2.TYPE_FP16: np.float16,
-    model_config_pb2.TYPE_INT64: np.int64,
-    model_config_pb2.TYPE_INT32: np.int32,
-    model_config_pb2.TYPE_BOOL: np.bool_,
-    model_config_pb2.TYPE_STRING: np.object_,
-}
+# The config datatypes the exporters take.
+_DATA_TYPES = (
+    model_config_pb2.TYPE_FP32,
+    model_config_pb2.TYPE_FP16,
+    model_config_pb2.TYPE_INT64,
+    model_config_pb2.TYPE_INT32,
+    model_config_pb2.TYPE_BOOL,
+    model_config_pb2.TYPE_STRING,
+)
 
 
 class ExportError(Exception):
     """Root of every error the exporters raise."""
 
 
-@dataclass(frozen=True, kw_only=True)
-class TensorSpec:
-    """One input or output of a model, as its config.pbtxt declares it (dims exclude the batch dim)."""
-
-    name: str
-    dims: tuple[int, ...]
-    dtype: type
-
-    def __post_init__(self) -> None:
-        if not self.name:
-            raise ValueError("a tensor needs a name")
-
-
 def tensor_specs(entries: Iterable) -> list[TensorSpec]:
-    """TensorSpecs of a config's ``input`` or ``output`` list."""
+    """The tensors of a config's ``input`` or ``output`` list."""
     specs = []
     for entry in entries:
-        if entry.data_type not in _NUMPY_DTYPES:
-            name = model_config_pb2.DataType.Name(entry.data_type)
+        name = model_config_pb2.DataType.Name(entry.data_type)
+        if entry.data_type not in _DATA_TYPES:
             raise ExportError(f"tensor {entry.name!r}: data type {name} is not supported by the exporters")
-        specs.append(
-            TensorSpec(name=entry.name, dims=tuple(entry.dims), dtype=_NUMPY_DTYPES[entry.data_type])
-        )
+        specs.append(TensorSpec(name=entry.name, datatype=name.removeprefix("TYPE_"), dims=tuple(entry.dims)))
     return specs
 
 

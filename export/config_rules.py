@@ -25,8 +25,9 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from export.common import ExportError
 from export.config_spec import ImagePreprocessingSpec, ModelSpec, NativeSpec, PythonSpec
-from export.module_spec import DynamicBatching, TensorDecl
+from export.module_spec import DynamicBatching
 from tritonrepo.files import ONNX_FILENAME, TORCHSCRIPT_FILENAME
+from tritonrepo.tensors import TensorSpec
 
 Notes = dict[str, str]
 PLATFORMS = {
@@ -114,12 +115,12 @@ def native_config(
     return config, notes
 
 
-def _zeros_warmup(config: ModelConfig, inputs: Sequence[TensorDecl]) -> str:
+def _zeros_warmup(config: ModelConfig, inputs: Sequence[TensorSpec]) -> str:
     for size in range(1, config.max_batch_size + 1):
         warmup = config.model_warmup.add(name=f"zeros_batch_{size}", batch_size=size)
         for decl in inputs:
             sample = warmup.inputs[decl.name]
-            sample.data_type = _datatype(decl.dtype)
+            sample.data_type = _datatype(decl.datatype)
             sample.dims.extend(1 if d == -1 else d for d in decl.dims)
             sample.zero_data = True
     return (
@@ -163,14 +164,14 @@ def python_config(spec: PythonSpec) -> tuple[ModelConfig, Notes]:
 
 
 def image_preprocess_config(
-    name: str, spec: ImagePreprocessingSpec, *, pixels: TensorDecl, max_batch_size: int
+    name: str, spec: ImagePreprocessingSpec, *, pixels: TensorSpec, max_batch_size: int
 ) -> tuple[ModelConfig, Notes]:
     """The Python model that decodes, resizes, crops and normalises for a classifier taking ``pixels``."""
     batching = dataclasses.replace(IMAGE_QUEUE, preferred_batch_sizes=spec.preferred_batch_sizes)
     model = PythonSpec(
         model=name,
-        inputs=(TensorDecl(name="IMAGE_BYTES", dtype="STRING", dims=(1,)),),
-        outputs=(TensorDecl(name="PIXELS", dtype=pixels.dtype, dims=pixels.dims),),
+        inputs=(TensorSpec(name="IMAGE_BYTES", datatype="STRING", dims=(1,)),),
+        outputs=(TensorSpec(name="PIXELS", datatype=pixels.datatype, dims=pixels.dims),),
         max_batch_size=max_batch_size,
         dynamic_batching=batching,
         instance_groups=(),
@@ -231,9 +232,9 @@ def _model(config: ModelConfig, spec: ModelSpec, batching: DynamicBatching) -> N
     """The fields every non-ensemble model has: tensors, batching, its bounded queue, instances."""
     config.max_batch_size = spec.max_batch_size
     for tensor in spec.inputs:
-        config.input.add(name=tensor.name, data_type=_datatype(tensor.dtype), dims=tensor.dims)
+        config.input.add(name=tensor.name, data_type=_datatype(tensor.datatype), dims=tensor.dims)
     for tensor in spec.outputs:
-        config.output.add(name=tensor.name, data_type=_datatype(tensor.dtype), dims=tensor.dims)
+        config.output.add(name=tensor.name, data_type=_datatype(tensor.datatype), dims=tensor.dims)
     config.dynamic_batching.preferred_batch_size.extend(batching.preferred_batch_sizes)
     config.dynamic_batching.max_queue_delay_microseconds = batching.max_queue_delay_us
     policy = config.dynamic_batching.default_queue_policy
@@ -264,8 +265,8 @@ def _model(config: ModelConfig, spec: ModelSpec, batching: DynamicBatching) -> N
     }
 
 
-def _datatype(dtype: str) -> int:
-    return model_config_pb2.DataType.Value(f"TYPE_{dtype}")
+def _datatype(datatype: str) -> int:
+    return model_config_pb2.DataType.Value(f"TYPE_{datatype}")
 
 
 def _duration(microseconds: int) -> str:

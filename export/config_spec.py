@@ -38,12 +38,12 @@ from export.module_spec import (
     InstanceGroup,
     ModuleSpec,
     Reader,
-    TensorDecl,
     entries,
     parse_batching,
     parse_instances,
     parse_tensor,
 )
+from tritonrepo.tensors import TensorSpec
 
 CONFIG_DTYPES = (*DTYPES, "STRING")
 FORMATS = ("onnx", "torchscript")
@@ -61,8 +61,8 @@ class FormatChanges:
 class ModelSpec:
     """The tensors, batching and instances of one non-ensemble model."""
 
-    inputs: tuple[TensorDecl, ...]
-    outputs: tuple[TensorDecl, ...]
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
     max_batch_size: int
     dynamic_batching: DynamicBatching
     instance_groups: tuple[InstanceGroup, ...]
@@ -151,12 +151,12 @@ def _model_fields(model: str, where: str, section: Reader, *, ragged: dict[str, 
                 )
             ragged = {**ragged, common["name"]: lengths} if ragged is not None else None
         entry.done()
-        inputs.append(TensorDecl(**common))
+        inputs.append(TensorSpec(**common))
     outputs = []
     for i, data in enumerate(entries(section, "outputs")):
         entry, common = parse_tensor(model, f"{where}.outputs[{i}]", data, dtypes=CONFIG_DTYPES)
         entry.done()
-        outputs.append(TensorDecl(**common))
+        outputs.append(TensorSpec(**common))
     about = section.get("about", "")
     if not isinstance(about, str):
         raise section.error("about", f"{about!r} is not text", "write a sentence or two")

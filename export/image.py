@@ -28,12 +28,13 @@ import torch
 from google.protobuf import json_format
 
 from export import cuda_runtime, efficientnet_lite, image_variants, onnx_graph
-from export.common import ExportError, ModelConfig, TensorSpec, single_io
+from export.common import ExportError, ModelConfig, single_io
 from export.description import ModelDescription, description_serving
 from export.gates import GateResult, image_gate
 from export.kinds import Parity, Plan, Target
 from tritonrepo.configs import load_model_config
 from tritonrepo.served_code import load_served_module
+from tritonrepo.tensors import TensorSpec
 
 logger = logging.getLogger(__name__)
 

@@ -36,11 +36,11 @@ from PIL import Image, ImageEnhance, ImageFilter, ImageOps
 from torch import nn
 
 from export import efficientnet_lite, onnx_graph
-from export.common import TensorSpec
 from export.cuda_runtime import with_tf32
 from export.gates import GateResult, image_gate
 from export.onnx_variants import onnx_file_variants, quantize_int8_static
 from export.precision import Capabilities, Runner, Variant
+from tritonrepo.tensors import TensorSpec
 
 GATE_BATCH = 32
 NOISE_FLOOR_LEVELS = 0.125  # the noise floor's amplitude, in 8-bit pixel levels (uniform in +-this)

@@ -23,12 +23,8 @@ from export.module_spec import DTYPES, InputDecl, ModuleSpec, OutputDecl
 Batch = tuple[np.ndarray, ...]  # one array per declared input (or output), in declared order
 
 
-def numpy_dtype(dtype: str) -> np.dtype:
-    return np.dtype(DTYPES[dtype][0])
-
-
-def torch_dtype(dtype: str) -> torch.dtype:
-    return getattr(torch, DTYPES[dtype][1])
+def torch_dtype(datatype: str) -> torch.dtype:
+    return getattr(torch, DTYPES[datatype])
 
 
 def check_groups(value: Any, spec: ModuleSpec, *, where: str) -> list[Batch]:
@@ -60,10 +56,10 @@ def _group(group: Any, inputs: Sequence[InputDecl], label: str) -> Batch:
     arrays = []
     for decl in inputs:
         array = np.asarray(group[decl.name])
-        if array.dtype != numpy_dtype(decl.dtype):
+        if array.dtype != decl.numpy_dtype:
             raise ExportError(
-                f"{label}: {decl.name} is {array.dtype}, the description declares {decl.dtype} "
-                f"({numpy_dtype(decl.dtype)}); return {numpy_dtype(decl.dtype)} rows or declare the "
+                f"{label}: {decl.name} is {array.dtype}, the description declares {decl.datatype} "
+                f"({decl.numpy_dtype}); return {decl.numpy_dtype} rows or declare the "
                 "datatype the model takes"
             )
         if not decl.matches(array.shape) or array.shape[0] == 0:
@@ -122,10 +118,10 @@ def eager(model: torch.nn.Module, batch: Batch, spec: ModuleSpec, *, where: str)
 
 
 def _check_output(where: str, decl: OutputDecl, tensor: torch.Tensor, *, rows: int) -> None:
-    if tensor.dtype != torch_dtype(decl.dtype):
+    if tensor.dtype != torch_dtype(decl.datatype):
         raise ExportError(
-            f"{where}.dtype: {decl.name} is declared {decl.dtype}, the model returns {tensor.dtype}; "
-            f"declare the model's datatype or return {torch_dtype(decl.dtype)}"
+            f"{where}.dtype: {decl.name} is declared {decl.datatype}, the model returns {tensor.dtype}; "
+            f"declare the model's datatype or return {torch_dtype(decl.datatype)}"
         )
     shape = tuple(tensor.shape)
     if not shape or shape[0] != rows:

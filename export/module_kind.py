@@ -121,7 +121,7 @@ def preprocessing_model(description: ModelDescription, repository: Path) -> Path
     produced = [
         (o.name, DataType.Name(o.data_type).removeprefix("TYPE_"), list(o.dims)) for o in config.output
     ]
-    declared = [(d.name, d.dtype, list(d.dims)) for d in _spec(description).inputs]
+    declared = [(d.name, d.datatype, list(d.dims)) for d in _spec(description).inputs]
     if [p[1:] for p in produced] != [d[1:] for d in declared]:
         raise ExportError(
             f"{where}.model: {folder.name} outputs {produced}, module.inputs declares {declared}; its "

@@ -20,7 +20,8 @@ once, what the served models look like; their config.pbtxt files are generated f
 
 A callable is ``path/to/file.py:function`` (relative to the description's folder) or an importable
 ``package.module:function``. Inputs are the arguments of the model's ``forward`` in order, outputs what
-it returns in order; ``dims`` exclude the batch axis and a variable axis is -1. ``range`` bounds an
+it returns in order; ``dims`` exclude the batch axis and a variable axis is -1. Each is a served tensor
+(tritonrepo/tensors.py: ``dtype`` is its ``datatype``), which an input extends with ``range``: it bounds an
 integer input (categorical ids inside an embedding's table). Where the description names the model that
 prepares the inputs (``preprocessing: {model: NAME}``), ``check_inputs`` is called with that model's
 folder (export/module_kind.py). Each output is checked against eager PyTorch with its ``metric``:
@@ -38,18 +39,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from export.common import ExportError
+from tritonrepo.tensors import TensorSpec
 
-# Triton datatype -> (numpy dtype name, torch dtype name); what the exporters and both runtimes share.
+# Triton datatype -> torch dtype name, for each datatype a module's tensors may have (their numpy dtype:
+# TensorSpec.numpy_dtype).
 DTYPES = {
-    "FP32": ("float32", "float32"),
-    "FP16": ("float16", "float16"),
-    "FP64": ("float64", "float64"),
-    "INT64": ("int64", "int64"),
-    "INT32": ("int32", "int32"),
-    "INT16": ("int16", "int16"),
-    "INT8": ("int8", "int8"),
-    "UINT8": ("uint8", "uint8"),
-    "BOOL": ("bool", "bool"),
+    "FP32": "float32",
+    "FP16": "float16",
+    "FP64": "float64",
+    "INT64": "int64",
+    "INT32": "int32",
+    "INT16": "int16",
+    "INT8": "int8",
+    "UINT8": "uint8",
+    "BOOL": "bool",
 }
 FLOAT_DTYPES = ("FP32", "FP16", "FP64")
 INTEGER_DTYPES = ("INT64", "INT32", "INT16", "INT8", "UINT8")
@@ -102,32 +105,12 @@ class Reader:
 
 
 @dataclass(frozen=True, kw_only=True)
-class TensorDecl:
-    """One served tensor: its name, Triton datatype and dims (batch axis excluded, -1 variable)."""
-
-    name: str
-    dtype: str
-    dims: tuple[int, ...]
-
-    @property
-    def variable_axes(self) -> tuple[int, ...]:
-        """The axes of -1 (counting the batch axis as 0)."""
-        return tuple(axis + 1 for axis, size in enumerate(self.dims) if size == -1)
-
-    def matches(self, shape: tuple[int, ...]) -> bool:
-        """Whether an array shape (batch axis first) has these dims, -1 matching any size."""
-        return len(shape) == len(self.dims) + 1 and all(
-            want in (-1, got) for want, got in zip(self.dims, shape[1:], strict=True)
-        )
-
-
-@dataclass(frozen=True, kw_only=True)
-class InputDecl(TensorDecl):
+class InputDecl(TensorSpec):
     value_range: tuple[int, int] | None = None  # inclusive bounds of an integer input
 
 
 @dataclass(frozen=True, kw_only=True)
-class OutputDecl(TensorDecl):
+class OutputDecl(TensorSpec):
     metric: str
     tolerance: float
     variant_tolerance: float
@@ -239,7 +222,7 @@ def parse_tensor(
         raise entry.error(
             "dims", f"{dims!r} is not a list of sizes", "list each axis after the batch axis: a size, or -1"
         )
-    return entry, {"name": name, "dtype": dtype, "dims": tuple(dims)}
+    return entry, {"name": name, "datatype": dtype, "dims": tuple(dims)}
 
 
 def _input(model: str, index: int, data: Any) -> InputDecl:
@@ -247,8 +230,10 @@ def _input(model: str, index: int, data: Any) -> InputDecl:
     bounds = entry.get("range", None)
     value_range = None
     if bounds is not None:
-        if common["dtype"] not in INTEGER_DTYPES:
-            raise entry.error("range", f"{common['name']} is {common['dtype']}", "bound integer inputs only")
+        if common["datatype"] not in INTEGER_DTYPES:
+            raise entry.error(
+                "range", f"{common['name']} is {common['datatype']}", "bound integer inputs only"
+            )
         if not (isinstance(bounds, list) and len(bounds) == 2 and all(type(b) is int for b in bounds)) or (
             not bounds[0] <= 0 <= bounds[1]
         ):
@@ -267,7 +252,7 @@ def _output(model: str, index: int, data: Any) -> OutputDecl:
     metric = entry.get("metric", fix=f"choose one of {sorted(METRICS)}")
     if metric not in METRICS:
         raise entry.error("metric", f"{metric!r} is not a metric", f"choose one of {sorted(METRICS)}")
-    if metric != "max_abs_diff" and common["dtype"] not in FLOAT_DTYPES:
+    if metric != "max_abs_diff" and common["datatype"] not in FLOAT_DTYPES:
         raise entry.error("metric", f"{metric} compares floating-point outputs", "use max_abs_diff")
     tolerance = entry.number("tolerance")
     variant_tolerance = entry.number("variant_tolerance", tolerance)

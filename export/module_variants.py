@@ -28,7 +28,7 @@ from torch import nn
 
 from export import onnx_graph
 from export.common import ExportError
-from export.module_checks import Batch, numpy_dtype, torch_dtype
+from export.module_checks import Batch, torch_dtype
 from export.module_spec import ModuleSpec
 from export.placement import require_cuda_placement
 from export.precision import Runner, Variant
@@ -60,7 +60,7 @@ def served_module(model: nn.Module, spec: ModuleSpec, *, dtype: torch.dtype, dev
         converted = converted.to(dtype=dtype)
     if spec.script:
         converted = torch.jit.script(converted)
-    output_dtypes = tuple(torch_dtype(decl.dtype) for decl in spec.outputs)
+    output_dtypes = tuple(torch_dtype(decl.datatype) for decl in spec.outputs)
     return Served(converted, output_dtypes, None if dtype == torch.float32 else dtype).eval()
 
 
@@ -146,7 +146,7 @@ def _check_graph_io(graph: onnx.ModelProto, spec: ModuleSpec) -> None:
         (value.name, np.dtype(onnx.helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type)))
         for value in (*graph.graph.input, *graph.graph.output)
     ]
-    declared = [(decl.name, numpy_dtype(decl.dtype)) for decl in (*spec.inputs, *spec.outputs)]
+    declared = [(decl.name, decl.numpy_dtype) for decl in (*spec.inputs, *spec.outputs)]
     if found != declared:
         raise ExportError(
             f"the ONNX graph has inputs and outputs {found}, the description declares {declared}: an input "

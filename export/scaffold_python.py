@@ -28,9 +28,9 @@ import yaml
 from export.common import ExportError, shown
 from export.description import PYTHON_KIND, parse_description
 from export.generated_configs import config_path, generate, refresh_command, write_configs
-from export.module_spec import TensorDecl
 from tritonrepo.commands import EXIT_FAILED, EXIT_OK
 from tritonrepo.served_code import BATCHING_HELPER, PARAMETERS_HELPER
+from tritonrepo.tensors import TensorSpec
 
 TEMPLATES = Path(__file__).resolve().parent / "scaffold_templates"
 FLOATS = ("FP16", "FP32", "FP64")
@@ -44,33 +44,33 @@ HEADER = (
 )
 
 
-def parse_tensor(text: str) -> TensorDecl:
+def parse_tensor(text: str) -> TensorSpec:
     """``NAME:DTYPE:DIMS`` with DIMS comma-separated (``FEATURES:FP32:4``, ``IMAGE:FP32:3,224,224``)."""
     try:
         name, dtype, dims = text.split(":")
-        return TensorDecl(name=name, dtype=dtype.upper(), dims=tuple(int(d) for d in dims.split(",")))
+        return TensorSpec(name=name, datatype=dtype.upper(), dims=tuple(int(d) for d in dims.split(",")))
     except ValueError:
         raise ExportError(
             f"tensor {text!r}: write NAME:DTYPE:DIMS, DIMS comma-separated, e.g. FEATURES:FP32:4"
         ) from None
 
 
-def _entry(tensor: TensorDecl) -> dict[str, Any]:
-    return {"name": tensor.name, "dtype": tensor.dtype, "dims": list(tensor.dims)}
+def _entry(tensor: TensorSpec) -> dict[str, Any]:
+    return {"name": tensor.name, "dtype": tensor.datatype, "dims": list(tensor.dims)}
 
 
 @dataclass(frozen=True, kw_only=True)
 class PythonRequest:
     name: str
-    inputs: tuple[TensorDecl, ...]
-    outputs: tuple[TensorDecl, ...]
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
     repository: Path
     models_dir: Path
     tests_dir: Path
     max_batch_size: int = 64
 
     def __post_init__(self) -> None:
-        if not self.inputs or self.inputs[0].dtype not in FLOATS:
+        if not self.inputs or self.inputs[0].datatype not in FLOATS:
             raise ExportError(
                 f"inputs {[t.name for t in self.inputs]}: the first must be one of {list(FLOATS)} (the "
                 "scaffolded check rejects a non-finite value in it); add e.g. --input FEATURES:FP32:4 first"

@@ -242,7 +242,7 @@ def encoder_io(config: ModelConfig, hidden_size: int) -> tuple[list[str], str, d
     lengths (a ``BATCH_ITEM_SHAPE_FLATTEN`` batch input over them), in that order, as the graph takes them.
     """
     inputs, outputs = tensor_specs(config.input), tensor_specs(config.output)
-    if len(inputs) != 1 or not config.input[0].allow_ragged_batch or inputs[0].dtype is not np.int64:
+    if len(inputs) != 1 or not config.input[0].allow_ragged_batch or inputs[0].datatype != "INT64":
         raise ExportError(
             f"{config.name}: needs one TYPE_INT64 input with allow_ragged_batch: true (token ids)"
         )
@@ -257,7 +257,7 @@ def encoder_io(config: ModelConfig, hidden_size: int) -> tuple[list[str], str, d
             f"{config.name}: needs one batch_input of kind BATCH_ITEM_SHAPE_FLATTEN, TYPE_INT32, over "
             f"{inputs[0].name} (the sequence lengths)"
         )
-    if len(outputs) != 1 or outputs[0].dtype is not np.float32 or outputs[0].dims != (hidden_size,):
+    if len(outputs) != 1 or outputs[0].datatype != "FP32" or outputs[0].dims != (hidden_size,):
         raise ExportError(
             f"{config.name}: needs one TYPE_FP32 output with dims [{hidden_size}] (the embedding)"
         )

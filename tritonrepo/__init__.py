@@ -4,6 +4,8 @@
 - :mod:`tritonrepo.commands`: the conventions every command line follows (help, defaults, exit codes).
 - :mod:`tritonrepo.configs`: every config.pbtxt parsed with Triton's own schema (``model_config_pb2``).
 - :mod:`tritonrepo.files`: where exported files live and which runtime runs each.
+- :mod:`tritonrepo.tensors`: a served tensor (name, Triton datatype, dims), as the export and the clients
+  state it.
 - :mod:`tritonrepo.served_code`: the helpers Python models link, and loading served code outside Triton.
 - :mod:`tritonrepo.derive`, :mod:`tritonrepo.local`: the local repository for the pip wheel's tritonserver,
   whose native models run in :mod:`tritonrepo.native_runner`.

@@ -23,20 +23,21 @@ from export import (
     serving_worker,
     text_variants,
 )
-from export.common import ExportError, TensorSpec
+from export.common import ExportError
 from export.cuda_runtime import provider_options, serving_mismatch, tf32_mode
 from export.device import Capabilities, CudaDevice
 from export.gates import image_gate
 from export.precision import Variant, select_and_write
 from tritonrepo.configs import load_model_config
+from tritonrepo.tensors import TensorSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 LITE0 = load_model_config(ROOT / "model_repository" / "efficientnet_lite0_onnx")
 MINILM = load_model_config(ROOT / "model_repository" / "minilm_onnx")
 ZEN4 = frozenset({"avx512_bf16", "avx512_vnni"})
 A100 = CudaDevice(name="NVIDIA A100-SXM4-80GB", compute_capability=(8, 0))
-PIXELS = TensorSpec(name="X", dims=(16,), dtype=np.float32)
-LOGITS = TensorSpec(name="Y", dims=(8,), dtype=np.float32)
+PIXELS = TensorSpec(name="X", datatype="FP32", dims=(16,))
+LOGITS = TensorSpec(name="Y", datatype="FP32", dims=(8,))
 CUDA_VARIANTS = ("onnx-fp32-cuda", "onnx-tf32-cuda", "onnx-fp16-cuda")
 
 

@@ -14,9 +14,10 @@ import torch
 
 from export import device, image_variants, text_variants
 from export.__main__ import main
-from export.common import ExportError, TensorSpec
+from export.common import ExportError
 from export.device import Capabilities, CudaDevice, why_unavailable
 from export.precision import offered
+from tritonrepo.tensors import TensorSpec
 
 T4 = CudaDevice(name="Tesla T4", compute_capability=(7, 5), cuda_version="12.4", driver_version="550.54")
 A100 = CudaDevice(name="NVIDIA A100-SXM4-80GB", compute_capability=(8, 0))
@@ -31,8 +32,8 @@ def _never(*_args: object) -> object:
 
 def _files() -> dict[str, list]:
     """The variant lists of the four served files, as the pipelines build them."""
-    pixels = TensorSpec(name="PIXELS", dims=(3, 224, 224), dtype=float)
-    logits = TensorSpec(name="LOGITS", dims=(1000,), dtype=float)
+    pixels = TensorSpec(name="PIXELS", datatype="FP32", dims=(3, 224, 224))
+    logits = TensorSpec(name="LOGITS", datatype="FP32", dims=(1000,))
     capabilities = Capabilities(cpu_flags=ZEN4)
     return {
         "minilm_onnx": text_variants.onnx_encoder_variants(

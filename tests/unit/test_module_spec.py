@@ -43,7 +43,7 @@ def test_the_shipped_tabular_description_reads_with_every_field_typed() -> None:
     description = parse_description(_data(), source=TABULAR)
     spec = description.module
     assert spec is not None and description.kind == "torch_module"
-    assert [(d.name, d.dtype, d.dims) for d in spec.inputs] == [
+    assert [(d.name, d.datatype, d.dims) for d in spec.inputs] == [
         ("FEATURES", "FP32", (9,)),
         ("SEX", "INT64", (1,)),
     ]

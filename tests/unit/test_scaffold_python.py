@@ -60,7 +60,7 @@ def test_a_python_model_gets_a_description_whose_generated_config_is_written(pro
     assert description.kind == PYTHON_KIND and description.weights is None and not description.served
     assert description.configs is not None
     (spec,) = description.configs.python_models
-    assert [(t.name, t.dtype, t.dims) for t in spec.inputs] == [
+    assert [(t.name, t.datatype, t.dims) for t in spec.inputs] == [
         ("FEATURES", "FP32", (4,)),
         ("IDS", "INT64", (-1,)),
     ]
