@@ -31,7 +31,9 @@ from export.common import ExportError
 IMAGE_SIZE_PX = 224
 STEM_CHANNELS = 32
 HEAD_CHANNELS = 1280
-NUM_CLASSES = 1000
+NUM_CLASSES = 1000  # ImageNet-1k, the packages' head; a fine-tuned head's rows are its own classes
+HEAD = "_fc.weight"  # the classifier head: one row of HEAD_CHANNELS weights per class
+MIN_CLASSES = 2
 BN_EPSILON = 1e-3  # TensorFlow's default for these checkpoints (PyTorch's own default, 1e-5, is wrong here)
 
 
@@ -169,7 +171,8 @@ class MBConvBlock(nn.Module):
 
 
 class EfficientNetLite(nn.Module):
-    """Images [N, 3, S, S] normalised to [-1, 1] -> ImageNet-1k logits [N, 1000]."""
+    """Images [N, 3, S, S] normalised to [-1, 1] -> logits [N, num_classes] (ImageNet-1k's 1000 by
+    default)."""
 
     def __init__(
         self,
@@ -180,6 +183,7 @@ class EfficientNetLite(nn.Module):
         num_classes: int = NUM_CLASSES,
     ) -> None:
         super().__init__()
+        self.num_classes = num_classes
         stages = scaled_stages(width=width, depth=depth)
         size = image_size_px
         self._conv_stem = SamePadConv2d(3, STEM_CHANNELS, 3, stride=2, input_size_px=size)
@@ -221,8 +225,10 @@ def load_model(
     image_size_px: int = IMAGE_SIZE_PX,
 ) -> EfficientNetLite:
     """The model in eval mode with the given weights, loaded strictly: a missing or an unexpected key, or a
-    tensor of another shape, is an error, so a wrong architecture can never load half of its weights."""
-    model = EfficientNetLite(width=width, depth=depth, image_size_px=image_size_px)
+    tensor of another shape, is an error, so a wrong architecture can never load half of its weights.
+    Its classes are the head's rows (:func:`class_count`)."""
+    classes = class_count(state_dict)
+    model = EfficientNetLite(width=width, depth=depth, image_size_px=image_size_px, num_classes=classes)
     try:
         model.load_state_dict(state_dict, strict=True)
     except RuntimeError as e:
@@ -230,6 +236,24 @@ def load_model(
             f"the state dict does not match EfficientNet-Lite at width {width}, depth {depth}: {e}"
         ) from e
     return model.eval()
+
+
+def class_count(state_dict: dict[str, torch.Tensor]) -> int:
+    """The classes of the weights' classifier head: the rows of ``_fc.weight`` [classes, 1280]."""
+    head = state_dict.get(HEAD)
+    if head is None or head.ndim != 2 or head.shape[1] != HEAD_CHANNELS:
+        found = "none" if head is None else list(head.shape)
+        raise ExportError(
+            f"the state dict's classifier head {HEAD} is {found}, expected [classes, {HEAD_CHANNELS}]; "
+            "give an EfficientNet-Lite state dict (the packages' layout)"
+        )
+    classes = int(head.shape[0])
+    if classes < MIN_CLASSES:
+        raise ExportError(
+            f"the classifier head {HEAD} has {classes} class(es); a classifier needs at least "
+            f"{MIN_CLASSES}: keep at least {MIN_CLASSES} rows of {HEAD} and _fc.bias"
+        )
+    return classes
 
 
 def fold_batch_norms(model: nn.Module) -> EfficientNetLite:

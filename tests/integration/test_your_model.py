@@ -20,11 +20,8 @@ from clients import TritonClient
 from export import scaffold
 from export.description import load_description
 from export.minilm import load_encoder, load_tokenizer, reference_embeddings
-from export.pipeline import Options, export_model
-from export.precision import Capabilities
 from tritonlocal import LocalTritonServer, ServerConfig
 from tritonrepo.configs import load_model_config
-from tritonrepo.derive import derive_repository
 
 ROOT = Path(__file__).resolve().parents[2]
 SIZE = {"hidden_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 192}
@@ -46,7 +43,7 @@ def project(
 
 
 def test_a_generated_encoder_goes_from_scaffold_to_served_embeddings_equal_to_eager_pytorch(
-    project: Path,
+    project: Path, export_and_derive: Callable[..., tuple[list, Path]]
 ) -> None:
     repository, models = project / "model_repository", project / "model_descriptions"
     argv = ["sentence_encoder", "tiny_bert", "--weights-path", str(project / "weights")]
@@ -54,22 +51,11 @@ def test_a_generated_encoder_goes_from_scaffold_to_served_embeddings_equal_to_ea
     description = load_description(models / "tiny_bert.yaml")
     assert [served.model for served in description.served] == ["tiny_bert_onnx"]
 
-    options = Options(
-        repository=repository,
-        precision="fp32",
-        capabilities=Capabilities.detect(),
-        record_dir=project / "precision",
-    )
-    results = export_model(description, options)
+    results, local = export_and_derive(description, project)
     assert [r.written for r in results] == [True, True], [str(r) for r in results]
     assert results[0].selection is not None and results[0].selection.served == "onnx-fp32"
-
-    local = project / "local_repository"
-    derived = derive_repository(repository, local)
-    assert {"tiny_bert_onnx", "tiny_bert_tokenizer", "tiny_bert_embedder"} <= set(derived.written)
-    for name in derived.written:
-        if not name.startswith("tiny_bert_"):
-            shutil.rmtree(local / name)  # serve only the scaffolded model
+    kept = sorted(path.name for path in local.iterdir() if path.is_dir())
+    assert kept == ["tiny_bert_embedder", "tiny_bert_onnx", "tiny_bert_tokenizer"]
 
     weights = project / "weights"
     max_length = load_model_config(repository / "tiny_bert_tokenizer").parameters["max_length"].string_value

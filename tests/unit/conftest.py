@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import json
+import shutil
 import sys
 import types
 from collections.abc import Callable, Iterator
@@ -171,3 +172,27 @@ def import_closure() -> Callable[[str], tuple[set[str], set[str]]]:
         return packages, others
 
     return closure
+
+
+@pytest.fixture
+def scaffold_project(tmp_path: Path) -> Path:
+    """A copy of the shipped configs (no exported file) and descriptions, the scaffold's starting point."""
+    shutil.copytree(
+        DEPLOYABLE,
+        tmp_path / "model_repository",
+        symlinks=True,
+        ignore=shutil.ignore_patterns("__pycache__", "*.onnx", "*.pt", "tokenizer.json", ".export.json"),
+    )
+    shutil.copytree(DEPLOYABLE.parent / "model_descriptions", tmp_path / "model_descriptions")
+    return tmp_path
+
+
+@pytest.fixture
+def folders(scaffold_project: Path) -> list[str]:
+    """The options that point a command (the scaffold's, the export's) at scaffold_project's folders."""
+    return [
+        "--repository",
+        str(scaffold_project / "model_repository"),
+        "--models",
+        str(scaffold_project / "model_descriptions"),
+    ]

