@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-pytest_plugins = ["tritonlocal.pytest_plugin"]
+from tritonrepo.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
+pytest_plugins = ["tritonlocal.pytest_plugin"]
 
 _TIERS = {"unit": pytest.mark.unit, "integration": pytest.mark.integration}
 
@@ -107,10 +107,11 @@ def encoder_project(
     ``model_repository/`` with the kind's shipped configs and Python models and the helpers every Python
     model links (no exported file), ``model_descriptions/`` with MiniLM's description, and ``weights/``, a
     generated BERT of ``size`` (:func:`generated_bert`)."""
+    from tritonrepo.files import EXPORT_OUTPUTS
     from tritonrepo.paths import DESCRIPTIONS, REPOSITORY
     from tritonrepo.served_code import BATCHING_HELPER, PARAMETERS_HELPER
 
-    exported = shutil.ignore_patterns("__pycache__", "*.onnx", "*.pt", "tokenizer.json", ".export.json")
+    exported = shutil.ignore_patterns(*EXPORT_OUTPUTS)
 
     def make(root: Path, size: dict[str, int]) -> Path:
         repository, descriptions = root / "model_repository", root / "model_descriptions"

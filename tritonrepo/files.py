@@ -16,6 +16,9 @@ ONNX_FILENAME = "model.onnx"
 TORCHSCRIPT_FILENAME = "model.pt"
 # The manifest `python -m export` writes beside each exported file (what it was built from, where gated).
 EXPORT_MANIFEST = ".export.json"
+# What the export writes into a repository beside the committed configs and code (and Python's caches):
+# left out where a copy of a repository's configs is made.
+EXPORT_OUTPUTS = ("*.onnx", "*.pt", "tokenizer.json", EXPORT_MANIFEST, "__pycache__")
 # The runtime that runs an exported file outside its native backend, and the file's default name.
 EXPORTED_FILENAMES = {"onnxruntime": ONNX_FILENAME, "torchscript": TORCHSCRIPT_FILENAME}
 # Platforms and backends that run an exported file natively in NVIDIA's container, with the runtime

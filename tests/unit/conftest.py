@@ -17,6 +17,7 @@ import pytest
 from google.protobuf import json_format
 
 from tritonrepo.configs import load_model_config
+from tritonrepo.files import EXPORT_OUTPUTS
 from tritonrepo.served_code import load_served_module
 
 DEPLOYABLE = Path(__file__).resolve().parents[2] / "model_repository"
@@ -181,7 +182,7 @@ def scaffold_project(tmp_path: Path) -> Path:
         DEPLOYABLE,
         tmp_path / "model_repository",
         symlinks=True,
-        ignore=shutil.ignore_patterns("__pycache__", "*.onnx", "*.pt", "tokenizer.json", ".export.json"),
+        ignore=shutil.ignore_patterns(*EXPORT_OUTPUTS),
     )
     shutil.copytree(DEPLOYABLE.parent / "model_descriptions", tmp_path / "model_descriptions")
     return tmp_path

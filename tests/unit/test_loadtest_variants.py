@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tritonrepo.configs import load_repository, parse_config
+from tritonrepo.files import EXPORT_OUTPUTS
 from tritonrepo.variants import (
     Variant,
     build_repository,
@@ -243,7 +244,7 @@ def small_source(tmp_path: Path) -> Path:
     its manifest: these tests are about which files go where, not about running them."""
     source = tmp_path / "source"
     for name in ("text_embedder", "text_tokenizer", "minilm_onnx"):
-        ignore = shutil.ignore_patterns("*.onnx", "*.pt", "tokenizer.json", ".export.json", "__pycache__")
+        ignore = shutil.ignore_patterns(*EXPORT_OUTPUTS)
         shutil.copytree(SOURCE / name, source / name, symlinks=True, ignore=ignore)
     for helper in SOURCE.glob("pybackend_*.py"):
         shutil.copyfile(helper, source / helper.name)

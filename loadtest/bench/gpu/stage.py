@@ -28,11 +28,11 @@ from loadtest.load import environment
 from loadtest.load.preprocessing import tokenizer_file
 from tritonlocal import LocalTritonServer, ServerConfig
 from tritonrepo.configs import load_repository
+from tritonrepo.files import EXPORT_OUTPUTS
 from tritonrepo.variants import build_repository
 
 logger = logging.getLogger(__name__)
 
-EXPORTED_PATTERNS = ("*.onnx", "*.pt", ".export.json", "tokenizer.json", "__pycache__")
 RUNTIMES = {"minilm_onnx": "onnxruntime", "minilm_torchscript": "torchscript"}
 
 
@@ -77,7 +77,7 @@ def prepare_repository(plan: GpuPlan, source: Path, work: Path, raw: Path) -> tu
     repository = work / "repository"
     if repository.exists():
         shutil.rmtree(repository)
-    shutil.copytree(source, repository, ignore=shutil.ignore_patterns(*EXPORTED_PATTERNS))
+    shutil.copytree(source, repository, ignore=shutil.ignore_patterns(*EXPORT_OUTPUTS))
     records = work / "precision"
     command = export_command(plan, repository.resolve(), records.resolve())
     log = raw / "export.log"
