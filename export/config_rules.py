@@ -1,7 +1,8 @@
 """What every generated config of the project has, beside what its description states: the one source of
 the project-wide rules, and of the reasons the generated files give for them.
 
-- Every batching model has a bounded queue that rejects past its limits (docs/failure-modes.md).
+- Every batching model has a bounded queue that rejects past its limits (docs/failure-modes.md), and so
+  at least two instances in each instance group (:func:`check_queue_instances` says why).
 - A native model warms up every batch size its batcher forms (zeros), or, with a ragged token input, one
   sentence and the largest batch of the longest texts (real ids from its ``warmup/`` folder).
 - TorchScript runs with ``DISABLE_OPTIMIZED_EXECUTION`` (and without JIT profiling when ragged).
@@ -25,7 +26,7 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from export.common import ExportError
 from export.config_spec import ImagePreprocessingSpec, ModelSpec, NativeSpec, PythonSpec
-from export.module_spec import DynamicBatching
+from export.module_spec import DynamicBatching, InstanceGroup
 from tritonrepo.files import ONNX_FILENAME, TORCHSCRIPT_FILENAME
 from tritonrepo.tensors import TensorSpec
 
@@ -112,6 +113,7 @@ def native_config(
     notes["model_warmup"] = (
         _ragged_warmup(config, longest) if spec.ragged else _zeros_warmup(config, spec.inputs)
     )
+    check_queue_instances(config)
     return config, notes
 
 
@@ -160,6 +162,7 @@ def python_config(spec: PythonSpec) -> tuple[ModelConfig, Notes]:
     notes = _model(config, spec, spec.dynamic_batching)
     for key, value in spec.parameters.items():
         config.parameters[key].string_value = value
+    check_queue_instances(config)
     return config, notes
 
 
@@ -174,7 +177,7 @@ def image_preprocess_config(
         outputs=(TensorSpec(name="PIXELS", datatype=pixels.datatype, dims=pixels.dims),),
         max_batch_size=max_batch_size,
         dynamic_batching=batching,
-        instance_groups=(),
+        instance_groups=(InstanceGroup(kind="KIND_CPU", count=spec.instances),),
         about=spec.about,
         parameters={
             "resize_shorter_px": str(spec.resize_shorter_px),
@@ -184,13 +187,37 @@ def image_preprocess_config(
         },
     )
     config, notes = python_config(model)
-    config.instance_group.add(count=spec.instances, kind=model_config_pb2.ModelInstanceGroup.KIND_CPU)
     notes["instance_group"] = (
         "Decoding runs on the host CPU (Pillow and numpy), even on a GPU host: the GPU is left to the "
-        "classifier; each instance is a stub process of its own, so instances decode on separate cores."
+        "classifier; each instance is a stub process of its own, so instances decode on separate cores. "
+        + QUEUE_INSTANCES_NOTE
     )
     notes.update({key: REASONS[key] for key in ("parameters:max_image_pixels", "parameters:max_image_bytes")})
     return config, notes
+
+
+# Triton's dynamic batcher (core r24.10 to today, src/dynamic_batch_scheduler.cc and rate_limiter.cc):
+# any default_queue_policy turns off its payload prefetching, and then a new request wakes the batcher
+# only if an instance is waiting for work at that instant. A request that arrives while the one instance
+# is still finishing the previous batch (its responses already sent) is not picked up until the batcher's
+# idle poll, 500 ms later. A second instance is idle exactly then.
+QUEUE_INSTANCES_NOTE = (
+    "At least two instances, as every model with a bounded queue: with one, a request that arrives while it "
+    "finishes the previous batch waits for Triton's batcher to poll, 500 ms later (docs/measurements.md, "
+    '"The queue policy\'s stall").'
+)
+
+
+def check_queue_instances(config: ModelConfig) -> None:
+    """A model with a bounded queue needs at least two instances in each instance group."""
+    if not config.dynamic_batching.HasField("default_queue_policy"):
+        return
+    counts = [group.count for group in config.instance_group] or [1]
+    if min(counts) < 2:
+        raise ExportError(
+            f"{config.name}: an instance group of {min(counts)} instance(s) with a bounded queue. "
+            f"{QUEUE_INSTANCES_NOTE} Set count: 2 (or more) in its instance_groups."
+        )
 
 
 def ensemble_config(name: str, steps: Sequence[ModelConfig], *, about: str) -> tuple[ModelConfig, Notes]:
@@ -256,6 +283,7 @@ def _model(config: ModelConfig, spec: ModelSpec, batching: DynamicBatching) -> N
             else f"Batches of up to {spec.max_batch_size}, with no waiting: under load requests queue while "
             "a batch runs and leave together, up to a preferred size; a lone request goes at once."
         ),
+        "instance_group": QUEUE_INSTANCES_NOTE,
         "default_queue_policy": (
             f"Overload: a full queue ({batching.max_queue_size} requests) rejects at once (HTTP 503 / gRPC "
             f"UNAVAILABLE) and a request still queued after {_duration(batching.queue_timeout_us)} is "

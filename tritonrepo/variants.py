@@ -9,7 +9,8 @@ their configurations programmatically:
 - ``ragged=False`` turns ``allow_ragged_batch`` off on every input of the clone, so the batcher only
   merges requests of equal shape (how Triton batches by default);
 - ``instances=N`` sets the ``instance_group`` count of the exported-model steps to N and divides the
-  intra-op threads so that N instances together use ``total_threads`` (never fewer than 1 each);
+  intra-op threads so that N instances together use ``total_threads`` (never fewer than 1 each); one
+  instance also loses its bounded queue, which one instance cannot serve without stalling;
 - ``parameters=((model, key, value), ...)`` sets one of ``parameters`` of a model of the clone, e.g.
   ``("text_tokenizer", "length_buckets", "16,64,256")``: the key must already exist in that model's
   configuration (a misspelt key would otherwise be ignored by the model and the variant would be the
@@ -173,6 +174,11 @@ def variant_config(
     if entry.is_native and variant.instances:
         for group in config.instance_group:
             group.count = variant.instances
+        if variant.instances == 1:
+            # One instance behind a bounded queue waits for the batcher's 500 ms poll whenever a request
+            # arrives as the instance finishes (export/config_rules.py, check_queue_instances): the
+            # one-instance arm measures one instance, not that stall.
+            config.dynamic_batching.ClearField("default_queue_policy")
     for key, value in variant.overrides_for(entry.name).items():
         if not derive and entry.is_native and key == FILE_PARAMETER:
             continue  # the file itself is copied into the clone (_copy_model)

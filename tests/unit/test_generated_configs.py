@@ -5,6 +5,7 @@ carries what its description names."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shutil
 from pathlib import Path
@@ -16,6 +17,7 @@ from export.common import ExportError
 from export.description import load_descriptions
 from export.generated_configs import config_text, generate, model_config, refresh_command, stale_configs
 from export.module_kind import KIND
+from export.module_spec import InstanceGroup
 from tritonrepo.configs import ModelEntry, load_model_config, parse_config
 from tritonrepo.derive import derive_local_config
 from tritonrepo.warmup import uncovered_shapes
@@ -128,3 +130,18 @@ def test_the_export_image_carries_the_code_every_generated_description_names() -
             file = description.folder / (reference.rpartition(":")[0] or reference)
             top = file.resolve().relative_to(ROOT).parts[0]
             assert f"COPY {top} ./{top}" in dockerfile and f"!{top}/**" in ignore, f"the image lacks {top}/"
+
+
+def test_every_model_with_a_bounded_queue_has_two_instances_in_each_group() -> None:
+    for path in sorted(REPOSITORY.glob("*/config.pbtxt")):
+        config = load_model_config(path.parent)
+        if config.dynamic_batching.HasField("default_queue_policy"):
+            counts = [group.count for group in config.instance_group] or [1]
+            assert min(counts) >= 2, f"{config.name}: {counts} instance(s) with a bounded queue"
+
+
+def test_a_description_with_one_instance_behind_a_bounded_queue_is_refused_naming_the_fix() -> None:
+    tabular = next(d for d in GENERATED if d.name == "diabetes_classifier")
+    module = dataclasses.replace(tabular.module, instance_groups=(InstanceGroup(kind="KIND_GPU", count=1),))
+    with pytest.raises(ExportError, match=r"1 instance\(s\) with a bounded queue.*500 ms.*count: 2"):
+        generate(dataclasses.replace(tabular, module=module), REPOSITORY)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import shutil
@@ -48,11 +49,22 @@ def test_an_instance_variant_divides_the_threads_between_instances(models: dict)
     assert config.HasField("dynamic_batching")
 
 
-def test_python_steps_keep_one_instance_in_an_instance_variant(models: dict) -> None:
+def test_python_steps_keep_their_own_instances_in_an_instance_variant(models: dict) -> None:
+    own = [g.count for g in models["text_tokenizer"].config.instance_group]
     config = variant_config(
         models["text_tokenizer"], Variant(model="text_embedder", suffix="__x4", instances=4), total_threads=2
     )
+    assert [g.count for g in config.instance_group] == own != [4]
+
+
+def test_a_one_instance_variant_drops_the_bounded_queue_it_would_stall_behind(models: dict) -> None:
+    one = Variant(model="text_embedder", suffix="__x1", instances=1)
+    assert models["minilm_onnx"].config.dynamic_batching.HasField("default_queue_policy")
+    config = variant_config(models["minilm_onnx"], one, total_threads=2)
     assert [g.count for g in config.instance_group] == [1]
+    assert not config.dynamic_batching.HasField("default_queue_policy")
+    two = variant_config(models["minilm_onnx"], dataclasses.replace(one, instances=2), total_threads=2)
+    assert two.dynamic_batching.HasField("default_queue_policy")
 
 
 def test_threads_never_drop_below_one_per_instance() -> None:
@@ -275,7 +287,10 @@ def test_a_native_repository_keeps_each_models_own_config_with_only_the_variants
     assert list(nobatch.model_warmup) == list(original.model_warmup), "every warm-up batch kept"
     single = parse_config(target / "minilm_onnx__x1" / "config.pbtxt")
     assert [(g.kind, g.count) for g in single.instance_group] == [(original.instance_group[0].kind, 1)]
-    assert single.dynamic_batching == original.dynamic_batching
+    without_queue = type(original.dynamic_batching)()
+    without_queue.CopyFrom(original.dynamic_batching)
+    without_queue.ClearField("default_queue_policy")  # one instance cannot serve a bounded queue unstalled
+    assert single.dynamic_batching == without_queue
     unchanged = parse_config(target / "minilm_onnx" / "config.pbtxt")
     unchanged.name = original.name
     assert unchanged == original
