@@ -323,7 +323,7 @@ def test_model_repository_and_every_repository_derived_from_it_pass(tmp_path: Pa
     clones += [Variant(model=TEXT_MODEL, suffix=INSTANCES.format(2), instances=2)]
     for derive in (True, False):
         build_repository(REPOSITORY, tmp_path / f"bench-{derive}", clones, total_threads=2, derive=derive)
-    for repository in (REPOSITORY, tmp_path / "local", tmp_path / "cpu", tmp_path / "bench-True"):
+    for repository in (REPOSITORY, *(tmp_path / f for f in ("local", "cpu", "bench-True", "bench-False"))):
         report = check_repository(repository)
         errors = [f.line() for f in report.findings if f.severity == "error"]
         assert report.models and not errors, f"{repository}:\n" + "\n".join(errors)
