@@ -122,6 +122,8 @@ def _inputs(name: str, inputs: list[str], targets: list[str], arguments: list[st
             )
         ]
     if any(named_index(n) is None for n in inputs):
+        if len(arguments) == 1:
+            return []  # one input: config order binds it right
         return _config_order(name, inputs, arguments[: len(inputs)])
     return _indices(name, "input", inputs + targets, len(arguments))
 
