@@ -6,6 +6,8 @@ the project-wide rules, and of the reasons the generated files give for them.
 - A native model warms up every batch size its batcher forms (zeros), or, with a ragged token input, one
   sentence and the largest batch of the longest texts (real ids from its ``warmup/`` folder).
 - TorchScript runs with ``DISABLE_OPTIMIZED_EXECUTION`` (and without JIT profiling when ragged).
+- An ONNX file on a GPU states its TF32 mode (onnxruntime's ``use_tf32``): on where the description allows
+  tf32 on CUDA, off otherwise; the export gates the file in that mode (export/cuda_runtime.py).
 - The image preprocessing model decodes on the host CPU, does not wait for a batch, guards against
   decompression bombs and oversized uploads, and holds at most 64 requests for 2 s.
 - An ensemble takes its first step's inputs and its last step's outputs; each step's outputs feed the
@@ -73,9 +75,10 @@ REASONS = {
 
 
 def native_config(
-    name: str, file_format: str, spec: NativeSpec, *, longest: int | None
+    name: str, file_format: str, spec: NativeSpec, *, longest: int | None, tf32: bool = False
 ) -> tuple[ModelConfig, Notes]:
-    """A served file's config; ``longest``: the most tokens a ragged input's request carries."""
+    """A served file's config; ``longest``: the most tokens a ragged input's request carries; ``tf32``:
+    whether an ONNX file runs its float32 work as TF32 on a GPU (the description allows tf32 on CUDA)."""
     platform, filename = PLATFORMS[file_format]
     changes = spec.by_format.get(file_format)
     batching = spec.dynamic_batching
@@ -97,6 +100,8 @@ def native_config(
                 "concatenated into one [total tokens] vector, the shape the exported graph takes."
             )
             notes["batch_input"] = REASONS["batch_input"]
+    if file_format == "onnx" and _on_gpu(config):
+        notes["optimization"] = _use_tf32(config, tf32)
     if file_format == "torchscript":
         config.parameters["DISABLE_OPTIMIZED_EXECUTION"].string_value = "true"
         if spec.ragged:
@@ -115,6 +120,30 @@ def native_config(
     )
     check_queue_instances(config)
     return config, notes
+
+
+def _on_gpu(config: ModelConfig) -> bool:
+    """Whether an instance may run on a GPU (no instance group: Triton's default, on the GPUs there are)."""
+    gpu = (model_config_pb2.ModelInstanceGroup.KIND_GPU, model_config_pb2.ModelInstanceGroup.KIND_AUTO)
+    return not config.instance_group or any(group.kind in gpu for group in config.instance_group)
+
+
+def _use_tf32(config: ModelConfig, tf32: bool) -> str:
+    """onnxruntime's ``use_tf32`` for the CUDA provider, stated; the reason the config gives for it."""
+    accelerator = config.optimization.execution_accelerators.gpu_execution_accelerator.add(name="cuda")
+    accelerator.parameters["use_tf32"] = "1" if tf32 else "0"
+    mode = (
+        "TF32 (the description allows tf32 on CUDA)"
+        if tf32
+        else "strict float32 (the description does not allow tf32 on CUDA)"
+    )
+    return (
+        f"Float32 products and convolutions on the GPU in {mode}: the mode the export gates and times this "
+        "file in. onnxruntime's CUDA provider defaults to use_tf32 1; the onnxruntime backend (r24.10, "
+        'src/onnxruntime.cc) hands a "cuda" accelerator\'s parameters to the provider as written, the only '
+        "way use_tf32 reaches it: of the model's own parameters it passes on only cudnn_conv_algo_search, "
+        "gpu_mem_limit, arena_extend_strategy and do_copy_in_default_stream."
+    )
 
 
 def _zeros_warmup(config: ModelConfig, inputs: Sequence[TensorSpec]) -> str:

@@ -1,33 +1,38 @@
-"""How a variant's file runs on a CUDA GPU: TF32 on or off, and onnxruntime's CUDA provider options.
+"""How a variant's file runs on a CUDA GPU: which float32 work runs as TF32, and onnxruntime's CUDA
+provider options.
 
 TF32 (compute capability 8.0 and later) runs float32 products and convolutions with 10-bit mantissas on
-tensor cores. It is on by default in two of the runtimes that serve our files: onnxruntime's CUDA provider
-(``use_tf32`` defaults to 1) and libtorch's cuDNN convolutions (``torch.backends.cudnn.allow_tf32``
-defaults to True; cuBLAS products default to off). So a strict float32 variant on CUDA runs with TF32
-switched off (:func:`tf32_mode`, :func:`with_tf32`, ``use_tf32 = 0``), and TF32 is a variant of its own,
-the same file run with TF32 on, gated against eager float32 (computed on the CPU, where there is no TF32)
-like bf16 and fp16, timed, and served only if it passes.
+tensor cores. Each variant is gated in the mode the server will run it in (:func:`serving_mode`):
 
-An ONNX file is gated in an onnxruntime session with the CUDA provider options the model's config serves
-(:func:`provider_options`, read from the config as Triton's onnxruntime backend reads them), plus the
-variant's ``use_tf32``. What the server runs is recorded for each candidate; where the config serves
-another TF32 setting than the variant chosen (:func:`served_tf32`), the export says so (the config, the
-source of truth, is never written by the export).
+- An ONNX file runs with its config's CUDA provider options (:func:`provider_options`, read as Triton's
+  onnxruntime backend reads them); ``use_tf32`` among them, onnxruntime's default 1 where the config is
+  silent. The generated configs state it (export/config_rules.py), so the config is the one switch: its
+  float32 variant is ``tf32`` or ``fp32`` by what the config serves, and every ONNX variant on CUDA is
+  gated and timed in sessions with exactly those options.
+- A TorchScript file runs in the libtorch backend, which has no TF32 switch (:data:`LIBTORCH`): torch's
+  defaults, TF32 for cuDNN convolutions and strict float32 for cuBLAS products. Every TorchScript variant
+  on CUDA is gated and timed with torch's switches set so (:func:`tf32_mode`, :func:`with_tf32`); there is
+  no TF32 TorchScript variant to choose, since libtorch cannot serve another mode.
+
+Gates compare against eager float32 computed on the CPU, where there is no TF32.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from export.common import ExportError
 
-# Triton's onnxruntime backend (r24.10, src/onnxruntime.cc) reads these from a config's ``parameters``:
-# integer codes -> onnxruntime's names, or the value as given; with any parameter present, a missing one
-# is set to the backend's default (onnxruntime's own default too).
+# Triton's onnxruntime backend r24.10 (src/onnxruntime.cc, where it builds the CUDA provider's options)
+# hands every parameter of a gpu_execution_accelerator named "cuda" to the provider as written, key and
+# value: the one way use_tf32 reaches onnxruntime. Of the config's own ``parameters`` it reads only these
+# four, after the accelerator's and over them: integer codes -> onnxruntime's names, or the value as
+# given; with any parameter present, a missing one is set to the backend's default (onnxruntime's too).
 _CONV_ALGO_SEARCH = {"0": "EXHAUSTIVE", "1": "HEURISTIC", "2": "DEFAULT"}
 _ARENA_EXTEND = {"0": "kNextPowerOfTwo", "1": "kSameAsRequested"}
 _PARAMETER_DEFAULTS = {
@@ -68,53 +73,61 @@ def provider_options(config: ModelConfig) -> dict[str, str]:
     return options
 
 
-def with_use_tf32(options: Mapping[str, str], *, tf32: bool) -> dict[str, str]:
-    """``options`` with onnxruntime's ``use_tf32`` set for a variant (1: TF32 on, 0: strict float32)."""
-    return {**options, "use_tf32": "1" if tf32 else "0"}
-
-
 def served_tf32(options: Mapping[str, str]) -> bool:
     """Whether Triton runs an ONNX model with TF32, given its config's provider options."""
     return options.get("use_tf32", ONNXRUNTIME_TF32_DEFAULT) != "0"
 
 
-def serving_mismatch(runtime: Mapping[str, Any], config: ModelConfig) -> str | None:
-    """For the variant chosen for an ONNX model on CUDA (its ``Variant.runtime``): how the config would
-    serve it differently from how it was gated (TF32 on or off), with the fix; None when they agree."""
-    if not runtime.get("cuda_options"):
-        return None
-    served, gated = served_tf32(provider_options(config)), bool(runtime["tf32"])
-    if served == gated:
-        return None
-    how = "sets" if "use_tf32" in provider_options(config) else "leaves onnxruntime's default,"
-    return (
-        f"{config.name}: the variant served was gated with use_tf32 {int(gated)}, but its config {how} "
-        f"use_tf32 {int(served)}, so Triton would run it {'with' if served else 'without'} TF32. To serve "
-        "what was gated, add to its config.pbtxt: optimization { execution_accelerators { "
-        'gpu_execution_accelerator: [ { name: "cuda" parameters { key: "use_tf32" value: '
-        f'"{int(gated)}" }} }} ] }} }}'
-    )
+@dataclass(frozen=True, kw_only=True)
+class Tf32Mode:
+    """Which float32 work a CUDA runtime runs as TF32: cuBLAS products (``matmul``), cuDNN convolutions."""
+
+    matmul: bool
+    cudnn: bool
+
+    def as_dict(self) -> dict[str, bool]:
+        return {"tf32_matmul": self.matmul, "tf32_cudnn": self.cudnn}
+
+
+# The libtorch backend r24.10 (pytorch_backend src/libtorch.cc) sets neither of torch's TF32 switches, so
+# a TorchScript model runs with libtorch's defaults: TF32 for cuDNN convolutions, none for cuBLAS products.
+LIBTORCH = Tf32Mode(matmul=False, cudnn=True)
+FILE_FORMATS = ("onnx", "torchscript")
+
+
+def serving_mode(
+    file_format: str, cuda_options: Mapping[str, str] | None = None, *, tf32_cores: bool = True
+) -> Tf32Mode:
+    """The TF32 mode Triton's backend runs a file of ``file_format`` in on CUDA: libtorch's fixed one, or
+    onnxruntime's ``use_tf32`` (products and convolutions alike) from the config's provider options, which
+    runs strict float32 on a GPU without TF32 cores (``tf32_cores`` False: before compute capability 8.0)."""
+    if file_format not in FILE_FORMATS:
+        raise ValueError(f"file format {file_format!r} is not one of {FILE_FORMATS}")
+    if file_format == "torchscript":
+        return LIBTORCH
+    on = served_tf32(cuda_options or {}) and tf32_cores
+    return Tf32Mode(matmul=on, cudnn=on)
 
 
 @contextlib.contextmanager
-def tf32_mode(enabled: bool) -> Iterator[None]:
-    """torch's TF32 switches for cuBLAS products and cuDNN convolutions, both set, then restored."""
+def tf32_mode(mode: Tf32Mode) -> Iterator[None]:
+    """torch's TF32 switches for cuBLAS products and cuDNN convolutions set as ``mode``, then restored."""
     import torch
 
     matmul, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
     before = (matmul.allow_tf32, cudnn.allow_tf32)
-    matmul.allow_tf32 = cudnn.allow_tf32 = enabled
+    matmul.allow_tf32, cudnn.allow_tf32 = mode.matmul, mode.cudnn
     try:
         yield
     finally:
         matmul.allow_tf32, cudnn.allow_tf32 = before
 
 
-def with_tf32(runner: Runner, *, tf32: bool) -> Runner:
-    """``runner`` with torch's TF32 switches set as the variant says on every call (gate and timing)."""
+def with_tf32(runner: Runner, mode: Tf32Mode) -> Runner:
+    """``runner`` with torch's TF32 switches set as ``mode`` on every call (gate and timing)."""
 
     def run(batch: Any) -> Any:
-        with tf32_mode(tf32):
+        with tf32_mode(mode):
             return runner(batch)
 
     return run

@@ -111,6 +111,11 @@ class Capabilities:
         return self.served_on == "gpu" or (self.served_on == "here" and self.cuda is not None)
 
     @property
+    def tf32_cores(self) -> bool:
+        """Whether this machine's GPU runs TF32 (compute capability 8.0 and later)."""
+        return self.cuda is not None and self.cuda.tf32
+
+    @property
     def cpu_bf16(self) -> bool:
         return bool(CPU_BF16_FLAGS & self.cpu_flags)
 

@@ -55,7 +55,13 @@ def generate(description: ModelDescription, repository: Path) -> dict[str, Gener
         longest = _longest_request(description, repository, made) if native.ragged else None
         for served in description.served:
             made[served.model] = Generated(
-                *native_config(served.model, served.format, native, longest=longest)
+                *native_config(
+                    served.model,
+                    served.format,
+                    native,
+                    longest=longest,
+                    tf32=description.allows("tf32", "cuda"),
+                )
             )
     if spec.image_preprocessing is not None:
         if native is None or len(native.inputs) != 1:

@@ -15,8 +15,9 @@ variants' gate numbers; it is a reference, never a threshold.
 
 Variants, each gated on the device that serves it (export/device.py): for a CPU, ONNX fp32 and int8
 (static QDQ, per-channel weights), TorchScript fp32 and bf16 channels-last (with bf16 instructions); for
-a GPU, ONNX and TorchScript fp32 and fp16, and from compute capability 8.0 TorchScript bf16 and both
-float32 files run with TF32 (export/cuda_runtime.py; fp32 on a GPU runs with TF32 off). A
+a GPU, ONNX and TorchScript float32 and fp16, and from compute capability 8.0 TorchScript bf16, each run
+as its backend serves it (export/cuda_runtime.py: the ONNX file with its config's use_tf32, TF32 or
+strict; the TorchScript files with libtorch's TF32 convolutions and strict products). A
 reduced-precision TorchScript file folds the batch norms into the convolutions in float32 before the
 cast, casts its float32 input to its own dtype and its logits back to float32, so the served tensor
 types stay as the config declares them.
@@ -36,7 +37,7 @@ from PIL import Image, ImageEnhance, ImageFilter, ImageOps
 from torch import nn
 
 from export import efficientnet_lite, onnx_graph
-from export.cuda_runtime import with_tf32
+from export.cuda_runtime import LIBTORCH, with_tf32
 from export.gates import GateResult, image_gate
 from export.onnx_variants import onnx_file_variants, quantize_int8_static
 from export.precision import Capabilities, Runner, Variant
@@ -213,32 +214,27 @@ def torchscript_classifier_variants(
             # Batch norms folded in float32 first, so each weight is rounded to ``dtype`` once.
             folded = efficientnet_lite.fold_batch_norms(model)
             runner = torchscript_file(folded, path, pixels, dtype=dtype, device=device, channels_last=True)
-            return runner if device == "cpu" else with_tf32(runner, tf32=False)
+            return runner if device == "cpu" else with_tf32(runner, LIBTORCH)
 
         return build
 
-    def float32_on_cuda(*, tf32: bool) -> Callable[[Path], Runner]:
-        def build(path: Path) -> Runner:
-            # Traced on the CPU and verified against eager; the libtorch backend maps it to the GPU.
-            fp32(path)
-            return with_tf32(torchscript_runner(path, "cuda"), tf32=tf32)
+    def float32_on_cuda(path: Path) -> Runner:
+        # Traced on the CPU and verified against eager; the libtorch backend maps it to the GPU.
+        fp32(path)
+        return with_tf32(torchscript_runner(path, "cuda"), LIBTORCH)
 
-        return build
+    def cuda(name: str, precision: str, build: Callable[[Path], Runner]) -> Variant:
+        return Variant(name=name, precision=precision, device="cuda", build=build, tf32=LIBTORCH)
 
     bf16, half = torch.bfloat16, torch.float16
     return [
         Variant(name="torchscript-fp32", precision="fp32", device="cpu", build=fp32),
-        Variant(
-            name="torchscript-fp32-cuda", precision="fp32", device="cuda", build=float32_on_cuda(tf32=False)
-        ),
-        Variant(
-            name="torchscript-tf32-cuda", precision="tf32", device="cuda", build=float32_on_cuda(tf32=True)
-        ),
+        cuda("torchscript-fp32-cuda", "fp32", float32_on_cuda),
         Variant(
             name="torchscript-bf16-channels-last", precision="bf16", device="cpu", build=reduced(bf16, "cpu")
         ),
-        Variant(name="torchscript-bf16-cuda", precision="bf16", device="cuda", build=reduced(bf16, "cuda")),
-        Variant(name="torchscript-fp16-cuda", precision="fp16", device="cuda", build=reduced(half, "cuda")),
+        cuda("torchscript-bf16-cuda", "bf16", reduced(bf16, "cuda")),
+        cuda("torchscript-fp16-cuda", "fp16", reduced(half, "cuda")),
     ]
 
 

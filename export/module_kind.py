@@ -31,6 +31,7 @@ from tritonclient.grpc.model_config_pb2 import DataType
 from export import (
     config_rules,
     config_spec,
+    cuda_runtime,
     generated_configs,
     module_checks,
     module_code,
@@ -280,7 +281,7 @@ class TorchModuleKind:
         if description.weights is not None and description.weights.produced_by:
             files.append(folder / description.weights.produced_by)
         modules = (
-            *(config_rules, config_spec, generated_configs),
+            *(config_rules, config_spec, cuda_runtime, generated_configs),
             *(module_checks, module_code, module_spec, module_variants, produced_weights),
         )
         return [*files, Path(__file__), *(Path(m.__file__ or "") for m in modules)]
@@ -322,7 +323,13 @@ class TorchModuleKind:
         bounds = {d.name: list(d.value_range) for d in spec.inputs if d.value_range is not None}
         plan = Plan(
             variants=module_variants.variants(
-                target.file_format, model=prepared.model, spec=spec, example=prepared.example, fp32=fp32
+                target.file_format,
+                model=prepared.model,
+                spec=spec,
+                example=prepared.example,
+                fp32=fp32,
+                cuda_options=cuda_runtime.provider_options(config),
+                tf32_cores=target.capabilities.tf32_cores,
             ),
             gate=gate,
             workload=timing_workload(prepared),

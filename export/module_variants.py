@@ -9,15 +9,16 @@ ONNX is opset 17 from the TorchScript-based exporter (``dynamo=False``), the bat
 declared variable axis dynamic. Runners take and return tuples of numpy arrays in declared order.
 
 Variants, each gated on the device that serves it (export/precision.py decides what this machine offers):
-TorchScript fp32 and bf16 on a CPU (bf16 where it has bf16 instructions), fp32, bf16 and fp16 on CUDA;
-ONNX fp32 on a CPU and on CUDA (the placement checked: export/placement.py).
+TorchScript fp32 and bf16 on a CPU (bf16 where it has bf16 instructions), float32, bf16 and fp16 on CUDA
+(with libtorch's TF32 convolutions); ONNX fp32 on a CPU and float32 on CUDA, TF32 or strict by its
+config's use_tf32 (export/cuda_runtime.py; the placement checked: export/placement.py).
 """
 
 from __future__ import annotations
 
 import copy
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ from torch import nn
 
 from export import onnx_graph
 from export.common import ExportError
+from export.cuda_runtime import LIBTORCH, serving_mode, with_tf32
 from export.module_checks import Batch, torch_dtype
 from export.module_spec import ModuleSpec
 from export.placement import require_cuda_placement
@@ -154,8 +156,10 @@ def _check_graph_io(graph: onnx.ModelProto, spec: ModuleSpec) -> None:
         )
 
 
-def onnx_runner(path: Path, spec: ModuleSpec, device: str) -> Runner:
-    session = onnx_graph.session(path, device)
+def onnx_runner(
+    path: Path, spec: ModuleSpec, device: str, cuda_options: Mapping[str, str] | None = None
+) -> Runner:
+    session = onnx_graph.session(path, device, cuda_options)
     outputs = [decl.name for decl in spec.outputs]
 
     def run(batch: Batch) -> Batch:
@@ -175,37 +179,70 @@ def variants(
     spec: ModuleSpec,
     example: Batch,
     fp32: Callable[[Path], Runner],
+    cuda_options: Mapping[str, str],
+    tf32_cores: bool,
 ) -> list[Variant]:
-    """The variants of one served file; ``fp32`` writes the float32 file and verifies it against eager."""
+    """The variants of one served file; ``fp32`` writes the float32 file and verifies it against eager;
+    ``cuda_options``: the CUDA provider options an ONNX file's config serves; ``tf32_cores``: whether this
+    GPU runs TF32. On CUDA each runs as its backend serves it (export/cuda_runtime.py)."""
     if file_format == "onnx":
-
-        def onnx_fp32_cuda(path: Path) -> Runner:
-            fp32(path)
-            require_cuda_placement(path, feed(spec, example), what="onnx-fp32-cuda")
-            return onnx_runner(path, spec, "cuda")
-
-        def onnx_feed(batch: Batch) -> dict[str, np.ndarray]:
-            return feed(spec, batch)
-
-        return [
-            Variant(name="onnx-fp32", precision="fp32", device="cpu", build=fp32, feed=onnx_feed),
-            Variant(
-                name="onnx-fp32-cuda", precision="fp32", device="cuda", build=onnx_fp32_cuda, feed=onnx_feed
-            ),
-        ]
+        return _onnx_variants(spec, example, fp32, cuda_options, tf32_cores=tf32_cores)
 
     def reduced(dtype: torch.dtype, device: str) -> Callable[[Path], Runner]:
-        return lambda path: torchscript_file(model, spec, example, path, dtype=dtype, device=device)
+        def build(path: Path) -> Runner:
+            runner = torchscript_file(model, spec, example, path, dtype=dtype, device=device)
+            return runner if device == "cpu" else with_tf32(runner, LIBTORCH)
+
+        return build
 
     def fp32_cuda(path: Path) -> Runner:
         fp32(path)  # traced on the CPU and verified against eager; the libtorch backend maps it to the GPU
-        return torchscript_runner(path, "cuda")
+        return with_tf32(torchscript_runner(path, "cuda"), LIBTORCH)
+
+    def cuda(name: str, precision: str, build: Callable[[Path], Runner]) -> Variant:
+        return Variant(name=name, precision=precision, device="cuda", build=build, tf32=LIBTORCH)
 
     bf16, half = torch.bfloat16, torch.float16
     return [
         Variant(name="torchscript-fp32", precision="fp32", device="cpu", build=fp32),
         Variant(name="torchscript-bf16", precision="bf16", device="cpu", build=reduced(bf16, "cpu")),
-        Variant(name="torchscript-fp32-cuda", precision="fp32", device="cuda", build=fp32_cuda),
-        Variant(name="torchscript-bf16-cuda", precision="bf16", device="cuda", build=reduced(bf16, "cuda")),
-        Variant(name="torchscript-fp16-cuda", precision="fp16", device="cuda", build=reduced(half, "cuda")),
+        cuda("torchscript-fp32-cuda", "fp32", fp32_cuda),
+        cuda("torchscript-bf16-cuda", "bf16", reduced(bf16, "cuda")),
+        cuda("torchscript-fp16-cuda", "fp16", reduced(half, "cuda")),
+    ]
+
+
+def _onnx_variants(
+    spec: ModuleSpec,
+    example: Batch,
+    fp32: Callable[[Path], Runner],
+    cuda_options: Mapping[str, str],
+    *,
+    tf32_cores: bool,
+) -> list[Variant]:
+    """fp32 on a CPU, and float32 on CUDA in the TF32 mode its config serves."""
+    options = dict(cuda_options)
+    mode = serving_mode("onnx", options, tf32_cores=tf32_cores)
+    float32 = "tf32" if mode.matmul else "fp32"
+
+    def onnx_float32_cuda(path: Path) -> Runner:
+        fp32(path)
+        what = f"onnx-{float32}-cuda"
+        require_cuda_placement(path, feed(spec, example), what=what, cuda_options=options)
+        return onnx_runner(path, spec, "cuda", options)
+
+    def onnx_feed(batch: Batch) -> dict[str, np.ndarray]:
+        return feed(spec, batch)
+
+    return [
+        Variant(name="onnx-fp32", precision="fp32", device="cpu", build=fp32, feed=onnx_feed),
+        Variant(
+            name=f"onnx-{float32}-cuda",
+            precision=float32,
+            device="cuda",
+            build=onnx_float32_cuda,
+            feed=onnx_feed,
+            cuda_options=options,
+            tf32=mode,
+        ),
     ]

@@ -30,7 +30,7 @@ from onnxruntime.quantization import (
 )
 from onnxruntime.quantization.shape_inference import quant_pre_process
 
-from export.cuda_runtime import with_use_tf32
+from export.cuda_runtime import serving_mode
 from export.device import Capabilities
 from export.placement import require_cuda_placement
 from export.precision import Runner, Variant
@@ -105,44 +105,50 @@ def onnx_file_variants(
     capabilities: Capabilities,
     cuda_options: Mapping[str, str],
 ) -> list[Variant]:
-    """An ONNX file's variants: float32 and int8 for a CPU; float32, TF32 and fp16 for CUDA, each in
-    sessions with the config's CUDA provider options and its own ``use_tf32``.
+    """An ONNX file's variants: float32 and int8 for a CPU; float32 and fp16 for CUDA, each in sessions
+    with ``cuda_options``, the CUDA provider options its config serves. The float32 one is ``tf32`` or
+    ``fp32`` by the ``use_tf32`` those options serve on this GPU (export/cuda_runtime.py): the config
+    decides, the export gates what it will serve.
 
     ``fp32(path)`` writes and verifies the float32 file; ``fp32_onnx_file()`` is the float32 graph the
     int8 and fp16 files are rewritten from; ``int8``: the int8 variant's name and its writer, called as
     ``write(source, destination, reduce_range=...)``; ``feed(batch)`` turns a runner's input into
     onnxruntime's feed; ``placement_feed()`` is the input each CUDA file is placed on the GPU with."""
     int8_name, write_int8 = int8
-    strict, tf32 = with_use_tf32(cuda_options, tf32=False), with_use_tf32(cuda_options, tf32=True)
+    options = dict(cuda_options)
+    mode = serving_mode("onnx", options, tf32_cores=capabilities.tf32_cores)
+    float32 = "tf32" if mode.matmul else "fp32"
 
     def int8_file(path: Path) -> Runner:
         write_int8(fp32_onnx_file(), path, reduce_range=not capabilities.cpu_vnni)
         return run(path, "cpu", None)
 
-    def on_cuda(path: Path, what: str, options: dict[str, str]) -> Runner:
+    def on_cuda(path: Path, what: str) -> Runner:
         require_cuda_placement(path, placement_feed(), what=what, cuda_options=options)
         return run(path, "cuda", options)
 
-    def float32_on_cuda(what: str, options: dict[str, str]) -> Callable[[Path], Runner]:
-        def build(path: Path) -> Runner:
-            fp32(path)
-            return on_cuda(path, what, options)
-
-        return build
+    def float32_on_cuda(path: Path) -> Runner:
+        fp32(path)
+        return on_cuda(path, f"onnx-{float32}-cuda")
 
     def fp16(path: Path) -> Runner:
         convert_fp16(fp32_onnx_file(), path)
-        return on_cuda(path, "onnx-fp16-cuda", strict)
+        return on_cuda(path, "onnx-fp16-cuda")
 
-    def cuda(name: str, precision: str, build: Callable[[Path], Runner], options: dict[str, str]) -> Variant:
+    def cuda(name: str, precision: str, build: Callable[[Path], Runner]) -> Variant:
         return Variant(
-            name=name, precision=precision, device="cuda", build=build, feed=feed, cuda_options=options
+            name=name,
+            precision=precision,
+            device="cuda",
+            build=build,
+            feed=feed,
+            cuda_options=options,
+            tf32=mode,
         )
 
     return [
         Variant(name="onnx-fp32", precision="fp32", device="cpu", build=fp32, feed=feed),
         Variant(name=int8_name, precision="int8", device="cpu", build=int8_file, feed=feed),
-        cuda("onnx-fp32-cuda", "fp32", float32_on_cuda("onnx-fp32-cuda", strict), strict),
-        cuda("onnx-tf32-cuda", "tf32", float32_on_cuda("onnx-tf32-cuda", tf32), tf32),
-        cuda("onnx-fp16-cuda", "fp16", fp16, strict),
+        cuda(f"onnx-{float32}-cuda", float32, float32_on_cuda),
+        cuda("onnx-fp16-cuda", "fp16", fp16),
     ]

@@ -30,7 +30,7 @@ import onnx
 import onnxruntime
 import torch
 
-from export import cuda_runtime, device, image, module_kind, text
+from export import device, image, module_kind, text
 from export.common import ModelConfig, fingerprint, is_up_to_date, write_atomically, write_manifest
 from export.description import PYTHON_KIND, ModelDescription, ServedFile
 from export.generated_configs import write_configs
@@ -258,12 +258,7 @@ def _write_file(
 def _manifest(
     description: ModelDescription, config: ModelConfig, selection: Selection, plan: Plan, options: Options
 ) -> dict[str, Any]:
-    """What the manifest beside a written file records, besides its fingerprint; a note (also logged)
-    where its config would serve the chosen variant otherwise than it was gated."""
-    served_runtime = next(c.runtime for c in selection.candidates if c.status == "served")
-    note = cuda_runtime.serving_mismatch(served_runtime, config)
-    if note:
-        logger.warning(note)
+    """What the manifest beside a written file records, besides its fingerprint."""
     parity = plan.parity[0] if plan.parity else None
     return {
         "model": config.name,
@@ -273,7 +268,6 @@ def _manifest(
         "parity": parity.as_dict() if parity else None,
         "precision": selection.as_dict(),
         "gated_on": options.capabilities.gated_on(),
-        "serving_note": note,
         **plan.details,
     }
 

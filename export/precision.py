@@ -2,8 +2,9 @@
 
 A pipeline (export/image.py, export/text.py) lists its :class:`Variant` s per served file, each on a
 device: for CPU serving fp32, bf16 where the CPU has bf16 instructions and int8 through onnxruntime's
-quantization; for GPU serving fp32 (TF32 off), fp16, and from compute capability 8.0 bf16 and TF32
-(export/cuda_runtime.py) on the GPU, never int8 (:func:`export.device.why_unavailable`).
+quantization; for GPU serving float32 (as the backend runs it: an ONNX file TF32 or strict by its config,
+a TorchScript file with libtorch's TF32 convolutions, export/cuda_runtime.py), fp16 and from compute
+capability 8.0 bf16 on the GPU, never int8 (:func:`export.device.why_unavailable`).
 :func:`select_and_write` builds each variant offered beside the destination, gates it against eager fp32
 on real inputs (:mod:`export.gates`), times every variant that passed in-process at each batch size of
 the pipeline's workload (interleaved rounds, best round kept: this machine is shared and noisy), and
@@ -35,6 +36,7 @@ import numpy as np
 
 from export import device, serving_runtime
 from export.common import ExportError
+from export.cuda_runtime import Tf32Mode
 from export.device import Capabilities
 from export.gates import GateResult
 from export.progress import Progress
@@ -94,15 +96,18 @@ class Variant:
     build: Callable[[Path], Runner]
     # An ONNX file's runner input as onnxruntime's feed: the file is gated again in the serving runtime.
     feed: Callable[[Any], dict[str, Any]] | None = None
-    # An ONNX file for CUDA: the CUDA provider options its sessions get (the config's, and use_tf32).
+    # An ONNX file for CUDA: the CUDA provider options its sessions get (the config's, as served).
     cuda_options: Mapping[str, str] | None = None
+    # On CUDA: the float32 work it runs as TF32, as the serving backend runs it (export/cuda_runtime.py).
+    tf32: Tf32Mode | None = None
 
     @property
     def runtime(self) -> dict[str, Any]:
         """How a CUDA runtime runs this variant (recorded with its gate): TF32, the provider options."""
         if self.device != "cuda":
             return {}
-        return {"tf32": self.precision == "tf32", "cuda_options": dict(self.cuda_options or {}) or None}
+        mode = self.tf32.as_dict() if self.tf32 is not None else {}
+        return {**mode, "cuda_options": dict(self.cuda_options or {}) or None}
 
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS or self.device not in DEVICES:

@@ -8,9 +8,10 @@ all token ids concatenated, and each sentence's length.
 
 Variants, each gated on the device that serves it (export/device.py): for a CPU, TorchScript fp32 and bf16
 (with bf16 instructions), ONNX fp32 and int8 with per-token activation ranges and smoothed channels
-(export/per_token_int8.py); for a GPU, TorchScript fp32 and fp16, ONNX fp32 and fp16 (float16 inside,
-float32 inputs and outputs), and from compute capability 8.0 TorchScript bf16 and both float32 files run
-with TF32 (export/cuda_runtime.py; fp32 on a GPU runs with TF32 off).
+(export/per_token_int8.py); for a GPU, TorchScript float32 and fp16, ONNX float32 and fp16 (float16
+inside, float32 inputs and outputs), and from compute capability 8.0 TorchScript bf16, each run as its
+backend serves it (export/cuda_runtime.py: the ONNX file with its config's use_tf32, the TorchScript
+files with libtorch's TF32 convolutions and strict products).
 onnxruntime's dynamic int8 is not a variant: its activation range is taken over the whole batch, so a
 sentence embedded in a batch differs from the same sentence alone, which the batch-invariance gate
 refuses (docs/measurements.md).
@@ -32,7 +33,7 @@ from tokenizers import Tokenizer
 import samples
 from export import onnx_graph
 from export.common import ExportError
-from export.cuda_runtime import with_tf32
+from export.cuda_runtime import LIBTORCH, with_tf32
 from export.onnx_variants import OnnxRunner, onnx_file_variants
 from export.per_token_int8 import Feed, rewrite
 from export.precision import Batch, Capabilities, Runner, Variant
@@ -120,19 +121,18 @@ def torchscript_encoder_variants(
     ``reduced_torchscript(path, dtype_name, device)`` writes a TorchScript file in that dtype on that device
     (float32 on "cuda" verified as ``fp32`` is)."""
 
-    def reduced(dtype: str, device: str, *, tf32: bool = False) -> Callable[[Path], Runner]:
+    def reduced(dtype: str, device: str) -> Callable[[Path], Runner]:
         if device == "cpu":
             return lambda path: reduced_torchscript(path, dtype, device)
-        return lambda path: with_tf32(reduced_torchscript(path, dtype, device), tf32=tf32)
+        return lambda path: with_tf32(reduced_torchscript(path, dtype, device), LIBTORCH)
 
     def cuda(name: str, precision: str, build: Callable[[Path], Runner]) -> Variant:
-        return Variant(name=name, precision=precision, device="cuda", build=build)
+        return Variant(name=name, precision=precision, device="cuda", build=build, tf32=LIBTORCH)
 
     return [
         Variant(name="torchscript-fp32", precision="fp32", device="cpu", build=fp32),
         Variant(name="torchscript-bf16", precision="bf16", device="cpu", build=reduced("bfloat16", "cpu")),
-        cuda("torchscript-fp32-cuda", "fp32", reduced("float32", "cuda", tf32=False)),
-        cuda("torchscript-tf32-cuda", "tf32", reduced("float32", "cuda", tf32=True)),
+        cuda("torchscript-fp32-cuda", "fp32", reduced("float32", "cuda")),
         cuda("torchscript-bf16-cuda", "bf16", reduced("bfloat16", "cuda")),
         cuda("torchscript-fp16-cuda", "fp16", reduced("float16", "cuda")),
     ]

@@ -2,6 +2,7 @@
 
 python -m tritonrepo derive              # -> build/local_repository, for the pip wheel's tritonserver
 python -m tritonrepo variant --kind cpu  # -> build/cpu_repository, for NVIDIA's container on a CPU host
+python -m tritonrepo check model_repository  # each config against its files, no server (exit 1: errors)
 
 Exit codes: 0 done, 1 the repository is malformed or a file is missing, 2 a usage error.
 """
@@ -12,13 +13,18 @@ import argparse
 import sys
 from pathlib import Path
 
-from tritonrepo.commands import EXIT_FAILED, EXIT_OK, command_parser, subcommand
+from tritonrepo.commands import EXIT_FAILED, EXIT_OK, EXIT_USAGE, command_parser, subcommand
 from tritonrepo.container_cpu import KINDS, write_variant
+from tritonrepo.contract import check_repository
+from tritonrepo.contract.release_notes import pinned_tag
 from tritonrepo.derive import derive_repository, gpu_is_available
 from tritonrepo.errors import RepositoryError
 from tritonrepo.paths import CPU_REPOSITORY, LOCAL_REPOSITORY, REPOSITORY
 
 EXIT_CODES = "0 done, 1 the repository is malformed or a file is missing, 2 a usage error"
+CHECK_EXIT_CODES = (
+    "0 no errors (warnings and notes may be printed), 1 errors found or no repository, 2 a usage error"
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -73,6 +79,20 @@ def _parser() -> argparse.ArgumentParser:
         "(0: this machine's)",
     )
     variant.set_defaults(handler=_variant)
+    check = subcommand(
+        sub,
+        "check",
+        help="check each config against its exported files and the models it names, offline (no server)",
+        exit_codes=CHECK_EXIT_CODES,
+    )
+    check.add_argument("repository", type=Path, nargs="?", default=REPOSITORY, help="the repository to check")
+    check.add_argument(
+        "--triton",
+        default=pinned_tag(),
+        help="the Triton container release that will serve it (24.10-py3), for its release notes; "
+        "default: deploy/versions.env's TRITON_TAG",
+    )
+    check.set_defaults(handler=_check)
     return parser
 
 
@@ -91,6 +111,19 @@ def _variant(args: argparse.Namespace) -> int:
     moved = ", ".join(result.moved_to_cpu) or "none"
     print(f"wrote {args.target} with {len(result.written)} models; moved to the CPU: {moved}")
     return EXIT_OK
+
+
+def _check(args: argparse.Namespace) -> int:
+    try:
+        report = check_repository(args.repository, triton=args.triton)
+    except ValueError as e:  # a --triton that is not a release
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    for finding in report.findings:
+        print(finding.line())
+    counts = ", ".join(f"{report.count(s)} {s}s" for s in ("error", "warning", "note"))
+    print(f"checked {len(report.models)} models in {args.repository}: {counts}")
+    return EXIT_FAILED if report.count("error") else EXIT_OK
 
 
 if __name__ == "__main__":

@@ -84,22 +84,29 @@ def format_config(config: ModelConfig) -> str:
 
 def load_repository(root: Path) -> dict[str, ModelEntry]:
     """Every model of the repository at ``root``, keyed by name; the folder name must match ``name:``."""
+    return {folder.name: read_model(folder) for folder in model_folders(root)}
+
+
+def model_folders(root: Path) -> list[Path]:
+    """The model folders of the repository at ``root`` (hidden and ``_`` folders are not models)."""
     root = Path(root)
     if not root.is_dir():
         raise RepositoryError(f"model repository {root} does not exist")
-    models: dict[str, ModelEntry] = {}
-    for folder in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))):
-        config_path = folder / "config.pbtxt"
-        if not config_path.is_file():
-            raise RepositoryError(f"{folder} has no config.pbtxt; every model folder needs one")
-        config = parse_config(config_path)
-        if config.name and config.name != folder.name:
-            raise RepositoryError(
-                f"{config_path}: name {config.name!r} differs from its folder {folder.name!r}; "
-                "Triton requires them equal"
-            )
-        models[folder.name] = ModelEntry(name=folder.name, path=folder, config=config)
-    return models
+    return sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith((".", "_")))
+
+
+def read_model(folder: Path) -> ModelEntry:
+    """The model in ``folder``: its config.pbtxt parsed, its ``name:`` (when given) its folder's name."""
+    config_path = folder / "config.pbtxt"
+    if not config_path.is_file():
+        raise RepositoryError(f"{folder} has no config.pbtxt; every model folder needs one")
+    config = parse_config(config_path)
+    if config.name and config.name != folder.name:
+        raise RepositoryError(
+            f"{config_path}: name {config.name!r} differs from its folder {folder.name!r}; "
+            "Triton requires them equal"
+        )
+    return ModelEntry(name=folder.name, path=folder, config=config)
 
 
 def exported_step(models: dict[str, ModelEntry], ensemble: str) -> str:

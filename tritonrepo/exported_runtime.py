@@ -8,6 +8,8 @@ any module of this project: numpy, and onnxruntime or torch once a runner of tha
 
 Both runners take their feeds by name (:attr:`input_names`, in the order the file takes them) and return
 every output as a numpy array, on the GPU where one is present and the runtime can use it, else on the CPU.
+:func:`batch_input_values` computes a config's ``batch_input`` as Triton's backends fill it in, for the
+runner and for the repository check (tritonrepo/contract/), which feeds the file what the server would.
 """
 
 from __future__ import annotations
@@ -19,6 +21,33 @@ from pathlib import Path
 import numpy as np
 
 RUNTIMES = ("onnxruntime", "torchscript")
+
+
+def _item_shapes(shapes: Sequence[tuple[int, ...]]) -> list[tuple[int, ...]]:
+    """One entry per batch item: a request of shape [n, *dims] contributes n items of shape dims."""
+    return [tuple(shape[1:]) for shape in shapes for _ in range(shape[0])]
+
+
+def _element_counts(shapes: Sequence[tuple[int, ...]]) -> np.ndarray:
+    return np.array([int(np.prod(shape)) for shape in shapes], dtype=np.int64)
+
+
+# The batch input kinds of Triton's model configuration, computed as the backends compute them.
+BATCH_INPUT_KINDS = {
+    "BATCH_ELEMENT_COUNT": lambda shapes: _element_counts(shapes),
+    "BATCH_ACCUMULATED_ELEMENT_COUNT": lambda shapes: np.cumsum(_element_counts(shapes)),
+    "BATCH_ACCUMULATED_ELEMENT_COUNT_WITH_ZERO": lambda shapes: np.concatenate(
+        [[0], np.cumsum(_element_counts(shapes))]
+    ),
+    "BATCH_ITEM_SHAPE": lambda shapes: np.array(_item_shapes(shapes), dtype=np.int64),
+    "BATCH_ITEM_SHAPE_FLATTEN": lambda shapes: np.array(_item_shapes(shapes), dtype=np.int64).reshape(-1),
+}
+
+
+def batch_input_values(kind: str, shapes: Sequence[tuple[int, ...]], dtype: np.dtype | type) -> np.ndarray:
+    """The values Triton gives a batch input of ``kind`` (a name in :data:`BATCH_INPUT_KINDS`) for a batch
+    of requests whose source input has ``shapes`` (each request's shape, its batch axis first)."""
+    return BATCH_INPUT_KINDS[kind](shapes).astype(dtype)
 
 
 class OnnxRunner:

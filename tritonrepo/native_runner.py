@@ -40,7 +40,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 # Linked beside this runner by the derivation, with the two helpers below.
-from exported_runtime import OnnxRunner, TorchScriptRunner
+from exported_runtime import BATCH_INPUT_KINDS, OnnxRunner, TorchScriptRunner, batch_input_values
 from pybackend_batching import InvalidInput, RequestBatcher
 from pybackend_parameters import ModelParameters
 
@@ -156,11 +156,11 @@ def _batch_inputs(config: dict) -> list[_BatchInput]:
         )
         for entry in config.get("batch_input", [])
     ]
-    unknown = [b.kind for b in batch_inputs if b.kind not in _BATCH_INPUT_KINDS]
+    unknown = [b.kind for b in batch_inputs if b.kind not in BATCH_INPUT_KINDS]
     if unknown:
         raise pb_utils.TritonModelException(
             f"{config['name']}: batch_input kind(s) {unknown} are not supported here; "
-            f"supported: {sorted(_BATCH_INPUT_KINDS)}"
+            f"supported: {sorted(BATCH_INPUT_KINDS)}"
         )
     return batch_inputs
 
@@ -188,29 +188,8 @@ def _request_shapes(items: list[np.ndarray], rows: list[int]) -> list[tuple[int,
     return shapes
 
 
-def _item_shapes(shapes: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
-    """One entry per batch item: a request of shape [n, *dims] contributes n items of shape dims."""
-    return [tuple(shape[1:]) for shape in shapes for _ in range(shape[0])]
-
-
-def _element_counts(shapes: list[tuple[int, ...]]) -> np.ndarray:
-    return np.array([int(np.prod(shape)) for shape in shapes], dtype=np.int64)
-
-
-# The batch input kinds of Triton's model configuration, computed as the backends compute them.
-_BATCH_INPUT_KINDS = {
-    "BATCH_ELEMENT_COUNT": lambda shapes: _element_counts(shapes),
-    "BATCH_ACCUMULATED_ELEMENT_COUNT": lambda shapes: np.cumsum(_element_counts(shapes)),
-    "BATCH_ACCUMULATED_ELEMENT_COUNT_WITH_ZERO": lambda shapes: np.concatenate(
-        [[0], np.cumsum(_element_counts(shapes))]
-    ),
-    "BATCH_ITEM_SHAPE": lambda shapes: np.array(_item_shapes(shapes), dtype=np.int64),
-    "BATCH_ITEM_SHAPE_FLATTEN": lambda shapes: np.array(_item_shapes(shapes), dtype=np.int64).reshape(-1),
-}
-
-
 def _batch_input(batch_input: _BatchInput, shapes: list[tuple[int, ...]]) -> np.ndarray:
-    return _BATCH_INPUT_KINDS[batch_input.kind](shapes).astype(batch_input.dtype)
+    return batch_input_values(batch_input.kind, shapes, batch_input.dtype)
 
 
 def _libtorch_position(names: list[str]):

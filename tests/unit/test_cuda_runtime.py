@@ -1,7 +1,8 @@
 """How each CUDA variant runs (export/cuda_runtime.py), checked on the CPU: the onnxruntime CUDA provider
-options every ONNX variant's sessions get (the config's, as Triton's onnxruntime backend reads them, and the
-variant's own ``use_tf32``), and torch's TF32 switches around every call of a TorchScript variant. The
-sessions and runners are replaced by recorders here (there is no GPU); the variant lists are the real ones.
+options every ONNX variant's sessions get (the config's, as Triton's onnxruntime backend reads them, its
+use_tf32 included, which makes the float32 variant tf32 or fp32), and torch's TF32 switches around every
+call of a TorchScript variant (libtorch's: TF32 convolutions, strict products). The sessions and runners
+are replaced by recorders here (there is no GPU); the variant lists are the real ones.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from export import (
     text_variants,
 )
 from export.common import ExportError
-from export.cuda_runtime import provider_options, serving_mismatch, tf32_mode
+from export.cuda_runtime import LIBTORCH, Tf32Mode, provider_options, serving_mode, tf32_mode
 from export.device import Capabilities, CudaDevice
 from export.gates import image_gate
 from export.precision import Variant, select_and_write
@@ -38,7 +39,8 @@ ZEN4 = frozenset({"avx512_bf16", "avx512_vnni"})
 A100 = CudaDevice(name="NVIDIA A100-SXM4-80GB", compute_capability=(8, 0))
 PIXELS = TensorSpec(name="X", datatype="FP32", dims=(16,))
 LOGITS = TensorSpec(name="Y", datatype="FP32", dims=(8,))
-CUDA_VARIANTS = ("onnx-fp32-cuda", "onnx-tf32-cuda", "onnx-fp16-cuda")
+CUDA_VARIANTS = ("onnx-tf32-cuda", "onnx-fp16-cuda")  # LITE0's config serves use_tf32 1
+TF32, STRICT = Tf32Mode(matmul=True, cudnn=True), Tf32Mode(matmul=False, cudnn=False)
 
 
 def _config(text: str) -> ModelConfig:
@@ -47,8 +49,28 @@ def _config(text: str) -> ModelConfig:
 
 # -- what the config serves ---------------------------------------------------------------------------------
 def test_the_shipped_configs_serve_their_parameters_as_the_cuda_providers_options() -> None:
-    assert provider_options(LITE0) == {"cudnn_conv_algo_search": "HEURISTIC"}  # "1" in its parameters
-    assert provider_options(MINILM) == {}  # no parameters: onnxruntime's defaults, TF32 on
+    # "1" in its parameters; use_tf32 from its description, which allows tf32 on CUDA
+    assert provider_options(LITE0) == {"cudnn_conv_algo_search": "HEURISTIC", "use_tf32": "1"}
+    assert provider_options(MINILM) == {"use_tf32": "1"}
+    diabetes = load_model_config(ROOT / "model_repository" / "diabetes_classifier_onnx")
+    assert provider_options(diabetes) == {"use_tf32": "0"}  # its description allows only fp32 on CUDA
+
+
+def test_libtorch_runs_tf32_convolutions_and_strict_products_and_onnx_what_its_config_says() -> None:
+    assert serving_mode("torchscript") == LIBTORCH == Tf32Mode(matmul=False, cudnn=True)
+    assert serving_mode("torchscript", {"use_tf32": "0"}) == LIBTORCH  # libtorch has no such switch
+    assert serving_mode("onnx", {"use_tf32": "0"}) == STRICT
+    assert serving_mode("onnx", {}) == TF32  # onnxruntime's default
+    assert serving_mode("onnx", provider_options(LITE0)) == TF32
+    with pytest.raises(ValueError, match="'plan' is not one of"):
+        serving_mode("plan")
+
+
+def test_libtorchs_mode_is_torchs_own_default(run_python) -> None:
+    """The libtorch backend sets neither switch, so it runs with torch's defaults: checked in a fresh
+    process of this torch (the 24.10 container's libtorch 2.5 has the same defaults)."""
+    probe = "import torch; print(torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)"
+    assert run_python("-c", probe).stdout.split() == [str(LIBTORCH.matmul), str(LIBTORCH.cudnn)]
 
 
 def test_parameters_override_the_cuda_accelerators_options_as_the_backend_applies_them() -> None:
@@ -95,7 +117,7 @@ def _fp32(path: Path) -> object:
     return lambda batch: batch
 
 
-def _image_onnx_variants(two_layer_onnx: Path) -> list[Variant]:
+def _image_onnx_variants(two_layer_onnx: Path, cuda_options: dict[str, str] | None = None) -> list[Variant]:
     return image_variants.onnx_classifier_variants(
         PIXELS,
         LOGITS,
@@ -103,50 +125,57 @@ def _image_onnx_variants(two_layer_onnx: Path) -> list[Variant]:
         fp32_onnx_file=lambda: two_layer_onnx,
         calibration=lambda: np.zeros((2, 16), np.float32),
         capabilities=Capabilities(cpu_flags=ZEN4, cuda=A100),
-        cuda_options=provider_options(LITE0),
+        cuda_options=provider_options(LITE0) if cuda_options is None else cuda_options,
     )
 
 
-def test_each_onnx_classifier_variant_for_cuda_runs_with_the_configs_options_and_its_own_tf32(
+def test_each_onnx_classifier_variant_for_cuda_runs_with_the_configs_options_as_served(
     sessions: dict[str, list], two_layer_onnx: Path, tmp_path: Path
 ) -> None:
     variants = {v.name: v for v in _image_onnx_variants(two_layer_onnx)}
+    assert [v.name for v in variants.values() if v.device == "cuda"] == list(CUDA_VARIANTS)
     for name in CUDA_VARIANTS:
         variants[name].build(tmp_path / f"{name}.onnx")
-    strict = {"cudnn_conv_algo_search": "HEURISTIC", "use_tf32": "0"}
-    tf32 = {"cudnn_conv_algo_search": "HEURISTIC", "use_tf32": "1"}
-    assert sessions["session"] == [("cuda", strict), ("cuda", tf32), ("cuda", strict)]
-    assert sessions["placement"] == [
-        (name, options) for name, options in zip(CUDA_VARIANTS, [strict, tf32, strict], strict=True)
-    ]
-    assert [variants[name].cuda_options for name in CUDA_VARIANTS] == [strict, tf32, strict]
-    assert variants["onnx-tf32-cuda"].runtime == {"tf32": True, "cuda_options": tf32}
-    assert variants["onnx-fp32-cuda"].runtime == {"tf32": False, "cuda_options": strict}
+    served = {"cudnn_conv_algo_search": "HEURISTIC", "use_tf32": "1"}
+    assert sessions["session"] == [("cuda", served), ("cuda", served)]
+    assert sessions["placement"] == [(name, served) for name in CUDA_VARIANTS]
+    assert variants["onnx-tf32-cuda"].precision == "tf32"
+    assert variants["onnx-tf32-cuda"].runtime == {**TF32.as_dict(), "cuda_options": served}
+    assert variants["onnx-fp16-cuda"].runtime == {**TF32.as_dict(), "cuda_options": served}
     assert variants["onnx-fp32"].runtime == {} and variants["onnx-fp32"].cuda_options is None
-    assert (tmp_path / "onnx-tf32-cuda.onnx").read_bytes() == (tmp_path / "onnx-fp32-cuda.onnx").read_bytes()
 
 
-def test_each_onnx_encoder_variant_for_cuda_runs_with_the_configs_options_and_its_own_tf32(
+def test_a_config_serving_strict_float32_makes_the_float32_variant_fp32_gated_strict(
+    sessions: dict[str, list], two_layer_onnx: Path, tmp_path: Path
+) -> None:
+    strict = {"use_tf32": "0"}
+    variants = _image_onnx_variants(two_layer_onnx, strict)
+    (float32,) = [v for v in variants if v.device == "cuda" and v.precision in ("fp32", "tf32")]
+    assert (float32.name, float32.precision) == ("onnx-fp32-cuda", "fp32")
+    float32.build(tmp_path / "fp32.onnx")
+    assert sessions["session"] == [("cuda", strict)]
+    assert float32.runtime == {**STRICT.as_dict(), "cuda_options": strict}
+
+
+def test_each_onnx_encoder_variant_for_cuda_runs_with_the_configs_options_as_served(
     sessions: dict[str, list], tmp_path: Path
 ) -> None:
     runners: list[tuple[str, object]] = []
+    options = {"cudnn_conv_algo_search": "DEFAULT", "use_tf32": "0"}
     variants = text_variants.onnx_encoder_variants(
         fp32=_fp32,
         onnx_runner=lambda path, device, options: runners.append((device, options)),
         fp32_onnx_file=lambda: pytest.fail("fp16 is not built here"),
         calibration=[{"INPUT_IDS__0": np.zeros(3, np.int64), "ITEM_LENGTHS__1": np.array([3], np.int32)}],
         capabilities=Capabilities(cpu_flags=ZEN4, cuda=A100),
-        cuda_options={"cudnn_conv_algo_search": "DEFAULT"},
+        cuda_options=options,
     )
     by_name = {v.name: v for v in variants}
+    assert "onnx-tf32-cuda" not in by_name, "the config serves strict float32: no TF32 variant to choose"
     by_name["onnx-fp32-cuda"].build(tmp_path / "fp32.onnx")
-    by_name["onnx-tf32-cuda"].build(tmp_path / "tf32.onnx")
-    assert runners == [
-        ("cuda", {"cudnn_conv_algo_search": "DEFAULT", "use_tf32": "0"}),
-        ("cuda", {"cudnn_conv_algo_search": "DEFAULT", "use_tf32": "1"}),
-    ]
+    assert runners == [("cuda", options)]
     assert [options for _, options in sessions["placement"]] == [options for _, options in runners]
-    assert by_name["onnx-fp16-cuda"].cuda_options == {"cudnn_conv_algo_search": "DEFAULT", "use_tf32": "0"}
+    assert by_name["onnx-fp16-cuda"].cuda_options == options
 
 
 def test_the_serving_runtimes_gate_gets_the_variants_cuda_options(
@@ -180,7 +209,7 @@ def test_the_serving_runtimes_gate_gets_the_variants_cuda_options(
     )
     assert passed_on == [{"device": "cuda", "cuda_options": options}]
     (served,) = selection.as_dict()["candidates"]
-    assert served["status"] == "served" and served["runtime"] == {"tf32": True, "cuda_options": options}
+    assert served["status"] == "served" and served["runtime"] == {"cuda_options": options}
 
 
 def test_the_serving_worker_gives_the_cuda_provider_those_options(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -196,20 +225,6 @@ def test_the_serving_worker_gives_the_cuda_provider_those_options(monkeypatch: p
     serving_worker._session("model.onnx", "cuda", {"use_tf32": "0"})
     serving_worker._session("model.onnx", "cpu", {})
     assert opened == [[("CUDAExecutionProvider", {"use_tf32": "0"})], ["CPUExecutionProvider"]]
-
-
-def test_a_config_serving_other_tf32_than_the_variant_chosen_is_named_with_the_fix() -> None:
-    strict = {"tf32": False, "cuda_options": {"cudnn_conv_algo_search": "HEURISTIC", "use_tf32": "0"}}
-    note = serving_mismatch(strict, LITE0)
-    assert note is not None and "gated with use_tf32 0, but its config leaves onnxruntime's default" in note
-    assert 'parameters { key: "use_tf32" value: "0" }' in note
-    assert serving_mismatch({"tf32": True, "cuda_options": {"use_tf32": "1"}}, LITE0) is None
-    pinned = _config(
-        "optimization { execution_accelerators { gpu_execution_accelerator: [ { name: 'cuda' "
-        "parameters { key: 'use_tf32' value: '0' } } ] } }"
-    )
-    assert serving_mismatch(strict, pinned) is None
-    assert serving_mismatch({}, LITE0) is None  # a CPU variant
 
 
 # -- TorchScript variants -----------------------------------------------------------------------------------
@@ -234,28 +249,29 @@ def torch_defaults():
     torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
 
 
-def test_torchscript_classifier_variants_switch_tf32_on_only_for_the_tf32_variant(
+def test_torchscript_classifier_variants_run_in_libtorchs_mode(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, torch_defaults: tuple[bool, bool]
 ) -> None:
     seen: list[tuple[bool, bool]] = []
     monkeypatch.setattr(image_variants, "torchscript_runner", lambda path, device: _recorder(seen))
     monkeypatch.setattr(image_variants, "torchscript_file", lambda *args, **kwargs: _recorder(seen))
     monkeypatch.setattr(image_variants.efficientnet_lite, "fold_batch_norms", lambda model: model)
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = True, False  # not libtorch's
     variants = image_variants.torchscript_classifier_variants(torch.nn.Identity(), PIXELS, fp32=_fp32)
     cuda = [v for v in variants if v.device == "cuda"]
     assert [v.name for v in cuda] == [
         "torchscript-fp32-cuda",
-        "torchscript-tf32-cuda",
         "torchscript-bf16-cuda",
         "torchscript-fp16-cuda",
     ]
     for variant in cuda:
         variant.build(tmp_path / f"{variant.name}.pt")(np.zeros(1))
-    assert seen == [(False, False), (True, True), (False, False), (False, False)]
-    assert _switches() == torch_defaults  # restored after every call
+        assert variant.runtime == {**LIBTORCH.as_dict(), "cuda_options": None}
+    assert seen == [(False, True)] * 3
+    assert _switches() == (True, False)  # restored after every call
 
 
-def test_torchscript_encoder_variants_switch_tf32_on_only_for_the_tf32_variant(
+def test_torchscript_encoder_variants_run_in_libtorchs_mode(
     tmp_path: Path, torch_defaults: tuple[bool, bool]
 ) -> None:
     seen: list[tuple[bool, bool]] = []
@@ -266,16 +282,17 @@ def test_torchscript_encoder_variants_switch_tf32_on_only_for_the_tf32_variant(
         return _recorder(seen)
 
     variants = text_variants.torchscript_encoder_variants(fp32=_fp32, reduced_torchscript=reduced)
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = False, False
     for variant in variants:
         if variant.device == "cuda":
             variant.build(tmp_path / f"{variant.name}.pt")(np.zeros(1))
-    assert built == [("float32", "cuda"), ("float32", "cuda"), ("bfloat16", "cuda"), ("float16", "cuda")]
-    assert seen == [(False, False), (True, True), (False, False), (False, False)]
-    assert _switches() == torch_defaults
+    assert built == [("float32", "cuda"), ("bfloat16", "cuda"), ("float16", "cuda")]
+    assert seen == [(False, True)] * 3
+    assert _switches() == (False, False)
 
 
 def test_tf32_mode_restores_the_switches_when_the_call_raises(torch_defaults: tuple[bool, bool]) -> None:
-    with pytest.raises(RuntimeError, match="CUDA error"), tf32_mode(True):
+    with pytest.raises(RuntimeError, match="CUDA error"), tf32_mode(TF32):
         assert _switches() == (True, True)
         raise RuntimeError("CUDA error")
     assert _switches() == torch_defaults

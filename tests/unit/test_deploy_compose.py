@@ -169,6 +169,34 @@ def test_the_server_waits_for_the_export_and_is_health_checked_per_model(compose
     assert compose["services"]["export"]["restart"] == "no"
 
 
+def test_the_repository_contract_is_checked_in_the_export_image_before_the_server_starts(
+    compose: dict, versions: dict[str, str]
+) -> None:
+    """python -m tritonrepo check runs where the project's code and onnxruntime are (the export image),
+    on what the server will mount, after the export and before tritonserver; the server image has neither."""
+    services = compose["services"]
+    check = services["repository-check"]
+    assert check["command"] == ["python", "-m", "tritonrepo", "check", "model_repository"]
+    assert (check["image"], check["build"]) == (services["export"]["image"], services["export"]["build"])
+    assert check["volumes"] == ["./model_repository:/workspace/model_repository:ro"]
+    assert check["depends_on"] == {"export": {"condition": "service_completed_successfully"}}
+    assert services["tritonserver"]["depends_on"]["repository-check"] == {
+        "condition": "service_completed_successfully"
+    }
+    text = CPU_OVERRIDE.read_text()
+    override = interpolate(yaml.load(text, Loader=_ComposeLoader), {**versions, **RUNTIME_ENV})["services"]
+    cpu_check = override["repository-check"]
+    assert (
+        cpu_check["command"][-1] == "build/cpu_repository"
+        and cpu_check["image"] == override["export"]["image"]
+    )
+    assert cpu_check["build"] == override["export"]["build"], (
+        "the CPU image, not the GPU build under its name"
+    )
+    assert cpu_check["depends_on"] == {"cpu-repository": {"condition": "service_completed_successfully"}}
+    assert "./build/cpu_repository:/workspace/build/cpu_repository:ro" in cpu_check["volumes"]
+
+
 def test_the_export_runs_on_a_reserved_gpu_with_the_cuda_builds_of_the_servers_runtimes(
     compose: dict, versions: dict[str, str]
 ) -> None:

@@ -103,6 +103,7 @@ def test_a_gpu_job_exports_once_into_the_volume_every_server_pod_mounts_read_onl
         "rm -f /models/.export-complete",
         "cp -a /workspace/model_repository/. /models/",
         "python -m export --repository /models --served-on gpu",
+        "python -m tritonrepo check /models",  # the contract, before the pods may load it
         "date -u > /models/.export-complete",
     ]
     claim = by_kind("PersistentVolumeClaim")

@@ -30,11 +30,12 @@ def _never(*_args: object) -> object:
     raise AssertionError("offering a variant must not build it")
 
 
-def _files() -> dict[str, list]:
-    """The variant lists of the four served files, as the pipelines build them."""
+def _files(capabilities: Capabilities | None = None) -> dict[str, list]:
+    """The variant lists of the four served files, as the pipelines build them on a machine of
+    ``capabilities``; the ONNX configs leave use_tf32 to onnxruntime (TF32 where the GPU has it)."""
     pixels = TensorSpec(name="PIXELS", datatype="FP32", dims=(3, 224, 224))
     logits = TensorSpec(name="LOGITS", datatype="FP32", dims=(1000,))
-    capabilities = Capabilities(cpu_flags=ZEN4)
+    capabilities = capabilities or Capabilities(cpu_flags=ZEN4)
     return {
         "minilm_onnx": text_variants.onnx_encoder_variants(
             fp32=_never,
@@ -78,18 +79,14 @@ GPU_WITHOUT_BF16 = {
     "efficientnet_lite0_onnx": ["onnx-fp32-cuda", "onnx-fp16-cuda"],
     "efficientnet_lite0_torchscript": ["torchscript-fp32-cuda", "torchscript-fp16-cuda"],
 }
+# The ONNX float32 file runs as its config serves it (TF32 here), the TorchScript one as libtorch runs it:
+# one float32 variant each (export/cuda_runtime.py).
 GPU_WITH_BF16_AND_TF32 = {
-    "minilm_onnx": ["onnx-fp32-cuda", "onnx-tf32-cuda", "onnx-fp16-cuda"],
-    "minilm_torchscript": [
-        "torchscript-fp32-cuda",
-        "torchscript-tf32-cuda",
-        "torchscript-bf16-cuda",
-        "torchscript-fp16-cuda",
-    ],
-    "efficientnet_lite0_onnx": ["onnx-fp32-cuda", "onnx-tf32-cuda", "onnx-fp16-cuda"],
+    "minilm_onnx": ["onnx-tf32-cuda", "onnx-fp16-cuda"],
+    "minilm_torchscript": ["torchscript-fp32-cuda", "torchscript-bf16-cuda", "torchscript-fp16-cuda"],
+    "efficientnet_lite0_onnx": ["onnx-tf32-cuda", "onnx-fp16-cuda"],
     "efficientnet_lite0_torchscript": [
         "torchscript-fp32-cuda",
-        "torchscript-tf32-cuda",
         "torchscript-bf16-cuda",
         "torchscript-fp16-cuda",
     ],
@@ -114,7 +111,7 @@ DESCRIBED = {
 @pytest.mark.parametrize("described", DESCRIBED)
 def test_each_described_device_is_offered_exactly_its_variants(described: str) -> None:
     capabilities, expected = DESCRIBED[described]
-    files = _files()
+    files = _files(capabilities)
     assert {name: offered(variants, capabilities) for name, variants in files.items()} == expected
     every = [variant for variants in files.values() for variant in variants]
     if capabilities.gpu_serves:  # nothing gated on the CPU, and never int8, reaches a GPU server
@@ -123,13 +120,17 @@ def test_each_described_device_is_offered_exactly_its_variants(described: str) -
 
 
 def test_every_variant_not_offered_says_why() -> None:
+    t4 = Capabilities(cpu_flags=AVX2, cuda=T4)
     reasons = {
-        v.name: why_unavailable(v.precision, v.device, Capabilities(cpu_flags=AVX2, cuda=T4))
-        for v in _files()["minilm_torchscript"] + _files()["minilm_onnx"]
+        v.name: why_unavailable(v.precision, v.device, t4)
+        for v in _files(t4)["minilm_torchscript"] + _files(t4)["minilm_onnx"]
     }
     assert "compute capability 7.5" in reasons["torchscript-bf16-cuda"]
     assert "8.0 or later" in reasons["torchscript-bf16-cuda"]
-    assert "no TF32 tensor cores; TF32 needs compute capability 8.0" in reasons["onnx-tf32-cuda"]
+    assert reasons["onnx-fp32-cuda"] is None, "a config serving TF32 runs strict float32 on a T4"
+    assert "no TF32 tensor cores; TF32 needs compute capability 8.0" in str(
+        why_unavailable("tf32", "cuda", t4)
+    )
     assert "not of a CPU" in why_unavailable("tf32", "cpu", Capabilities(cpu_flags=ZEN4))
     assert "only for CPU serving" in reasons["onnx-int8-per-token"]
     assert "only for CPU serving" in reasons["torchscript-fp32"]

@@ -4,6 +4,7 @@ on the CPU, that a machine without CUDA is refused by name, and the Model Analyz
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import pytest
@@ -114,3 +115,45 @@ def test_a_gpu_search_is_never_adopted_into_the_local_cpu_settings(
 ) -> None:
     assert tune_main(["--models", "text_embedder", "--kind", "KIND_GPU", "--adopt"]) == 2
     assert "--adopt writes the local CPU settings" in capsys.readouterr().err
+
+
+def _records(folder: Path, fp32_bytes: bytes) -> Path:
+    """minilm_onnx's export record: tf32 served, the fp32 file that passed kept beside it: ``fp32_bytes``."""
+    from export.records import RECORD_FORMAT
+
+    candidates = [
+        {"variant": "onnx-tf32-cuda", "precision": "tf32", "status": "served", "kept_file": None},
+        {"variant": "onnx-fp32-cuda", "precision": "fp32", "status": "passed", "kept_file": "fp32.onnx"},
+    ]
+    (folder / "minilm_onnx").mkdir(parents=True)
+    (folder / "minilm_onnx" / "fp32.onnx").write_bytes(fp32_bytes)
+    record = {"format": RECORD_FORMAT, "served": "onnx-tf32-cuda", "candidates": candidates}
+    (folder / "minilm_onnx.json").write_text(json.dumps(record))
+    return folder
+
+
+@pytest.mark.parametrize("same_bytes", [True, False])
+def test_the_precision_experiment_never_presents_one_file_and_config_as_two_precisions(
+    scaffold_project: Path, tmp_path: Path, same_bytes: bool
+) -> None:
+    from loadtest.bench.gpu.plan import FP32, precision_notes, variants
+
+    source = scaffold_project / "model_repository"
+    (source / "minilm_onnx" / "1").mkdir(exist_ok=True)
+    (source / "minilm_onnx" / "1" / "model.onnx").write_bytes(b"float32 graph")
+    records = _records(tmp_path / "precision", b"float32 graph" if same_bytes else b"another graph")
+    served, arms = variants(GPU, source, records)
+    clone = "text_embedder" + FP32
+    if same_bytes:  # TF32 and fp32 of one ONNX file are the same bytes; the config alone would differ
+        assert arms["precision"] == {
+            "onnx: tf32 (served)": "text_embedder",
+            "torchscript: fp32 (served)": "text_embedder_torchscript",
+        }
+        assert clone not in [v.served_name for v in served]
+        (note,) = precision_notes(source, records)
+        assert note.startswith(
+            "onnx: the fp32 file kept beside the served tf32 one (fp32.onnx) is the served"
+        )
+    else:
+        assert arms["precision"]["onnx: fp32"] == clone and clone in [v.served_name for v in served]
+        assert precision_notes(source, records) == []

@@ -298,7 +298,6 @@ def test_fp32_pinned_export_serves_fp32_and_records_its_gate_on_the_corpus(expor
     assert others == {
         "torchscript-bf16": "not requested",
         "torchscript-fp32-cuda": "not runnable here",  # float32 too, but for GPU serving only
-        "torchscript-tf32-cuda": "not requested",
         "torchscript-bf16-cuda": "not requested",
         "torchscript-fp16-cuda": "not requested",
     }

@@ -11,9 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from export.common import sha256_file
 from export.records import kept_file, served_variant
 from loadtest.load.perf import PerfSettings
 from tritonrepo.configs import exported_step, load_repository
+from tritonrepo.files import exported_filename
 from tritonrepo.variants import Variant, build_repository, closure
 
 ROUTES = {"onnx": "text_embedder", "torchscript": "text_embedder_torchscript"}  # route -> ensemble
@@ -114,12 +116,39 @@ def variants(plan: GpuPlan, source: Path, records: Path) -> tuple[list[Variant],
         if route != "onnx":
             served.append(Variant(model=ensemble))
         arms["precision"][f"{route}: {chosen} (served)"] = ensemble
-        fp32 = kept_file(encoder, "fp32", records) if chosen != "fp32" else None
+        fp32, _ = fp32_arm(source, records, route)
         if fp32 is not None:
             parameters = ((encoder, "model_filename", str(fp32.resolve())),)
             served.append(Variant(model=ensemble, suffix=FP32, parameters=parameters))
             arms["precision"][f"{route}: fp32"] = ensemble + FP32
     return served, arms
+
+
+def fp32_arm(source: Path, records: Path, route: str) -> tuple[Path | None, str | None]:
+    """The fp32 file the export kept beside a route's served file, to serve as the precision experiment's
+    fp32 arm; or None, and why not where that file is the served one byte for byte. Its clone differs
+    from the served model only by that file (same config, the variant changes nothing else), so the same
+    bytes would be one configuration presented as two precisions: the arm is left out and the report
+    says so (``None`` reason: no kept file, fp32 itself served)."""
+    encoder = encoder_of(source, route)
+    chosen = served_variant(encoder, records)
+    fp32 = kept_file(encoder, "fp32", records) if chosen != "fp32" else None
+    if fp32 is None:
+        return None, None
+    config = load_repository(source)[encoder].config
+    served = Path(source) / encoder / "1" / (exported_filename(config) or "")
+    if served.is_file() and sha256_file(served) == sha256_file(fp32):
+        return None, (
+            f"{route}: the fp32 file kept beside the served {chosen} one ({fp32.name}) is the served file "
+            f"byte for byte and would run under the same config: one arm, {chosen} (served), not two "
+            "precisions"
+        )
+    return fp32, None
+
+
+def precision_notes(source: Path, records: Path) -> list[str]:
+    """Why a route's precision experiment has no fp32 arm beside its served one (:func:`fp32_arm`)."""
+    return [note for route in ROUTES if (note := fp32_arm(source, records, route)[1]) is not None]
 
 
 def measured_models(arms: dict[str, dict[str, str]]) -> list[str]:

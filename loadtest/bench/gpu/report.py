@@ -125,6 +125,8 @@ def write_gpu_report(folder: Path) -> Path:
         ("instances", "One vs two instances per device"),
     ):
         lines += ["", f"## {title}", ""]
+        if key == "precision":  # an fp32 file identical to the served one is no second arm
+            lines += [f"- {note}" for note in served.get("precision_notes", [])]
         lines += arms_table(served[key], encoders) if key in served else ["not measured (see Errors)"]
     section = served.get("served_vs_inprocess", {})
     ratio = served_ratio(section)

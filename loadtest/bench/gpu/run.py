@@ -29,6 +29,7 @@ from loadtest.bench.gpu.plan import (
     GpuPlan,
     encoder_of,
     measured_models,
+    precision_notes,
     variants,
 )
 from loadtest.bench.gpu.report import write_gpu_report
@@ -123,6 +124,7 @@ def _served(
             served = stage.measure_at(plan, urls, repository, records, raw)
         results["server"] |= served.pop("server")
         served["encoders"] = [encoder_of(repository, route) for route in ROUTES]
+        served["precision_notes"] = precision_notes(repository, records)
         results["errors"] += served.pop("errors", [])
         results["served"] = served
     except Exception as e:  # noqa: BLE001 - the report must say what failed, and the analyzer still runs
