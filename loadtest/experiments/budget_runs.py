@@ -62,12 +62,13 @@ class Load:
 
 @dataclass(kw_only=True, frozen=True)
 class Target:
-    """The server measured: its HTTP and gRPC endpoints (``host:port``) and, where it writes them, the
-    folder of its Python models' timings."""
+    """The server measured: its HTTP and gRPC endpoints (``host:port``), where it writes them the folder
+    of its Python models' timings, and where known the (derived) repository it serves."""
 
     http_url: str
     grpc_url: str
     timings: Path | None = None
+    repository: Path | None = None
 
     def client_url(self, protocol: str) -> str:
         return f"grpc://{self.grpc_url}" if protocol == "grpc" else f"http://{self.http_url}"
@@ -102,10 +103,12 @@ def measure(
     url = target.client_url(load.protocol)
     if load.warmup:
         asyncio.run(_drive(url, service, rows, replace_count(load, load.warmup)))
-    statistics_before = _statistics(target.http_url, models)
+    statistics_before = _settled_statistics(target.http_url, models)  # the warm-up counted
     stub_before = read_stub_times(target.timings) if target.timings else None
     latencies, failures, wall_s = asyncio.run(_drive(url, service, rows, load))
-    statistics_after = _settled_statistics(target.http_url, models, statistics_before, len(latencies))
+    statistics_after = _settled_statistics(
+        target.http_url, models, since=statistics_before, answered=len(latencies)
+    )
     record = {
         "service": service,
         "steps": steps,
@@ -186,11 +189,11 @@ def _statistics(http_url: str, models: list[str]) -> dict[str, Any]:
 
 
 def _settled_statistics(
-    http_url: str, models: list[str], before: dict[str, Any], answered: int
+    http_url: str, models: list[str], *, since: dict[str, Any] | None = None, answered: int = 0
 ) -> dict[str, Any]:
-    """The statistics once every model of ``models`` counts at least ``answered`` requests since
-    ``before`` and a read 20 ms later shows nothing new (Triton counts a request just after answering
-    it), or after :data:`STATISTICS_WAIT_S`."""
+    """The statistics once every model of ``models`` counts at least ``answered`` requests ``since`` that
+    payload and a read 20 ms later shows nothing new (Triton counts a request just after answering it),
+    or after :data:`STATISTICS_WAIT_S`."""
 
     def counts(payload: dict[str, Any]) -> dict[str, int]:
         return {
@@ -198,7 +201,7 @@ def _settled_statistics(
             for entry in payload["model_stats"]
         }
 
-    earlier = counts(before)
+    earlier = counts(since) if since is not None else {}
     deadline = time.monotonic() + STATISTICS_WAIT_S
     latest = _statistics(http_url, models)
     while time.monotonic() < deadline:

@@ -74,10 +74,13 @@ class BudgetPlan:
 
 
 def run_budgets(
-    plan: BudgetPlan, *, repository: Path, work: Path, raw: Path, target: Target | None = None
+    plan: BudgetPlan, *, repository: Path, raw: Path, target: Target | None = None, work: Path | None = None
 ) -> list[Budget]:
     """Every service of ``plan`` at every load against ``target`` (None: a local server started on a
-    repository derived from ``repository`` under ``work``), then each in this process."""
+    repository derived from ``repository`` under ``work``), then each in this process. Each run's record
+    and the local server's log go to ``raw``."""
+    if target is None and work is None:
+        raise ValueError("run_budgets needs a target server, or a work folder to derive one's repository in")
     rows = {service: service_rows(repository, service, ROW_ENTRIES) for service in plan.services}
     with _served(plan, target, repository=repository, work=work, raw=raw) as serving:
         budgets = [
@@ -85,7 +88,7 @@ def run_budgets(
             for service in plan.services
             for count in plan.in_flight
         ]
-    threads = functools.partial(served_threads, work / "repository" if target is None else None)
+    threads = functools.partial(served_threads, serving.repository)
     if plan.inprocess_repeats:
         for budget in budgets:
             _add_inprocess(budget, repository, rows[budget.service], plan.inprocess_repeats, threads)
@@ -95,7 +98,7 @@ def run_budgets(
 def served_threads(served: Path | None, model: str) -> int:
     """The intra-op threads one instance of ``model`` runs with in the derived repository ``served`` (its
     ``intra_op_threads``; ``auto``: the cores divided among its instances), all the cores where it is
-    not known (None: a server of its own configuration)."""
+    not known (None: a server whose repository is not here)."""
     parameters = load_repository(served)[model].config if served is not None else None
     if parameters is None or "intra_op_threads" not in parameters.parameters:
         return _cores()
@@ -108,9 +111,10 @@ def served_threads(served: Path | None, model: str) -> int:
 
 @contextlib.contextmanager
 def _served(
-    plan: BudgetPlan, target: Target | None, *, repository: Path, work: Path, raw: Path
+    plan: BudgetPlan, target: Target | None, *, repository: Path, work: Path | None, raw: Path
 ) -> Iterator[Target]:
-    if target is not None:
+    if target is not None or work is None:
+        assert target is not None  # run_budgets refuses neither
         yield target
         return
     served, timings = work / "repository", work / "timings"
@@ -126,7 +130,7 @@ def _served(
         environment=server_environment(timings),
     )
     with LocalTritonServer(config) as server:
-        yield Target(http_url=server.http_url, grpc_url=server.grpc_url, timings=timings)
+        yield Target(http_url=server.http_url, grpc_url=server.grpc_url, timings=timings, repository=served)
 
 
 def _add_inprocess(

@@ -16,7 +16,6 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402 - the backend must be chosen first
 
 from loadtest.experiments.budget import (  # noqa: E402
-    CLIENT,
     KINDS,
     REMAINDER,
     REMAINDER_MEANING,
@@ -36,8 +35,12 @@ EXPLAINED = (
     "(`PYBACKEND_TIMINGS_DIR`) a step's compute is split into the model's own code and the Python stub's "
     "share (the message to and from the stub, tensors, gathering and splitting the batch). "
     f"*Not accounted for* is the service's request time that no step's counters hold: {REMAINDER_MEANING}. "
-    f"A budget adds up when it is within {TOLERANCE:.0%} of the mean round trip. *In one process* is the "
-    "same work on a batch of the load's size in one Python process, no server."
+    f"A budget adds up when it is within {TOLERANCE:.0%} of the mean round trip. Counted times can "
+    "overlap: Triton's request time runs until the request is released, which on a busy machine can come "
+    "after the client has its answer (the client's share then reads small or negative), and a step's "
+    "output copy is still counted while the next step has begun. *In one process* is the same work on a "
+    "batch of the load's size in one Python process, no server, the exported file with the threads one "
+    "served instance has."
 )
 # One colour per kind of part; the steps of a service are told apart by the bar's segments' order and hatch.
 COLOURS = dict(
@@ -50,27 +53,27 @@ COLOURS = dict(
 HATCHES = ("", "//", "..", "xx", "\\\\")
 
 
-def section(budgets: list[Budget], folder: Path, *, heading: str = "##", intro: str = "") -> str:
-    """The section's Markdown (plots written into ``folder``); '' without budgets."""
+def section(budgets: list[Budget], folder: Path, *, intro: str = "", plots: bool = True) -> str:
+    """The section's Markdown, its plots written into ``folder`` (``plots``); '' without budgets."""
     if not budgets:
         return ""
-    parts = [f"{heading} {TITLE}", EXPLAINED + (f" {intro}" if intro else "")]
+    parts = [f"## {TITLE}", EXPLAINED + (f" {intro}" if intro else "")]
     for service in dict.fromkeys(b.service for b in budgets):
         runs = sorted((b for b in budgets if b.service == service), key=lambda b: b.in_flight)
-        parts.append(service_table(runs) + image(plot(runs, folder)))
+        parts.append(service_table(runs) + (image(plot(runs, folder)) if plots else ""))
     return "\n\n".join(parts)
 
 
 def service_table(runs: list[Budget]) -> str:
     """One service's table: the parts in rows, the loads in columns."""
-    labels = list(dict.fromkeys(p.label for b in runs for p in b.parts))
     header = ["part", *(f"{b.in_flight} in flight: ms (share)" for b in runs)]
     rows: list[list[object]] = []
-    for label in labels:
+    for label in part_labels(runs):
         row: list[object] = [f"**{label}**" if label == REMAINDER else label]
         for budget in runs:
-            ms = sum(p.ms for p in budget.parts if p.label == label)
-            row.append(f"{ms:.3f} ({ms / budget.mean_ms:.0%})" if budget.mean_ms else "-")
+            found = [p.ms for p in budget.parts if p.label == label]
+            ms = sum(found)
+            row.append(f"{ms:.3f} ({ms / budget.mean_ms:.0%})" if found and budget.mean_ms else "-")
         rows.append(row)
     rows.append(["mean round trip (measured)", *(f"{b.mean_ms:.3f}" for b in runs)])
     rows.append(["Triton's request time (measured)", *(f"{b.server_ms:.3f}" for b in runs)])
@@ -89,6 +92,16 @@ def service_table(runs: list[Budget]) -> str:
         if not b.adds_up
     ]
     return text + ("\n\n" + "\n".join(f"- {n}" for n in notes) if notes else "")
+
+
+def part_labels(runs: list[Budget]) -> list[str]:
+    """Every part's label in the order a request meets them: the client, each step's parts in the order
+    of :data:`KINDS`, the remainder."""
+    steps = list(dict.fromkeys(p.step for b in runs for p in b.parts if p.step))
+    parts = {(p.step, p.kind): p.label for b in runs for p in b.parts}
+    order = sorted(parts, key=lambda key: (steps.index(key[0]) + 1 if key[0] else 0, KINDS.index(key[1])))
+    remainder = [key for key in order if key[1] == REMAINDER]
+    return [parts[key] for key in order if key[1] != REMAINDER] + [parts[key] for key in remainder]
 
 
 def _accounted(budget: Budget) -> str:
@@ -151,8 +164,3 @@ def plot(runs: list[Budget], folder: Path) -> str:
     figure.savefig(folder / name, dpi=DPI)
     plt.close(figure)
     return name
-
-
-def client_share(budget: Budget) -> float:
-    """The client's and the protocol's ms per request."""
-    return sum(p.ms for p in budget.parts if p.kind == CLIENT)
