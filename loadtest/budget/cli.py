@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import shlex
 import sys
 import time
 from datetime import datetime, timezone
@@ -136,7 +137,7 @@ def _target(args: argparse.Namespace) -> Target | None:
 def _header(argv: list[str] | None, note: str, target: Target | None) -> dict:
     arguments = sys.argv[1:] if argv is None else argv
     return {
-        "command": " ".join(["python -m loadtest.budget", *arguments]),
+        "command": shlex.join(["python", "-m", "loadtest.budget", *arguments]),
         "started_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "server": f"the running server at {target.http_url}"
         if target

@@ -12,6 +12,7 @@ computed from, and is written beside the report, so the arithmetic can be checke
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import json
 import logging
@@ -102,7 +103,7 @@ def measure(
     models = [service, *steps]
     url = target.client_url(load.protocol)
     if load.warmup:
-        asyncio.run(_drive(url, service, rows, replace_count(load, load.warmup)))
+        asyncio.run(_drive(url, service, rows, dataclasses.replace(load, requests=load.warmup, warmup=0)))
     statistics_before = _settled_statistics(target.http_url, models)  # the warm-up counted
     stub_before = read_stub_times(target.timings) if target.timings else None
     latencies, failures, wall_s = asyncio.run(_drive(url, service, rows, load))
@@ -135,16 +136,6 @@ def measure(
         budget.remainder_ms,
     )
     return budget
-
-
-def replace_count(load: Load, requests: int) -> Load:
-    return Load(
-        in_flight=load.in_flight,
-        requests=max(1, requests),
-        warmup=0,
-        duration_s=load.duration_s,
-        protocol=load.protocol,
-    )
 
 
 async def _drive(url: str, service: str, rows: Sequence[Row], load: Load) -> tuple[list[float], int, float]:

@@ -9,6 +9,7 @@ there; a budget whose remainder is over the tolerance says so under its table.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -51,6 +52,7 @@ COLOURS = dict(
     )
 )
 HATCHES = ("", "//", "..", "xx", "\\\\")
+INPROCESS, INPROCESS_COLOUR = "in one process", "#6a4c93"
 
 
 def section(budgets: list[Budget], folder: Path, *, intro: str = "", plots: bool = True) -> str:
@@ -123,44 +125,35 @@ def _step(budget: Budget, step: str) -> str:
 
 
 def plot(runs: list[Budget], folder: Path) -> str:
-    """Stacked bars of one service's budgets (ms per request), one per load, each beside its in-process
-    time; returns the file name."""
-    figure, axis = plt.subplots(figsize=(9, 1.6 + 0.9 * len(runs) * 2))
+    """One panel per load (each its own scale): the budget's parts stacked (ms per request) above the
+    in-process time; returns the file name."""
+    figure, axes = plt.subplots(len(runs), 1, figsize=(9, 0.6 + 1.5 * len(runs)), squeeze=False)
     steps = list(dict.fromkeys(p.step for b in runs for p in b.parts if p.step))
-    labelled: set[str] = set()
-    ticks = []
-    for position, budget in enumerate(runs):
-        y = 2 * position
+    handles: dict[str, Any] = {}
+    for axis, budget in zip(axes[:, 0], runs, strict=True):
         left = 0.0
         for part in budget.parts:
-            width = max(part.ms, 0.0)
             hatch = HATCHES[steps.index(part.step) % len(HATCHES)] if part.step else ""
-            label = part.label if part.label not in labelled else None
-            labelled.add(part.label)
-            axis.barh(
-                y, width, left=left, color=COLOURS[part.kind], hatch=hatch, edgecolor="white", label=label
+            bars = axis.barh(
+                0, max(part.ms, 0.0), left=left, color=COLOURS[part.kind], hatch=hatch, edgecolor="white"
             )
-            left += width
-        axis.text(left, y, f" {budget.mean_ms:.2f} ms", va="center", fontsize=7)
-        ticks.append((y, f"{budget.in_flight} in flight"))
+            handles.setdefault(part.label, bars)
+            left += max(part.ms, 0.0)
+        axis.text(left, 0, f" {budget.mean_ms:.2f} ms", va="center", fontsize=7)
+        labels = [f"{budget.in_flight} in flight"]
         if budget.inprocess is not None:
-            per_batch = budget.inprocess.ms_per_batch
-            axis.barh(
-                y + 0.8,
-                per_batch,
-                color="#6a4c93",
-                label=None if "in one process" in labelled else "in one process",
-            )
-            labelled.add("in one process")
-            ticks.append((y + 0.8, f"one process, batch {budget.inprocess.batch_size}"))
-    axis.set_yticks([t for t, _ in ticks], [label for _, label in ticks], fontsize=8)
-    axis.invert_yaxis()
-    axis.set_xlabel("ms: mean round trip per request; in one process, one call on the batch")
-    axis.set_title(f"{runs[0].service}: {TITLE.lower()}")
-    axis.grid(axis="x", alpha=0.3)
-    axis.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+            handles.setdefault(INPROCESS, axis.barh(1, budget.inprocess.ms_per_batch, color=INPROCESS_COLOUR))
+            labels.append(f"one process, batch {budget.inprocess.batch_size}")
+        axis.set_yticks(range(len(labels)), labels, fontsize=8)
+        axis.invert_yaxis()
+        axis.grid(axis="x", alpha=0.3)
+    axes[-1, 0].set_xlabel("ms: mean round trip per request; in one process, one call on the batch")
+    axes[0, 0].set_title(f"{runs[0].service}: {TITLE.lower()}")
+    figure.legend(
+        list(handles.values()), list(handles), fontsize=6, loc="upper left", bbox_to_anchor=(0.78, 0.98)
+    )
+    figure.tight_layout(rect=(0, 0, 0.77, 1))
     name = f"budget_{runs[0].service}.png"
-    figure.tight_layout()
     figure.savefig(folder / name, dpi=DPI)
     plt.close(figure)
     return name
