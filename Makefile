@@ -13,7 +13,7 @@ SERVING_STAMP := $(SERVING_RUNTIME)/.installed
 comma := ,
 
 .DEFAULT_GOAL := help
-.PHONY: help venv system-tools export derive demo test test-unit test-integration serve bench bench-full bench-gpu tune lint lock clean
+.PHONY: help venv system-tools export derive demo test test-unit test-integration serve bench bench-full bench-gpu budget tune lint lock clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-17s %s\n", $$1, $$2}'
@@ -84,6 +84,9 @@ bench-full: $(EXPORTED) ## benchmark, full mode (about 45 min on 2 cores)
 bench-gpu: $(STAMP) ## on a CUDA machine: export on the GPU, serve KIND_GPU, measure batching: reports/<run id>/
 	$(PY) -m loadtest.bench.gpu.preflight
 	$(PY) -m loadtest.bench --mode gpu
+
+budget: $(EXPORTED) ## where each service's time goes, step by step, at 1 and 32 in flight: reports/<run id>/budget.md
+	$(PY) -m loadtest.budget $(BUDGET_ARGS)
 
 tune: $(EXPORTED) ## Model Analyzer searches the local CPU configs under a p99 budget (~10 min): reports/tune-<time>/
 	$(PY) -m loadtest.tune $(TUNE_ARGS)

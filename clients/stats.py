@@ -55,7 +55,8 @@ class ModelStatistics:
     requests = successful + failed requests; inferences = batch rows inferred; executions = model runs.
     The four durations are cumulative over successful requests (queue) or executions (compute):
     ``*_us`` properties are their per-request averages, as Triton reports them.
-    ``batch_executions`` maps an executed batch size to how many executions had that size.
+    ``batch_executions`` maps an executed batch size to how many executions had that size;
+    ``execution_compute`` sums their compute (infer) time over executions, not requests (batch_stats).
     """
 
     model: str
@@ -69,6 +70,7 @@ class ModelStatistics:
     compute_infer: Duration
     compute_output: Duration
     batch_executions: dict[int, int] = field(default_factory=dict)
+    execution_compute: Duration = Duration()
     last_inference_ms: int = 0
 
     @property
@@ -106,6 +108,7 @@ class ModelStatistics:
             executions=self.executions - earlier.executions,
             **{name: getattr(self, name).minus(getattr(earlier, name)) for name in DURATIONS},
             batch_executions={size: n for size, n in sorted(histogram.items()) if n},
+            execution_compute=self.execution_compute.minus(earlier.execution_compute),
             last_inference_ms=self.last_inference_ms,
         )
 
@@ -128,9 +131,15 @@ def parse_model_statistics(payload: Mapping[str, Any]) -> ModelStatistics:
     """One entry of the payload's ``model_stats`` list."""
     inference = payload.get("inference_stats") or {}
     histogram: dict[int, int] = {}
+    execution_compute = Duration()
     for entry in payload.get("batch_stats") or []:
         size = int(entry["batch_size"])
-        histogram[size] = histogram.get(size, 0) + Duration.parse(entry.get("compute_infer")).count
+        compute = Duration.parse(entry.get("compute_infer"))
+        histogram[size] = histogram.get(size, 0) + compute.count
+        execution_compute = Duration(
+            count=execution_compute.count + compute.count,
+            total_ns=execution_compute.total_ns + compute.total_ns,
+        )
     return ModelStatistics(
         model=str(payload["name"]),
         version=str(payload.get("version", "")),
@@ -138,6 +147,7 @@ def parse_model_statistics(payload: Mapping[str, Any]) -> ModelStatistics:
         executions=int(payload.get("execution_count", 0)),
         **{name: Duration.parse(inference.get(name)) for name in DURATIONS},
         batch_executions=dict(sorted(histogram.items())),
+        execution_compute=execution_compute,
         last_inference_ms=int(payload.get("last_inference", 0)),
     )
 

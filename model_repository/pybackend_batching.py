@@ -44,10 +44,20 @@ Python model's version folder holds a committed relative symlink to it
 mount, in a copy of the repository and in the derived local repository (whose links point at the
 resolved file), and there is no generated copy to go stale. Outside Triton, model.py files are
 loaded with ``tritonrepo.served_code.load_served_module``, which provides their sibling modules.
+
+Timing, for the time budget (``python -m loadtest.budget``): where the server's environment names a folder in
+``PYBACKEND_TIMINGS_DIR``, each instance keeps its cumulative execute() time and the time spent in the
+model's own callables (prepare, run, finish), each weighted by the requests of the execution as Triton
+weights an execution's compute time, and rewrites one small JSON file there after each execution
+(``<model>.<pid>.json``: model, pid, executions, requests, execute_ns, model_ns). Without the variable
+nothing is timed or written.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -57,6 +67,12 @@ try:
     import triton_python_backend_utils as pb_utils
 except ImportError:  # imported outside Triton for a model's pure functions (tests load a stand-in)
     pb_utils = None  # type: ignore[assignment]  # nothing here runs without Triton's module
+
+
+TIMINGS_ENV = "PYBACKEND_TIMINGS_DIR"
+# Each timings file is one JSON object rewritten in place, space-padded to this many bytes, so a reader
+# never sees the tail of a longer earlier write.
+TIMINGS_RECORD_BYTES = 512
 
 
 class InvalidInput(ValueError):
@@ -98,8 +114,21 @@ class RequestBatcher:
             for tensor in model_config["output"]
         ]
         self.run, self.prepare, self.finish, self.with_rows = run, prepare, finish, with_rows
+        folder = os.environ.get(TIMINGS_ENV)
+        self.timings = _Timings(folder, str(model_config.get("name", "model"))) if folder else None
+        if self.timings is not None:
+            self.run, self.prepare, self.finish = (self.timings.timed(f) for f in (run, prepare, finish))
 
     def execute(self, requests: list) -> list:
+        if self.timings is None:
+            return self._execute(requests)
+        started = time.perf_counter_ns()
+        try:
+            return self._execute(requests)
+        finally:
+            self.timings.record(len(requests), time.perf_counter_ns() - started)
+
+    def _execute(self, requests: list) -> list:
         responses: list = [None] * len(requests)
         accepted = self._accept(requests, responses)
         if not accepted:
@@ -181,3 +210,42 @@ def _concatenate(parts: Sequence) -> Any:
                 f"cannot batch requests of shapes {shapes}: {e}; only the first dimension may differ"
             ) from e
     return [row for part in parts for row in part]
+
+
+class _Timings:
+    """One instance's cumulative execute() and model-code time, rewritten to its file after each execution."""
+
+    def __init__(self, folder: str, model: str) -> None:
+        self.model, self.pid = model, os.getpid()
+        path = os.path.join(folder, f"{model}.{self.pid}.json")
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        self.executions = self.requests = self.execute_ns = self.model_ns = 0
+        self._model_ns_now = 0  # the model's callables during the current execution
+
+    def timed(self, function: Callable[..., Any]) -> Callable[..., Any]:
+        def timed_call(*args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter_ns()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                self._model_ns_now += time.perf_counter_ns() - started
+
+        return timed_call
+
+    def record(self, requests: int, execute_ns: int) -> None:
+        self.executions += 1
+        self.requests += requests
+        self.execute_ns += requests * execute_ns
+        self.model_ns += requests * self._model_ns_now
+        self._model_ns_now = 0
+        record = json.dumps(
+            {
+                "model": self.model,
+                "pid": self.pid,
+                "executions": self.executions,
+                "requests": self.requests,
+                "execute_ns": self.execute_ns,
+                "model_ns": self.model_ns,
+            }
+        )
+        os.pwrite(self.fd, record.ljust(TIMINGS_RECORD_BYTES).encode(), 0)

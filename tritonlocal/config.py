@@ -22,6 +22,8 @@ class ServerConfig:
     ``ModelLoadError`` naming it. False serves the models that loaded (``--exit-on-error=false``, and
     readiness no longer waits for every model) and names the others in
     ``LocalTritonServer.failed_models``: the policy of the deployments (docs/failure-modes.md).
+    ``environment``: variables set for the server and the Python-backend stubs it spawns, over this
+    process's environment (e.g. the folder the Python models write their timings to).
     """
 
     model_repository: Path
@@ -39,6 +41,7 @@ class ServerConfig:
     model_control_mode: str = "none"
     exit_on_error: bool = True
     extra_args: tuple[str, ...] = field(default_factory=tuple)
+    environment: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.model_repository = Path(self.model_repository)

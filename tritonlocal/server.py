@@ -100,7 +100,7 @@ class LocalTritonServer(proc.Endpoint):
         check_repository(self.requested.model_repository)
         installation = find_installation()
         backend_dir = prepare_backend_directory(installation, _state_dir() / "backends")
-        env = server_environment(installation)
+        env = {**server_environment(installation), **self.requested.environment}
         auto_ports = [name for name in _PORT_FLAGS if getattr(self.requested, name) == 0]
         attempts = 3 if auto_ports else 1
         admin_key = self.requested.admin_key

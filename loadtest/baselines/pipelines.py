@@ -18,7 +18,13 @@ from pathlib import Path
 
 import numpy as np
 
-from loadtest.load.preprocessing import ImagePreprocessor, PipelineError, TextTokenizer, parameters
+from loadtest.load.preprocessing import (
+    PREPROCESS_MODEL,
+    ImagePreprocessor,
+    PipelineError,
+    TextTokenizer,
+    parameters,
+)
 from tritonrepo.configs import load_model_config
 from tritonrepo.exported_runtime import RUNTIMES, OnnxRunner, TorchScriptRunner
 from tritonrepo.files import exported_file
@@ -115,9 +121,16 @@ class ImagePipeline:
     """Encoded images -> (top-k class ids, probabilities), one batch per call."""
 
     def __init__(
-        self, repository: Path, *, classifier_model: str, runtime: str, threads: int, top_k: int = 5
+        self,
+        repository: Path,
+        *,
+        classifier_model: str,
+        runtime: str,
+        threads: int,
+        top_k: int = 5,
+        preprocess_model: str = PREPROCESS_MODEL,
     ) -> None:
-        self.preprocess = ImagePreprocessor(repository)
+        self.preprocess = ImagePreprocessor(repository, preprocess_model)
         path = served_file(repository, classifier_model)
         self.classifier = ExportedEncoder(path, runtime=runtime, threads=threads)
         self.top_k = top_k

@@ -13,6 +13,7 @@ from pathlib import Path
 from export import records
 from loadtest.baselines.pipelines import ExportedModel
 from loadtest.experiments import registry
+from loadtest.experiments.budget_stage import BudgetPlan
 from loadtest.load.perf import PerfSettings
 from tritonrepo.configs import exported_step, load_repository, pipeline_steps
 from tritonrepo.errors import RepositoryError
@@ -98,6 +99,8 @@ class Plan:
     inprocess_rounds: int = 2
     profile_runs: int = 3
     profile_batch: int = 8
+    # The `budget` experiment: each service's time budget at 1 and 32 in flight, tiny counts by default.
+    budget: BudgetPlan = BudgetPlan(requests=48, inprocess_repeats=3)
     notes: tuple[str, ...] = field(default_factory=tuple)
 
 
@@ -126,6 +129,7 @@ PLANS = {
         inprocess_images=128,
         inprocess_rounds=3,
         profile_runs=10,
+        budget=BudgetPlan(requests=400, inprocess_repeats=9),
     ),
 }
 
@@ -157,7 +161,8 @@ def with_models(plan: Plan, models: tuple[str, ...], source: Path) -> Plan:
 
 
 def served_variants(plan: Plan, source: Path, previous_image: Path) -> list[Variant]:
-    variants = [Variant(model=m) for m in dict.fromkeys((*plan.sweep_models, TEXT_MODEL, IMAGE_MODEL))]
+    public = (*plan.sweep_models, TEXT_MODEL, IMAGE_MODEL, *plan.budget.services)
+    variants = [Variant(model=m) for m in dict.fromkeys(public)]
     variants += [Variant(model=m, suffix=NOBATCH, batching=False) for m in plan.batching_models]
     arms = ragged_arms(source) | image_arms(previous_image)
     variants += [variant for variant, _ in arms.values()]

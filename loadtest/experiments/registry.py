@@ -59,6 +59,7 @@ EXPERIMENTS = (
         results=("served_batch_costs",),
     ),
     Experiment(key="locust", title="Locust scenarios"),
+    Experiment(key="budget", title="Where the time goes"),
     Experiment(key="central", number=3, title="Central server vs parallel processes", stage="central"),
     Experiment(
         key="inprocess",

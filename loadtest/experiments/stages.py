@@ -20,6 +20,8 @@ from loadtest.baselines import workers
 from loadtest.baselines.pipelines import served_file
 from loadtest.experiments import clients as client_experiments
 from loadtest.experiments import inprocess, minimal, profiling, registry
+from loadtest.experiments.budget_runs import Target
+from loadtest.experiments.budget_stage import run_budgets
 from loadtest.experiments.plans import (
     EXPORTED,
     IMAGE_ENCODER,
@@ -40,6 +42,7 @@ from loadtest.load import environment, payloads
 from loadtest.load.locust_run import LocustRun, run_locust
 from loadtest.load.observe import statistics_delta, statistics_snapshot
 from loadtest.load.preprocessing import tokenizer_file
+from loadtest.load.stub_timings import server_environment
 from tritonlocal import LocalTritonServer, ServerConfig
 from tritonrepo.variants import Variant, build_repository
 
@@ -102,7 +105,12 @@ def served_stage(plan: Plan, source: Path, work: Path, raw: Path, cores: int, sk
         "precision_section": records.report_section(),
         "image_precision": records.served_variant(IMAGE_ENCODER),
     }
-    with _server(work / "served", raw / "tritonserver.log", startup_timeout_s=600) as server:
+    timings = work / "timings"  # the Python models' own timings, for the `budget` experiment
+    timings.mkdir(parents=True, exist_ok=True)
+    log = raw / "tritonserver.log"
+    with _server(
+        work / "served", log, startup_timeout_s=600, environment=server_environment(timings)
+    ) as server:
         result["versions"] = environment.versions(server.http_url)
         session = PerfSession(
             http_url=server.http_url,
@@ -122,6 +130,13 @@ def served_stage(plan: Plan, source: Path, work: Path, raw: Path, cores: int, sk
             raw=raw,
             result=result,
         )
+        target = Target(
+            http_url=server.http_url, grpc_url=server.grpc_url, timings=timings, repository=work / "served"
+        )
+        experiments["budget"] = lambda: [
+            budget.to_dict()
+            for budget in run_budgets(plan.budget, repository=source, raw=raw / "budget", target=target)
+        ]
         for key, run in experiments.items():  # in this order: the sweeps reuse `batching`'s points
             if key not in skip:
                 _attempt(result, registry.experiment(key).result_keys, run)
@@ -211,10 +226,16 @@ def _served_experiments(
     }
 
 
-def _server(repository: Path, log_path: Path, *, startup_timeout_s: float) -> LocalTritonServer:
+def _server(
+    repository: Path, log_path: Path, *, startup_timeout_s: float, environment: dict[str, str] | None = None
+) -> LocalTritonServer:
     """A stage's own tritonserver: given time to load the stage's variants, and 5 s to exit."""
     config = ServerConfig(
-        model_repository=repository, log_path=log_path, exit_timeout_s=5, startup_timeout_s=startup_timeout_s
+        model_repository=repository,
+        log_path=log_path,
+        exit_timeout_s=5,
+        startup_timeout_s=startup_timeout_s,
+        environment=environment or {},
     )
     return LocalTritonServer(config)
 

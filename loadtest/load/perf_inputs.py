@@ -31,6 +31,7 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 import samples
 from loadtest.load import model_rows, payloads
+from loadtest.load.model_rows import Row
 from loadtest.load.preprocessing import ImagePreprocessor, TextTokenizer
 from tritonrepo.configs import input_kind, load_model_config
 
@@ -62,13 +63,26 @@ def write_input_data(
     model: str, repository: Path, path: Path, *, entries: int = 16, seed: int = 0
 ) -> InputData:
     """Write real data for ``model`` (read from ``repository/model/config.pbtxt``) to ``path``."""
-    config = load_model_config(Path(repository) / model)
+    config, kind, rows = _request_rows(model, Path(repository), entries, seed)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    entries_json = [{name: _json_value(value) for name, value in row.items()} for row in rows]
+    path.write_text(json.dumps({"data": entries_json}))
+    return InputData(path=path, entries=len(rows), kind=kind, shape_args=_shape_args(config, entries_json))
+
+
+def request_rows(model: str, repository: Path, *, entries: int = 16, seed: int = 0) -> list[Row]:
+    """The rows :func:`write_input_data` writes, as arrays: one request's inputs each, ``{input name: array
+    of the input's dims}`` without the batch axis (a STRING input as an object array of bytes or str)."""
+    return _request_rows(model, Path(repository), entries, seed)[2]
+
+
+def _request_rows(
+    model: str, repository: Path, entries: int, seed: int
+) -> tuple[ModelConfig, str, list[Row]]:
+    config = load_model_config(repository / model)
     config.name = config.name or model  # Triton's default: the folder's name
     kind = data_kind(model, config)
-    rows = _ROWS[kind](config, Path(repository), entries, seed)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"data": rows}))
-    return InputData(path=path, entries=len(rows), kind=kind, shape_args=_shape_args(config, rows))
+    return config, kind, _ROWS[kind](config, repository, entries, seed)
 
 
 def data_kind(model: str, config: ModelConfig) -> str:
@@ -85,19 +99,34 @@ def serialise_bytes(data: bytes) -> dict[str, str]:
     return {"b64": base64.b64encode(struct.pack("<I", len(data)) + data).decode("ascii")}
 
 
-def _raw(array: np.ndarray) -> dict[str, object]:
-    return {
-        "b64": base64.b64encode(np.ascontiguousarray(array).tobytes()).decode("ascii"),
-        "shape": list(array.shape),
-    }
+def _json_value(value: np.ndarray) -> object:
+    """One input of a row as perf_analyzer's JSON takes it: texts as a list, an encoded file as its
+    serialised bytes, any other array as ``b64`` of its raw little-endian bytes with its shape."""
+    if value.dtype != np.object_:
+        return {
+            "b64": base64.b64encode(np.ascontiguousarray(value).tobytes()).decode("ascii"),
+            "shape": list(value.shape),
+        }
+    items = value.reshape(-1).tolist()
+    if all(isinstance(item, str) for item in items):
+        return items
+    (only,) = items  # one encoded file per request
+    return serialise_bytes(only)
 
 
-def _images(config: ModelConfig, repository: Path, entries: int, seed: int) -> list[dict]:
+def _images(config: ModelConfig, repository: Path, entries: int, seed: int) -> list[Row]:
     name = config.input[0].name
-    return [{name: serialise_bytes(image)} for image in payloads.image_variants(entries, seed=seed)]
+    return [{name: _objects(image)} for image in payloads.image_variants(entries, seed=seed)]
 
 
-def _sentences(config: ModelConfig, repository: Path, entries: int, seed: int) -> list[dict]:
+def _objects(*items: bytes | str) -> np.ndarray:
+    """A STRING input of one row: an object array of ``items``."""
+    array = np.empty(len(items), dtype=np.object_)
+    array[:] = items
+    return array
+
+
+def _sentences(config: ModelConfig, repository: Path, entries: int, seed: int) -> list[Row]:
     """At least the whole corpus, shuffled, so that concurrent requests carry unrelated lengths.
 
     perf_analyzer (synchronous, one thread per request in flight) gives thread t the entries t, t+C,
@@ -111,25 +140,25 @@ def _sentences(config: ModelConfig, repository: Path, entries: int, seed: int) -
     name = config.input[0].name
     count = max(entries, len(samples.sentences()))
     count += 1 - count % 2
-    return [{name: [text]} for text in samples.shuffled_sentences(count, seed=seed)]
+    return [{name: _objects(text)} for text in samples.shuffled_sentences(count, seed=seed)]
 
 
-def _tokens(config: ModelConfig, repository: Path, entries: int, seed: int) -> list[dict]:
+def _tokens(config: ModelConfig, repository: Path, entries: int, seed: int) -> list[Row]:
     """Real sentences' token ids, each entry at its own length (the encoder batches them raggedly)."""
     tokenize = TextTokenizer(repository)
     name = config.input[0].name
     texts = samples.shuffled_sentences(max(entries, len(samples.sentences())), seed=seed)
-    return [{name: _raw(tokenize([text]).input_ids)} for text in texts]
+    return [{name: tokenize([text]).input_ids} for text in texts]
 
 
-def _pixels(config: ModelConfig, repository: Path, entries: int, seed: int) -> list[dict]:
+def _pixels(config: ModelConfig, repository: Path, entries: int, seed: int) -> list[Row]:
     preprocess = ImagePreprocessor(repository)
     name = config.input[0].name
     pixels = preprocess(payloads.image_variants(entries, seed=seed)).astype(np.float32)
-    return [{name: _raw(row)} for row in pixels]
+    return [{name: row} for row in pixels]
 
 
-def _described(config: ModelConfig, repository: Path, entries: int, seed: int) -> list[dict]:
+def _described(config: ModelConfig, repository: Path, entries: int, seed: int) -> list[Row]:
     """The description's check rows, shuffled: an odd count of at least ``entries`` and at most every
     row (fewer where they would not fit :data:`MAX_ROWS_BYTES`), as for sentences (:func:`_sentences`)."""
     rows = model_rows.described_rows(config.name, config)
@@ -137,18 +166,17 @@ def _described(config: ModelConfig, repository: Path, entries: int, seed: int) -
     return _entries(rows, entries, seed)
 
 
-def _random(config: ModelConfig, repository: Path, entries: int, seed: int) -> list[dict]:
+def _random(config: ModelConfig, repository: Path, entries: int, seed: int) -> list[Row]:
     bounds = model_rows.recorded_bounds(repository, config)
     return _entries(model_rows.random_rows(config, bounds, entries, seed=seed), entries, seed)
 
 
-def _entries(rows: list[model_rows.Row], entries: int, seed: int) -> list[dict]:
+def _entries(rows: list[Row], entries: int, seed: int) -> list[Row]:
     row_bytes = max(1, sum(value.nbytes for value in rows[0].values()))
     count = max(entries, min(len(rows), MAX_ROWS_BYTES // row_bytes))
     count += 1 - count % 2
     order = np.random.default_rng(seed).permutation(len(rows))
-    chosen = [rows[order[index % len(rows)]] for index in range(count)]
-    return [{name: _raw(value) for name, value in row.items()} for row in chosen]
+    return [rows[order[index % len(rows)]] for index in range(count)]
 
 
 _ROWS = {

@@ -81,12 +81,13 @@ class TextTokenizer:
 
 
 class ImagePreprocessor:
-    """image_preprocess's decode/resize/crop/normalise, with its config's settings."""
+    """image_preprocess's decode/resize/crop/normalise, with its config's settings (or those of
+    ``model``, another preprocessing model of the same code, e.g. image_preprocess_mobilenet_v2)."""
 
-    def __init__(self, repository: Path) -> None:
-        path = Path(repository) / PREPROCESS_MODEL / "1" / "model.py"
-        self.module = load_served_module(path, name="_served_image_preprocess_code")
-        config = load_model_config(Path(repository) / PREPROCESS_MODEL)
+    def __init__(self, repository: Path, model: str = PREPROCESS_MODEL) -> None:
+        path = Path(repository) / model / "1" / "model.py"
+        self.module = load_served_module(path, name=f"_served_{model}_code")
+        config = load_model_config(Path(repository) / model)
         as_json = json.loads(json_format.MessageToJson(config, preserving_proto_field_name=True))
         self.settings = self.module.PreprocessSettings.from_model_config(as_json)
 

@@ -7,8 +7,9 @@ import statistics
 from collections.abc import Callable
 from pathlib import Path
 
+from loadtest.experiments.budget import Budget
 from loadtest.experiments.registry import TARGET_CONCURRENCY, experiment
-from loadtest.report import causes, figures, findings, plots, ragged_section, rounds
+from loadtest.report import budget_section, causes, figures, findings, plots, ragged_section, rounds
 from loadtest.report.records import INPROCESS_BEFORE_ARMS, ServedRun, inprocess_arm, model_stats, served_runs
 from loadtest.report.tables import PERF_HEADER, batches, image, perf_row, row_of, table
 
@@ -20,6 +21,7 @@ def write_report(folder: Path) -> Path:
         _header(results),
         _summary(results),
         _claims(results),
+        _budget(results, folder),
         _batching(results, folder),
         _instances(results, folder),
         ragged_section.section(results, folder),
@@ -75,6 +77,13 @@ def _summary(r: dict) -> str:
 def _claims(r: dict) -> str:
     rows = [(c.claim, c.published, c.measured) for c in findings.claims(r)]
     return "## Published claims against this run\n\n" + table(("claim", "published", "measured here"), rows)
+
+
+def _budget(r: dict, folder: Path) -> str:
+    """The `budget` experiment's section: where each service's time goes at each load."""
+    budgets = [Budget.from_dict(b) for b in r.get("budget", [])]
+    intro = "The Python models timed themselves during this stage (one small file write per execution)."
+    return budget_section.section(budgets, folder, intro=intro)
 
 
 BATCHING_ARMS = (

@@ -85,6 +85,19 @@ def test_the_url_run_measures_batching_on_and_off_against_that_server(
     assert any(o["label"] == "Triton (text_embedder)" for o in served["minimal"])
 
 
+def test_the_url_run_splits_the_services_time_with_that_servers_statistics(
+    url_run: tuple[Path, dict, str],
+) -> None:
+    folder, results, _ = url_run
+    budgets = results["served"]["budget"]
+    assert [(b["service"], b["in_flight"]) for b in budgets] == [("text_embedder", c) for c in (1, 4)]
+    for budget in budgets:
+        assert sum(p["ms"] for p in budget["parts"]) == pytest.approx(budget["mean_ms"])
+        assert budget["parts"][-1]["kind"] == "not accounted for"
+        assert not any(p["kind"] == "Python stub" for p in budget["parts"]), "no timings from a --url server"
+    assert "## Where the time goes" in (folder / "report.md").read_text()
+
+
 def test_the_url_run_exports_nothing_and_skips_model_analyzer(url_run: tuple[Path, dict, str]) -> None:
     folder, results, _ = url_run
     assert results["export"] == {"records": str(PRECISION_RECORDS)} and "analyzer" not in results

@@ -578,6 +578,7 @@ def test_a_stage_runs_only_while_one_of_its_experiments_is_left_in() -> None:
         "clients",
         "batchcost",
         "locust",
+        "budget",
     }
     assert registry.in_stage("served", skip=served) == ()
     assert registry.in_stage("central", skip=("locust",)) == ("central",)

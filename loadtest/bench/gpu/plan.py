@@ -13,6 +13,7 @@ from pathlib import Path
 
 from export.common import sha256_file
 from export.records import kept_file, served_variant
+from loadtest.experiments.budget_stage import BudgetPlan
 from loadtest.load.perf import PerfSettings
 from tritonrepo.configs import exported_step, load_repository
 from tritonrepo.files import exported_filename
@@ -42,6 +43,7 @@ class GpuPlan:
     minimal_rounds: int = 3
     analyzer_sweep: str = "gpu"
     analyzer_timeout_s: float = 1800.0
+    budget: BudgetPlan = BudgetPlan(requests=200, inprocess_repeats=5)  # the `budget` experiment
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -87,6 +89,7 @@ DRY_RUN = GpuPlan(
     minimal_rounds=1,
     analyzer_sweep="minimal",
     analyzer_timeout_s=600.0,
+    budget=BudgetPlan(services=(TEXT_MODEL,), in_flight=(1, 4), requests=16, inprocess_repeats=1),
 )
 
 
@@ -99,6 +102,7 @@ def variants(plan: GpuPlan, source: Path, records: Path) -> tuple[list[Variant],
 
     ``records``: the export's precision records (the fp32 file it kept beside a reduced precision)."""
     served = [Variant(model=TEXT_MODEL), Variant(model=TEXT_MODEL, suffix=NOBATCH, batching=False)]
+    served += [Variant(model=service) for service in plan.budget.services if service != TEXT_MODEL]
     served += [
         Variant(model=TEXT_MODEL, suffix=INSTANCES.format(n), instances=n) for n in plan.instance_counts
     ]

@@ -8,6 +8,9 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
+from loadtest.experiments.budget import Budget
+from loadtest.report import budget_section
+
 TARGETS = (  # (what, threshold), read at the GPU plan's served concurrency
     ("batching on vs off, text service, at 64 in flight", 5.0),
     ("served / in-process rate of the same file and batches", 0.8),
@@ -142,6 +145,11 @@ def write_gpu_report(folder: Path) -> Path:
         lines += [
             f"Model Analyzer {results['analyzer_skipped']}" if "analyzer_skipped" in results else "not run"
         ]
+    budgets = [Budget.from_dict(b) for b in served.get("budget", [])]
+    lines += [
+        "",
+        budget_section.section(budgets, folder) or "## Where the time goes\n\nnot measured (see Errors)",
+    ]
     lines += ["", "## Targets", ""] + _targets(results, ratio)
     lines += ["", "## Errors", ""] + ([f"- {e}" for e in results.get("errors", [])] or ["none"])
     path = folder / "report.md"

@@ -23,9 +23,12 @@ from loadtest.bench.gpu import server as server_facts
 from loadtest.bench.gpu.plan import TEXT_MODEL, GpuPlan, encoder_of, served_models, variants
 from loadtest.bench.gpu.server import ServerUrls
 from loadtest.experiments import inprocess, minimal
+from loadtest.experiments.budget_runs import Target
+from loadtest.experiments.budget_stage import run_budgets
 from loadtest.experiments.served import PerfSession, ServedPoint, arms_experiment
 from loadtest.load import environment
 from loadtest.load.preprocessing import tokenizer_file
+from loadtest.load.stub_timings import server_environment
 from tritonlocal import LocalTritonServer, ServerConfig
 from tritonrepo.configs import load_repository
 from tritonrepo.files import EXPORT_OUTPUTS
@@ -101,11 +104,14 @@ def serve_and_measure(plan: GpuPlan, repository: Path, records: Path, work: Path
     hashes = build_repository(
         repository, work / "served", served, total_threads=cores, gpu_available=plan.kind == "KIND_GPU"
     )
+    timings = work / "timings"  # the Python models' own timings, for the `budget` experiment
+    timings.mkdir(parents=True, exist_ok=True)
     config = ServerConfig(
         model_repository=work / "served",
         log_path=raw / "tritonserver.log",
         exit_timeout_s=5,
         startup_timeout_s=900,
+        environment=server_environment(timings),
     )
     with LocalTritonServer(config) as server:
         models = served_models(served, repository)
@@ -114,7 +120,10 @@ def serve_and_measure(plan: GpuPlan, repository: Path, records: Path, work: Path
             "served_config_sha256": hashes,
         }
         session = PerfSession.for_server(server, repository=repository, raw=raw, settings=plan.perf)
-        result |= measure(plan, session, repository, arms, raw)
+        target = Target(
+            http_url=server.http_url, grpc_url=server.grpc_url, timings=timings, repository=work / "served"
+        )
+        result |= measure(plan, session, repository, arms, raw, target=target)
     return result
 
 
@@ -129,13 +138,22 @@ def measure_at(plan: GpuPlan, urls: ServerUrls, repository: Path, records: Path,
     session = PerfSession.for_urls(
         urls.http_url, urls.grpc_url, repository=repository, raw=raw, settings=plan.perf
     )
-    return result | measure(plan, session, repository, arms, raw)
+    target = Target(http_url=urls.http_url, grpc_url=urls.grpc_url)
+    return result | measure(plan, session, repository, arms, raw, target=target)
 
 
-def measure(plan: GpuPlan, session: PerfSession, repository: Path, arms: dict, raw: Path) -> dict:
-    """Every experiment against ``session``'s server; one that fails is recorded and the next runs."""
+def measure(
+    plan: GpuPlan, session: PerfSession, repository: Path, arms: dict, raw: Path, *, target: Target
+) -> dict:
+    """Every experiment against ``session``'s server (``target``: the same server, for the `budget`
+    experiment); one that fails is recorded and the next runs."""
     result: dict[str, Any] = {"arms": arms, "versions": environment.versions(session.http_url)}
-    for key, run in _experiments(plan, session, repository, arms, session.http_url, raw).items():
+    experiments = _experiments(plan, session, repository, arms, session.http_url, raw)
+    experiments["budget"] = lambda: [
+        budget.to_dict()
+        for budget in run_budgets(plan.budget, repository=repository, raw=raw / "budget", target=target)
+    ]
+    for key, run in experiments.items():
         _attempt(result, key, run)
     return result
 

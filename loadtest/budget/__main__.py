@@ -1,0 +1,3 @@
+from loadtest.budget.cli import main
+
+raise SystemExit(main())
