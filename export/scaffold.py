@@ -6,8 +6,9 @@ One command for every kind, each writing the same way (export/scaffold_files.py)
   ``--weights-package P --loader M:F``): from the shipped description of the kind
   (export/scaffold_template.py);
 - ``python -m export.scaffold torch_module NAME --model FILE.py:FN --check-inputs FILE.py:FN --weights-path W
-  --input NAME:DTYPE:DIMS ... --output NAME:DTYPE:DIMS[:METRIC] ... [--preprocess MODEL]``: any
-  ``torch.nn.Module`` of yours, behind a preprocessing model if named (export/scaffold_module.py);
+  --input NAME:DTYPE:DIMS ... --output NAME:DTYPE:DIMS[:METRIC] ... [--preprocess MODEL] [--postprocess
+  MODEL]``: any ``torch.nn.Module`` of yours, in an ensemble with the models named
+  (export/scaffold_module.py);
 - ``python -m export.scaffold python_model NAME --input IN:FP32:4 --output OUT:FP32:4``: a Python-backend
   model for anything else, with its model.py and a test that serves it (export/scaffold_python.py);
 - ``python -m export.scaffold KIND NAME --configs-only``: a description written by hand, its configs
@@ -124,6 +125,12 @@ def _add_module_options(parser: argparse.ArgumentParser) -> None:
         help="torch_module: the repository model that prepares its inputs (image_preprocess: a copy of "
         "its own at the module's input size); the ensemble NAME_ensemble chains the two",
     )
+    parser.add_argument(
+        "--postprocess",
+        metavar="MODEL",
+        help="torch_module: the repository model that takes its outputs, last in NAME_ensemble "
+        "(image_postprocess: ImageNet's top-5 labels of 1000 logits)",
+    )
 
 
 def _name_argument(text: str) -> str:
@@ -133,7 +140,7 @@ def _name_argument(text: str) -> str:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
-MODULE_ONLY = ("model", "check_inputs", "preprocess")
+MODULE_ONLY = ("model", "check_inputs", "preprocess", "postprocess")
 TEMPLATE_ONLY = ("image_size", "labels")
 
 
@@ -165,7 +172,8 @@ def usage_problem(args: argparse.Namespace) -> str | None:
             )
     elif given & {*MODULE_ONLY, "input", "output"}:
         return (
-            "--input, --output, --model, --check-inputs and --preprocess: torch_module and python_model only"
+            "--input, --output, --model, --check-inputs, --preprocess, --postprocess: torch_module and "
+            "python_model only"
         )
     return _weights_problem(args, weights)
 

@@ -1,8 +1,8 @@
 """A ``torch_module``'s scaffold: any ``torch.nn.Module`` of yours, from the command line to a description.
 
 ``python -m export.scaffold torch_module NAME --model FILE.py:FN --check-inputs FILE.py:FN --weights-path W
---input NAME:DTYPE:DIMS ... --output NAME:DTYPE:DIMS[:METRIC] ... [--preprocess MODEL]`` writes, and never
-overwrites:
+--input NAME:DTYPE:DIMS ... --output NAME:DTYPE:DIMS[:METRIC] ... [--preprocess MODEL] [--postprocess MODEL]``
+writes, and never overwrites:
 
 - ``model_descriptions/NAME.yaml``: a ``torch_module`` description (export/module_spec.py) naming your two
   functions (relative to the description, as it reads them) and stating your tensors once, each output
@@ -14,8 +14,9 @@ overwrites:
 (MODEL -> NAME_onnx). A model configured by a description's ``configs.image_preprocessing`` (the shipped
 ``image_preprocess`` and its configured copies) gets a copy of its own, ``NAME_preprocess``: that section,
 its crop the module's input size, its model.py linked to the same code. Any other repository model is
-shared as it is, and must produce the module's inputs. The ensemble's version folder and the links are
-created (export/scaffold_files.py), as every scaffold creates them.
+shared as it is, and must produce the module's inputs. ``--postprocess MODEL`` ends the ensemble with a
+repository model that takes the module's outputs (``image_postprocess``: ImageNet's top-5 labels). The
+ensemble's version folder and the links are created (export/scaffold_files.py), as every scaffold does.
 
 ``--configs-only`` takes a description written by hand instead: it (re)writes the configs it generates and
 creates the same folders and links.
@@ -30,6 +31,7 @@ from typing import Any
 
 import yaml
 from tritonclient.grpc import model_config_pb2
+from tritonclient.grpc.model_config_pb2 import DataType
 
 from export.common import ExportError, shown
 from export.description import MODULE_KIND, ModelDescription, load_description, parse_description
@@ -46,6 +48,8 @@ from export.scaffold_files import (
     relative,
     write_description,
 )
+from tritonrepo.configs import load_model_config
+from tritonrepo.errors import RepositoryError
 from tritonrepo.tensors import TensorSpec
 
 # fp32's usual limit per metric: exported files agree with eager PyTorch to float rounding.
@@ -71,6 +75,7 @@ class ModuleRequest:
     repository: Path
     models_dir: Path
     preprocess: str = ""  # the repository model that prepares the inputs; "" for none
+    postprocess: str = ""  # the repository model that takes the outputs; "" for none
     max_batch_size: int = 64
 
     def __post_init__(self) -> None:
@@ -78,7 +83,7 @@ class ModuleRequest:
 
     @property
     def ensemble(self) -> str:
-        return f"{self.name}_ensemble" if self.preprocess else ""
+        return f"{self.name}_ensemble" if self.preprocess or self.postprocess else ""
 
 
 def parse_output(text: str) -> tuple[TensorSpec, str]:
@@ -128,16 +133,15 @@ def description_data(request: ModuleRequest) -> dict[str, Any]:
     }
     data: dict[str, Any] = {"name": request.name, "kind": MODULE_KIND, "weights": request.weights}
     configs = _preprocessing_configs(request) if request.preprocess else {}
+    steps = [f"{request.name}_onnx"]
     if request.preprocess:
         step = f"{request.name}_preprocess" if "image_preprocessing" in configs else request.preprocess
         data["preprocessing"] = {"model": step}
-        configs["ensembles"] = [
-            {
-                "model": request.ensemble,
-                "about": f"{step} -> {request.name}_onnx, scaffolded for {request.name}",
-                "steps": [step, f"{request.name}_onnx"],
-            }
-        ]
+        steps.insert(0, step)
+    if request.ensemble:
+        steps += [request.postprocess] if request.postprocess else []
+        about = f"{' -> '.join(steps)}, scaffolded for {request.name}"
+        configs["ensembles"] = [{"model": request.ensemble, "about": about, "steps": steps}]
     data |= {
         "module": module,
         "served": [
@@ -172,6 +176,21 @@ def _preprocessing_configs(request: ModuleRequest) -> dict[str, Any]:
     }
 
 
+def _check_postprocess(request: ModuleRequest) -> None:
+    """The post-processing model takes the module's outputs (datatypes and dims, in order)."""
+    try:
+        config = load_model_config(request.repository / request.postprocess)
+    except RepositoryError as e:
+        raise ExportError(f"--postprocess {request.postprocess}: {e}; name a model of the repository") from e
+    takes = [(DataType.Name(t.data_type).removeprefix("TYPE_"), list(t.dims)) for t in config.input]
+    made = [(tensor.datatype, list(tensor.dims)) for tensor, _ in request.outputs]
+    if takes != made:
+        raise ExportError(
+            f"--postprocess {request.postprocess}: it takes {takes}, the module's outputs are {made}; its "
+            "inputs must be the outputs, in order (or leave it out)"
+        )
+
+
 def image_preprocessing_section(models_dir: Path, model: str) -> dict[str, Any] | None:
     """The ``configs.image_preprocessing`` section of the description in ``models_dir`` that configures
     ``model``; None where none does."""
@@ -191,6 +210,8 @@ def scaffold_module(request: ModuleRequest) -> tuple[ModelDescription, list[Path
     description = parse_description(data, source=source)  # fails early when invalid
     if request.preprocess and "image_preprocessing" not in data.get("configs", {}):
         preprocessing_model(description, request.repository)  # a shared step must make the inputs
+    if request.postprocess:
+        _check_postprocess(request)
     models = list(generate(description, request.repository))
     targets = [source, *(config_path(request.repository, model) for model in models)]
     refuse_existing(targets)
@@ -262,6 +283,7 @@ def module_main(args: argparse.Namespace, weights: dict[str, str]) -> int:
         repository=args.repository,
         models_dir=args.models,
         preprocess=args.preprocess or "",
+        postprocess=args.postprocess or "",
     )
     description, written = scaffold_module(request)
     for path in written:

@@ -190,3 +190,19 @@ def test_nothing_is_written_over_and_a_request_that_does_not_fit_is_refused_befo
         assert exit_code.value.code == 2 and message in capsys.readouterr().err, message
     assert not (scaffold_project / "model_descriptions" / "two.yaml").exists()
     assert not (scaffold_project / "model_descriptions" / "other.yaml").exists()
+
+
+def test_a_postprocessing_model_ends_the_ensemble_when_it_takes_the_modules_outputs(
+    scaffold_project: Path, folders: list[str], weights: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    chain = ["--preprocess", "image_preprocess", "--postprocess", "image_postprocess"]
+    logits = ["--input", "PIXELS:FP32:3,224,224", "--output", "LOGITS:FP32:1000:top1_agreement"]
+    assert scaffold.main(["torch_module", "net", *CODE, *weights, *logits, *chain, *folders]) == 0
+    _generated_equal_written(scaffold_project, "net")
+    ensemble = load_model_config(scaffold_project / "model_repository" / "net_ensemble")
+    steps = [step.model_name for step in ensemble.ensemble_scheduling.step]
+    assert steps == ["net_preprocess", "net_onnx", "image_postprocess"]
+    assert [t.name for t in ensemble.output] == ["SCORES", "CLASS_IDS", "LABELS"]
+    capsys.readouterr()
+    assert scaffold.main(["torch_module", "few", *CODE, *weights, *IMAGE, *chain, *folders]) == 1
+    assert "it takes [('FP32', [1000])], the module's outputs are [('FP32', [10])]" in capsys.readouterr().err
