@@ -59,8 +59,9 @@ CROP_MARGIN_PX = 32  # resize the shorter side to the crop + 32 px, as Google's 
 HEADER = (
     "# Scaffolded by `python -m export.scaffold torch_module`; yours to edit. module names your code and\n"
     "# states what Triton serves, once: each config.pbtxt is generated from this file by\n"
-    "# `{command}`. Each output's tolerance is fp32's limit against eager\n"
-    "# PyTorch; once fp32 serves, add bf16 (cpu) or fp16 (cuda) to precisions and a variant_tolerance.\n"
+    "# `{command}`.\n"
+    "# Each output's tolerance is fp32's limit against eager PyTorch; once fp32 serves, add bf16 (cpu) or\n"
+    "# fp16 (cuda) to precisions and a variant_tolerance.\n"
 )
 
 
@@ -257,14 +258,19 @@ def next_commands(description: ModelDescription, repository: Path) -> list[str]:
         called = description.served[0].model
     else:  # a python_model: nothing to export
         called = configs.python_models[0].model if configs is not None else description.name
-    examples = " ".join(
-        f"--input {tensor.name}=@photo.jpg"  # a file's bytes, as they are
-        if tensor.data_type == model_config_pb2.TYPE_STRING
-        else f"--input {tensor.name}={tensor.name.lower()}.npy"
-        for tensor in model_config(description, called, repository).input
-    )
+    config = model_config(description, called, repository)
+    if {"LABELS", "SCORES"} <= {tensor.name for tensor in config.output}:  # an image classifier's ending
+        call = f"python -m clients classify photo.jpg --model {called}"
+    else:
+        inputs = " ".join(
+            f"--input {tensor.name}=@photo.jpg"  # a file's bytes, as they are
+            if tensor.data_type == model_config_pb2.TYPE_STRING
+            else f"--input {tensor.name}={tensor.name.lower()}.npy"
+            for tensor in config.input
+        )
+        call = f"python -m clients infer {called} {inputs}"
     export = [f"python -m export --only {description.name} --precision fp32"] if description.served else []
-    return [*export, "python -m tritonlocal serve", f"python -m clients infer {called} {examples}"]
+    return [*export, "python -m tritonlocal serve", call]
 
 
 def _print_next(description: ModelDescription, repository: Path) -> None:

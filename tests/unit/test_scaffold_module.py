@@ -146,7 +146,7 @@ def test_configs_only_writes_a_hand_written_descriptions_configs_with_their_fold
     )
     assert (repository / "image_classifier_mobilenet_v2" / "1" / ".gitkeep").is_file()
     out = capsys.readouterr().out
-    assert "python -m clients infer image_classifier_mobilenet_v2 --input IMAGE_BYTES=@photo.jpg" in out
+    assert "python -m clients classify photo.jpg --model image_classifier_mobilenet_v2" in out
 
     assert scaffold.main(["torch_module", "mobilenet_v2", "--configs-only", *folders]) == 0
     assert "mobilenet_v2: configs up to date" in capsys.readouterr().out
@@ -203,6 +203,6 @@ def test_a_postprocessing_model_ends_the_ensemble_when_it_takes_the_modules_outp
     steps = [step.model_name for step in ensemble.ensemble_scheduling.step]
     assert steps == ["net_preprocess", "net_onnx", "image_postprocess"]
     assert [t.name for t in ensemble.output] == ["SCORES", "CLASS_IDS", "LABELS"]
-    capsys.readouterr()
+    assert "python -m clients classify photo.jpg --model net_ensemble" in capsys.readouterr().out
     assert scaffold.main(["torch_module", "few", *CODE, *weights, *IMAGE, *chain, *folders]) == 1
     assert "it takes [('FP32', [1000])], the module's outputs are [('FP32', [10])]" in capsys.readouterr().err
