@@ -1,5 +1,5 @@
 # Single entry point. `make help` lists the targets.
-# The first run builds .venv from requirements.lock (a few minutes); later runs reuse it.
+# The first run builds .venv from requirements.lock; later runs reuse it.
 
 PYTHON ?= python3
 VENV   := .venv

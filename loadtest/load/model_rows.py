@@ -34,7 +34,7 @@ logger = logging.getLogger(__name__)
 
 Row = dict[str, np.ndarray]
 _TYPES = model_config_pb2.DataType
-_FIX = "name real rows in its description's module.check_inputs (docs/your-model.md)"
+_FIX = "name real rows in its description's module.check_inputs (docs/your-model-module.md)"
 
 
 def datatype(tensor: model_config_pb2.ModelInput) -> str:
