@@ -1,5 +1,5 @@
 # Single entry point. `make help` lists the targets.
-# The first run builds .venv from requirements.lock (a few minutes); later runs reuse it.
+# The first run builds .venv from requirements.lock; later runs reuse it.
 
 PYTHON ?= python3
 VENV   := .venv
@@ -75,8 +75,10 @@ test-unit: $(STAMP) $(SERVING_STAMP) ## tests that need no server and no system 
 test-integration: $(EXPORTED) system-tools ## tests against the real server and the system tools
 	$(PY) -m pytest tests/integration
 
-bench: $(EXPORTED) ## benchmark, quick mode (~8 min on 2 cores): reports/<run id>/report.md
-	$(PY) -m loadtest.bench --mode quick
+# MODELS=a,b: measure those models instead of the shipped ones (the sweep, batching on vs off); the run
+# exports what they need and nothing else.
+bench: $(if $(MODELS),$(STAMP) $(SERVING_STAMP),$(EXPORTED)) ## benchmark, quick mode (~8 min on 2 cores): reports/<run id>/report.md; MODELS=a,b: only those
+	$(PY) -m loadtest.bench --mode quick $(if $(MODELS),--models $(MODELS),)
 
 bench-full: $(EXPORTED) ## benchmark, full mode (about 45 min on 2 cores)
 	$(PY) -m loadtest.bench --mode full

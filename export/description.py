@@ -136,7 +136,7 @@ class ModelDescription:
         if (self.kind == MODULE_KIND) != (self.module is not None):
             raise ExportError(
                 f"model {self.name!r}: a {MODULE_KIND} description has a module section and no other kind "
-                "has one (docs/your-model.md)"
+                "has one (docs/your-model-module.md)"
             )
         if self.kind == PYTHON_KIND:
             _check_python_only(self)

@@ -161,10 +161,27 @@ def measure_all(
     runtime's worker answers the first output only)."""
     measured: dict[str, float] = {}
     for index, decl in enumerate(outputs[: len(candidate[0])]):
-        expected = np.concatenate([batch[index] for batch in reference])
-        actual = np.concatenate([batch[index] for batch in candidate])
-        measured[decl.name] = measure(decl.metric, expected, actual)
+        per_batch = [
+            (len(expected[index]), measure(decl.metric, expected[index], actual[index]))
+            for expected, actual in zip(reference, candidate, strict=True)
+        ]
+        measured[decl.name] = combined(decl.metric, per_batch)
     return measured
+
+
+def combined(metric: str, per_batch: Sequence[tuple[int, float]]) -> float:
+    """``metric`` over every row, from each batch's (rows, value), measured apart because a variable axis
+    may differ from one batch to the next: the largest difference, the lowest cosine, or the share of
+    rows that agree. NaN when any batch's is NaN."""
+    values = [value for _, value in per_batch]
+    if any(np.isnan(values)):
+        return float("nan")
+    if metric == "max_abs_diff":
+        return max(values)
+    if metric == "cosine":
+        return min(values)
+    rows = sum(count for count, _ in per_batch)
+    return sum(count * value for count, value in per_batch) / rows
 
 
 def failures(outputs: Sequence[OutputDecl], measured: dict[str, float], *, variant: bool) -> list[str]:

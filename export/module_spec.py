@@ -154,7 +154,7 @@ class ModuleSpec:
 
 def parse_module(data: Any, *, model: str) -> ModuleSpec:
     """The ``module`` section of description ``model``; ExportError names the field and the fix."""
-    section = Reader(model, "module", data, "; see docs/your-model.md")
+    section = Reader(model, "module", data, "; see docs/your-model-module.md")
     spec = ModuleSpec(
         model=_callable(section, "model"),
         check_inputs=_callable(section, "check_inputs"),

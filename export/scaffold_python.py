@@ -23,36 +23,21 @@ from pathlib import Path
 from string import Template
 from typing import Any
 
-import yaml
-
 from export.common import ExportError, shown
 from export.description import PYTHON_KIND, parse_description
 from export.generated_configs import config_path, generate, refresh_command, write_configs
+from export.scaffold_files import BATCHING, lay_out, parse_tensor, refuse_existing, write_description
 from tritonrepo.commands import EXIT_FAILED, EXIT_OK
 from tritonrepo.served_code import BATCHING_HELPER, PARAMETERS_HELPER
 from tritonrepo.tensors import TensorSpec
 
 TEMPLATES = Path(__file__).resolve().parent / "scaffold_templates"
 FLOATS = ("FP16", "FP32", "FP64")
-# The starting point: 1 ms of queueing buys batches of the requests that arrive together, and two
-# instances let one batch run while the next forms. Tune them in the description once the model is real.
-BATCHING = {"max_queue_delay_us": 1000, "preferred_batch_sizes": [8, 16, 32]}
 HEADER = (
     "# Scaffolded by `python -m export.scaffold python_model`; yours to edit. Its code is\n"
     "# model_repository/{name}/1/model.py; its config.pbtxt is generated from this file by\n"
     "# `{command}`.\n"
 )
-
-
-def parse_tensor(text: str) -> TensorSpec:
-    """``NAME:DTYPE:DIMS`` with DIMS comma-separated (``FEATURES:FP32:4``, ``IMAGE:FP32:3,224,224``)."""
-    try:
-        name, dtype, dims = text.split(":")
-        return TensorSpec(name=name, datatype=dtype.upper(), dims=tuple(int(d) for d in dims.split(",")))
-    except ValueError:
-        raise ExportError(
-            f"tensor {text!r}: write NAME:DTYPE:DIMS, DIMS comma-separated, e.g. FEATURES:FP32:4"
-        ) from None
 
 
 def _entry(tensor: TensorSpec) -> dict[str, Any]:
@@ -95,23 +80,17 @@ def scaffold_python(request: PythonRequest) -> list[Path]:
     test = request.tests_dir / f"test_{name}_model.py"
     configs = [config_path(request.repository, model) for model in generate(description, request.repository)]
     targets = [source, *configs, version / "model.py", test]
-    existing = [str(path) for path in targets if path.exists()]
-    if existing:
-        raise ExportError(f"not overwriting {existing}; choose another name or remove them")
+    refuse_existing(targets)
     missing = [h for h in (BATCHING_HELPER, PARAMETERS_HELPER) if not (request.repository / h).is_file()]
     if missing:
         raise ExportError(
             f"{request.repository} has no {missing}, which model.py links to; scaffold into a model "
             "repository holding them (the project's model_repository does)"
         )
-    request.models_dir.mkdir(parents=True, exist_ok=True)
-    text = yaml.dump(data, sort_keys=False, width=104, default_flow_style=None)  # [4], not a list a line
-    source.write_text(HEADER.format(name=name, command=refresh_command(description)) + text, encoding="utf-8")
+    write_description(source, HEADER.format(name=name, command=refresh_command(description)), data)
     write_configs(description, request.repository)  # the generator of every shipped config
-    version.mkdir(parents=True, exist_ok=True)
+    lay_out(description, request.repository, {})  # its version folder, with the helpers linked
     (version / "model.py").write_text(_filled("model.py.template", name=name), encoding="utf-8")
-    for helper in (BATCHING_HELPER, PARAMETERS_HELPER):  # shipped beside every Python model
-        os.symlink(Path("..", "..", helper), version / helper)
     request.tests_dir.mkdir(parents=True, exist_ok=True)
     relative = os.path.relpath(request.repository.resolve(), request.tests_dir.resolve())
     test.write_text(

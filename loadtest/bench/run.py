@@ -7,7 +7,7 @@ statistics, onnxruntime profiles). Quick mode takes about 8 minutes on 2 cores, 
     python -m loadtest.bench --mode quick
     python -m loadtest.bench --mode full --output reports --run-id my-run
     python -m loadtest.bench --mode quick --only ragged         # one experiment, by its registry key
-    python -m loadtest.bench --mode quick --only batching,sweeps --models image_classifier_lite2
+    python -m loadtest.bench --mode quick --models image_classifier_lite2     # yours: sweep, batching
     python -m loadtest.bench --mode gpu [--dry-run]             # on a CUDA machine (loadtest/bench/gpu/)
     python -m loadtest.bench --mode gpu --url http://tritonserver-bench:8000   # a running server
     python -m loadtest.bench --mode gpu --write-repository build/bench_repository   # what it serves
@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from loadtest.bench.exports import export_needed
 from loadtest.bench.progress import BenchProgress, expected_stage_s
 from loadtest.bench.results import write_results
 from loadtest.experiments import plans, registry
@@ -102,8 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--models",
         default=None,
-        help="comma-separated models of the repository for the concurrency sweep and the batching on vs off "
-        "experiment (those that batch); None: the mode's",
+        help="comma-separated models of the repository to measure instead of the shipped ones: the "
+        "concurrency sweep and batching on vs off (those that batch), nothing else; what they need is "
+        "exported first (an up-to-date file is kept) and only that is served; None: the mode's",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages too")
     parser.add_argument(
@@ -161,17 +163,22 @@ def main(argv: list[str] | None = None) -> int:
         or args.write_repository
     ):
         return _gpu(args, run_id)
+    models = tuple(m for m in (args.models or "").split(",") if m)
     try:
         options = BenchOptions(
             mode=args.mode,
             output=args.output,
             run_id=run_id,
-            skip=skipped(args.skip or "", args.only or ""),
-            models=tuple(m for m in (args.models or "").split(",") if m),
+            skip=skipped(args.skip or "", args.only or "", models),
+            models=models,
         )
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
+    failures = export_needed(models, REPOSITORY) if models else []
+    if failures:
+        print(f"error: not exported, so not measured: {'; '.join(failures)}", file=sys.stderr)
+        return EXIT_FAILED
     return finished(run(options, progress=Progress(quiet=args.quiet)))
 
 
@@ -232,18 +239,25 @@ def finished(report: Path) -> int:
     return EXIT_FAILED if errors else EXIT_OK
 
 
-def skipped(skip: str, only: str) -> tuple[str, ...]:
-    """The experiments to leave out, from ``--skip`` or (its complement) ``--only``."""
+def skipped(skip: str, only: str, models: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The experiments to leave out, from ``--skip`` or (its complement) ``--only``; with ``models``, also
+    every experiment that measures the shipped models rather than those."""
     skip_names = tuple(s for s in skip.split(",") if s)
     only_names = tuple(s for s in only.split(",") if s)
     if skip_names and only_names:
         raise ValueError("give --skip or --only, not both")
-    if not only_names:
-        return skip_names
     unknown = sorted(set(only_names) - set(registry.KEYS))
     if unknown:
         raise ValueError(f"--only names unknown experiments {unknown}; known: {', '.join(registry.KEYS)}")
-    return tuple(e for e in registry.KEYS if e not in only_names)
+    shipped = [e for e in only_names if e not in registry.MODEL_KEYS]
+    if models and shipped:
+        raise ValueError(
+            f"--models measures the models it names with {', '.join(registry.MODEL_KEYS)}; {shipped} measure "
+            "the shipped models: run them without --models"
+        )
+    left_out = (e for e in registry.KEYS if e not in only_names) if only_names else skip_names
+    unmeasured = (e for e in registry.KEYS if e not in registry.MODEL_KEYS) if models else ()
+    return tuple(dict.fromkeys((*left_out, *unmeasured)))
 
 
 def run(options: BenchOptions, *, progress: Progress | None = None) -> Path:

@@ -160,15 +160,25 @@ def with_models(plan: Plan, models: tuple[str, ...], source: Path) -> Plan:
     return replace(plan, sweep_models=models, batching_models=batching)
 
 
-def served_variants(plan: Plan, source: Path, previous_image: Path) -> list[Variant]:
-    public = (*plan.sweep_models, TEXT_MODEL, IMAGE_MODEL, *plan.budget.services)
-    variants = [Variant(model=m) for m in dict.fromkeys(public)]
+def served_variants(
+    plan: Plan, source: Path, previous_image: Path, skip: tuple[str, ...] = ()
+) -> list[Variant]:
+    """What the served stage serves for the experiments ``skip`` leaves in: the plan's models and their
+    clones without batching, and where an experiment on the shipped models runs, the shipped ensembles
+    and that experiment's variants (a run of the --models experiments alone serves nothing else)."""
+    runs = set(registry.in_stage("served", skip))
+    shipped = (TEXT_MODEL, IMAGE_MODEL) if runs - set(registry.MODEL_KEYS) else ()
+    budget = plan.budget.services if "budget" in runs else ()
+    variants = [Variant(model=m) for m in dict.fromkeys((*plan.sweep_models, *shipped, *budget))]
     variants += [Variant(model=m, suffix=NOBATCH, batching=False) for m in plan.batching_models]
-    arms = ragged_arms(source) | image_arms(previous_image)
-    variants += [variant for variant, _ in arms.values()]
-    variants += [
-        Variant(model=TEXT_MODEL, suffix=INSTANCE_SUFFIX.format(n), instances=n) for n in plan.instance_counts
-    ]
+    if "ragged" in runs:
+        arms = ragged_arms(source) | image_arms(previous_image)
+        variants += [variant for variant, _ in arms.values()]
+    if "instances" in runs:
+        variants += [
+            Variant(model=TEXT_MODEL, suffix=INSTANCE_SUFFIX.format(n), instances=n)
+            for n in plan.instance_counts
+        ]
     return variants
 
 

@@ -26,6 +26,7 @@ class Experiment:
     stage: str = "served"  # one of STAGES
     number: int | None = None  # its number in the report; the sweeps and Locust runs have none
     results: tuple[str, ...] = ()  # the results.json keys it writes, when not its own key alone
+    any_model: bool = False  # measures the models --models names; the others, the shipped models
 
     @property
     def heading(self) -> str:
@@ -37,8 +38,8 @@ class Experiment:
 
 
 EXPERIMENTS = (
-    Experiment(key="sweeps", title="perf_analyzer sweeps"),
-    Experiment(key="batching", number=1, title="Dynamic batching on vs off"),
+    Experiment(key="sweeps", title="perf_analyzer sweeps", any_model=True),
+    Experiment(key="batching", number=1, title="Dynamic batching on vs off", any_model=True),
     Experiment(key="instances", number=2, title="Model instances"),
     Experiment(
         key="ragged",
@@ -72,6 +73,7 @@ EXPERIMENTS = (
 )
 BY_KEY = {e.key: e for e in EXPERIMENTS}
 KEYS = tuple(BY_KEY)
+MODEL_KEYS = tuple(e.key for e in EXPERIMENTS if e.any_model)  # what a run with --models measures
 
 
 def experiment(key: str) -> Experiment:

@@ -34,7 +34,7 @@ logger = logging.getLogger(__name__)
 
 Row = dict[str, np.ndarray]
 _TYPES = model_config_pb2.DataType
-_FIX = "name real rows in its description's module.check_inputs (docs/your-model.md)"
+_FIX = "name real rows in its description's module.check_inputs (docs/your-model-module.md)"
 
 
 def datatype(tensor: model_config_pb2.ModelInput) -> str:
@@ -53,6 +53,17 @@ def describing(model: str, folder: Path = DESCRIPTIONS) -> ModelDescription | No
         if description.module is not None and any(s.model == model for s in description.served):
             return description
     return None
+
+
+def served_modules(folder: Path = DESCRIPTIONS) -> tuple[str, ...]:
+    """The ONNX model each ``torch_module`` description serves on its own (no preprocessing model in front)."""
+    return tuple(
+        served.model
+        for description in load_descriptions(folder)
+        if description.module is not None and not description.preprocessing
+        for served in description.served
+        if served.format == "onnx"
+    )
 
 
 def described_rows(model: str, config: ModelConfig, folder: Path = DESCRIPTIONS) -> list[Row] | None:

@@ -8,7 +8,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from loadtest.experiments.budget import Budget
-from loadtest.experiments.registry import TARGET_CONCURRENCY, experiment
+from loadtest.experiments.plans import TEXT_MODEL
+from loadtest.experiments.registry import KEYS, MODEL_KEYS, TARGET_CONCURRENCY, experiment
 from loadtest.report import budget_section, causes, figures, findings, plots, ragged_section, rounds
 from loadtest.report.records import INPROCESS_BEFORE_ARMS, ServedRun, inprocess_arm, model_stats, served_runs
 from loadtest.report.tables import PERF_HEADER, batches, image, perf_row, row_of, table
@@ -60,7 +61,17 @@ def _header(r: dict) -> str:
     )
 
 
+def _measures_shipped(r: dict) -> bool:
+    """Whether the run measured the shipped models the targets and claims are about: an experiment on
+    them ran, or the model experiments included the text ensemble (a --models run of others did not)."""
+    shipped = set(KEYS) - set(MODEL_KEYS) - set(r.get("skipped", []))
+    plan = r.get("plan", {})
+    return bool(shipped) or TEXT_MODEL in (*plan.get("sweep_models", ()), *plan.get("batching_models", ()))
+
+
 def _summary(r: dict) -> str:
+    if not _measures_shipped(r):
+        return ""
     rows = [
         (v.name, v.required, v.measured, {True: "met", False: "**missed**", None: "not measured"}[v.met])
         for v in findings.verdicts(r)
@@ -75,6 +86,8 @@ def _summary(r: dict) -> str:
 
 
 def _claims(r: dict) -> str:
+    if not _measures_shipped(r):
+        return ""
     rows = [(c.claim, c.published, c.measured) for c in findings.claims(r)]
     return "## Published claims against this run\n\n" + table(("claim", "published", "measured here"), rows)
 

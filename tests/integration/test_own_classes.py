@@ -1,7 +1,7 @@
 """An image classifier of classes other than ImageNet's, end to end: real weights of ten classes (Lite0's
 ImageNet weights with only those rows of its head, as a fine-tuned head has its own) and their labels go
 through the scaffold (``--labels``), the export (fp32), the derived local repository and a real server,
-and classify real photographs as eager PyTorch does. docs/your-model.md walks through the same steps.
+and classify real photographs as eager PyTorch does. docs/your-model-own-classes.md walks through them.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ goes through the scaffold, its description, the export (fp32), a ragged ensemble
 scaffolded Python-backend model passes the test the scaffold wrote for it, against a real server.
 
 No code of the project names it: the scaffold writes its files from its kind, and everything after reads
-them (docs/your-model.md walks through the same steps).
+them (docs/your-model-encoder.md walks through the same steps).
 """
 
 from __future__ import annotations

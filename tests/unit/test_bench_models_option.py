@@ -159,3 +159,42 @@ def test_the_report_keeps_each_models_batching_arms_apart_and_its_targets_on_the
         "| image_classifier_lite2 | 32 | 1 | 2.00x |" in ratios
         and "| text_embedder | 32 | 1 | 4.00x |" in ratios
     )
+
+
+def test_a_run_with_models_measures_them_alone_and_refuses_the_shipped_experiments() -> None:
+    from loadtest.bench.run import skipped
+    from loadtest.experiments import registry
+
+    left_in = [k for k in registry.KEYS if k not in skipped("", "", ("rows_onnx",))]
+    assert left_in == ["sweeps", "batching"]
+    assert [k for k in registry.KEYS if k not in skipped("", "sweeps", ("rows_onnx",))] == ["sweeps"]
+    assert [k for k in registry.KEYS if k not in skipped("batching", "", ("rows_onnx",))] == ["sweeps"]
+    with pytest.raises(
+        ValueError, match=r"\['ragged'\] measure the shipped models: run them without --models"
+    ):
+        skipped("", "sweeps,ragged", ("rows_onnx",))
+    assert "ragged" not in skipped("", "", ())  # without --models, everything runs
+
+
+def test_a_run_with_models_serves_them_and_their_clones_and_nothing_shipped(
+    tmp_path: Path, repository: Path
+) -> None:
+    from loadtest.bench.run import skipped
+
+    models = ("see", "words_onnx", "rows_onnx")
+    plan = experiments_plan.with_models(experiments_plan.PLANS["quick"], models, repository)
+    skip = skipped("", "", models)
+    variants = experiments_plan.served_variants(plan, repository, tmp_path / "previous.onnx", skip)
+    assert [v.served_name for v in variants] == [*models, "see__nobatch", "rows_onnx__nobatch"]
+
+
+def test_a_run_with_models_exports_the_descriptions_serving_their_files_only() -> None:
+    from loadtest.bench.exports import needed
+
+    def names(*models: str) -> list[str]:
+        return [description.name for description in needed(models, REPOSITORY)]
+
+    assert names("diabetes_classifier_onnx") == ["diabetes_classifier"]
+    # its ensemble ends with image_postprocess, which Lite0's description configures: Lite0 is not exported
+    assert names("image_classifier_mobilenet_v2") == ["mobilenet_v2"]
+    assert names("text_embedder", "image_classifier_lite2") == ["all_minilm_l6_v2", "efficientnet_lite2"]

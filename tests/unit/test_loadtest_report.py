@@ -527,6 +527,17 @@ def test_sections_of_experiments_not_run_are_left_out(tmp_path: Path) -> None:
     assert "| served vs in-process (same file) | >= 85% | not measured | not measured |" in text
 
 
+def test_a_run_of_other_models_alone_leaves_out_the_shipped_models_targets_and_claims(tmp_path: Path) -> None:
+    from loadtest.experiments import registry
+
+    results = recorded_results(served_c32=190.0)
+    results["skipped"] = [k for k in registry.KEYS if k not in registry.MODEL_KEYS]
+    results["plan"] = {"sweep_models": ["rows_onnx"], "batching_models": ["rows_onnx"]}
+    text = _write(tmp_path, results)
+    assert "## Targets" not in text and "## Published claims" not in text
+    assert "## 1. Dynamic batching" in text
+
+
 def test_the_arm_summary_averages_the_rounds_of_each_arm(tmp_path: Path) -> None:
     results = recorded_results(served_c32=190.0)
     rows = [r for r in figures.arm_summary(results, "ragged") if r.concurrency == 32]

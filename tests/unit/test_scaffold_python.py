@@ -24,7 +24,8 @@ from export.description import PYTHON_KIND, load_description, parse_description
 from export.generated_configs import config_text, generate
 from export.pipeline import Options, export_model
 from export.precision import Capabilities
-from export.scaffold_python import PythonRequest, parse_tensor, scaffold_python
+from export.scaffold_files import parse_tensor
+from export.scaffold_python import PythonRequest, scaffold_python
 from tritonrepo.configs import load_model_config
 from tritonrepo.served_code import BATCHING_HELPER, PARAMETERS_HELPER, load_served_module
 
