@@ -35,7 +35,7 @@ EXPECTED_S: dict[str, dict[str, float]] = {
         "clients": 10,
         "batchcost": 10,
         "locust": 20,
-        "budget": 60,
+        "budget": 90,
         "central": 25,
         "inprocess": 40,
         "profile": 5,
