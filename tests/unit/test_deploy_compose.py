@@ -319,6 +319,24 @@ def test_the_locust_image_has_everything_the_locustfile_imports(compose: dict, i
     assert re.search(r'^ENTRYPOINT \["locust"\]$', dockerfile, re.M), "compose passes Locust's arguments only"
 
 
+def test_the_locust_image_user_can_write_the_mounted_report_folder(compose: dict) -> None:
+    """The headless master writes its CSV files into the bind-mounted reports/locust/, which belongs to the
+    host user: the image's user gets that uid (LOCUST_UID), and the guide creates the folder first."""
+    dockerfile = (ROOT / "deploy" / "locust" / "Dockerfile").read_text()
+    assert (
+        re.search(r'useradd [^\n]*--uid "\$LOCUST_UID" locust', dockerfile)
+        and "\nUSER locust\n" in dockerfile
+    )
+    assert compose["services"]["locust-master"]["build"]["args"]["LOCUST_UID"] == "1000", "the default uid"
+    csv = next(a for a in compose["services"]["locust-headless"]["command"] if a.startswith("--csv="))
+    assert csv == "--csv=reports/locust/compose"
+    guide = (ROOT / "docs" / "deploy.md").read_text()
+    step = guide[guide.index("7. **Put load on it**") : guide.index("8. **Measure batching")]
+    assert (
+        step.index("mkdir -p reports/locust") < step.index("--profile loadtest up") and "LOCUST_UID" in step
+    )
+
+
 def _pins(path: Path) -> dict[str, str]:
     """A requirements file's pins as normalised name (extras dropped) -> version."""
     lines = [line.split("#")[0].strip() for line in path.read_text().splitlines()]
