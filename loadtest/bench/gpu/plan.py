@@ -8,9 +8,11 @@ pinned to fp32 and to the text encoder the benchmark serves, so that it takes a 
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
+from export.common import ExportError
 from export.records import kept_file, served_variant
 from loadtest.load.perf import PerfSettings
 from tritonrepo.configs import exported_step, load_repository
@@ -18,6 +20,8 @@ from tritonrepo.variants import Variant, build_repository, closure
 
 ROUTES = {"onnx": "text_embedder", "torchscript": "text_embedder_torchscript"}  # route -> ensemble
 TEXT_MODEL = ROUTES["onnx"]
+# Routes measured only in the precision experiment: one that cannot be served loses its arm, not the run.
+OPTIONAL_ROUTES = tuple(route for route in ROUTES if ROUTES[route] != TEXT_MODEL)
 NOBATCH, INSTANCES, FP32 = "__nobatch", "__x{}", "__fp32"
 KINDS = ("KIND_GPU", "KIND_CPU")
 
@@ -92,10 +96,14 @@ def encoder_of(source: Path, route: str) -> str:
     return exported_step(load_repository(source), ROUTES[route])
 
 
-def variants(plan: GpuPlan, source: Path, records: Path) -> tuple[list[Variant], dict[str, dict[str, str]]]:
+def variants(
+    plan: GpuPlan, source: Path, records: Path, unavailable: Collection[str] = ()
+) -> tuple[list[Variant], dict[str, dict[str, str]]]:
     """The variants served side by side, and per experiment its arms (label -> served model).
 
-    ``records``: the export's precision records (the fp32 file it kept beside a reduced precision)."""
+    ``records``: the export's precision records (the fp32 file it kept beside a reduced precision).
+    ``unavailable``: models the server did not load; an optional route among them, or one whose export
+    left no servable file, is left out (:func:`lost_routes` says why)."""
     served = [Variant(model=TEXT_MODEL), Variant(model=TEXT_MODEL, suffix=NOBATCH, batching=False)]
     served += [
         Variant(model=TEXT_MODEL, suffix=INSTANCES.format(n), instances=n) for n in plan.instance_counts
@@ -108,10 +116,13 @@ def variants(plan: GpuPlan, source: Path, records: Path) -> tuple[list[Variant],
         },
         "precision": {},
     }
+    lost = lost_routes(source, records, unavailable)
     for route, ensemble in ROUTES.items():
+        if route in lost:
+            continue
         encoder = encoder_of(source, route)
         chosen = served_variant(encoder, records)
-        if route != "onnx":
+        if route in OPTIONAL_ROUTES:
             served.append(Variant(model=ensemble))
         arms["precision"][f"{route}: {chosen} (served)"] = ensemble
         fp32 = kept_file(encoder, "fp32", records) if chosen != "fp32" else None
@@ -120,6 +131,27 @@ def variants(plan: GpuPlan, source: Path, records: Path) -> tuple[list[Variant],
             served.append(Variant(model=ensemble, suffix=FP32, parameters=parameters))
             arms["precision"][f"{route}: fp32"] = ensemble + FP32
     return served, arms
+
+
+def lost_routes(source: Path, records: Path, unavailable: Collection[str] = ()) -> dict[str, str]:
+    """Each optional route left out of the precision experiment, with why: the last export of its encoder
+    wrote no servable file, or the server did not load its models (``unavailable``)."""
+    lost = {}
+    for route in OPTIONAL_ROUTES:
+        try:
+            served_variant(encoder_of(source, route), records)
+        except ExportError as e:
+            lost[route] = str(e)
+            continue
+        missing = [m for m in unavailable if m in (ROUTES[route], ROUTES[route] + FP32)]
+        if missing:
+            lost[route] = f"the server did not load {', '.join(missing)} (its log says why)"
+    return lost
+
+
+def optional_models() -> set[str]:
+    """The models only an optional route's arm measures: a server may lack them."""
+    return {model for route in OPTIONAL_ROUTES for model in (ROUTES[route], ROUTES[route] + FP32)}
 
 
 def measured_models(arms: dict[str, dict[str, str]]) -> list[str]:
