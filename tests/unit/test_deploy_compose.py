@@ -167,6 +167,8 @@ def test_the_server_waits_for_the_export_and_is_health_checked_per_model(compose
     required = server["environment"]["TRITON_REQUIRED_MODELS"].split(",")
     assert required and all((ROOT / "model_repository" / m / "config.pbtxt").is_file() for m in required)
     assert compose["services"]["export"]["restart"] == "no"
+    # The export fails only for what the server requires (export/required.py): the same pipelines.
+    assert compose["services"]["export"]["environment"]["TRITON_REQUIRED_MODELS"] == ",".join(required)
 
 
 def test_the_export_runs_on_a_reserved_gpu_with_the_cuda_builds_of_the_servers_runtimes(
