@@ -450,3 +450,18 @@ def _third_party_imports(path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names.add(node.module.split(".")[0])
     return {n for n in names if n not in sys.stdlib_module_names}
+
+
+def test_every_start_period_is_the_measured_load_with_its_margin(compose: dict) -> None:
+    """compose's health check, the server image's HEALTHCHECK and the Kubernetes startup probe wait the
+    same time, the one docs/measurements.md derives from the full repository's measured load."""
+    seconds = int(compose["services"]["tritonserver"]["healthcheck"]["start_period"].removesuffix("s"))
+    dockerfile = (ROOT / "deploy" / "tritonserver" / "Dockerfile").read_text()
+    assert f"--start-period={seconds}s" in dockerfile
+    deployment = yaml.safe_load((ROOT / "deploy" / "k8s" / "deployment.yaml").read_text())
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    probe = container["startupProbe"]
+    assert probe["periodSeconds"] * probe["failureThreshold"] == seconds
+    notes = (ROOT / "docs" / "measurements.md").read_text()
+    section = notes[notes.index("### The server's start period") :]
+    assert f"are {seconds} s: the measured" in section[: section.index("\n### ")]
