@@ -72,8 +72,8 @@ test: $(EXPORTED) system-tools ## run the test suite against a real local triton
 test-unit: $(STAMP) $(SERVING_STAMP) ## tests that need no server and no system tool (no root)
 	$(PY) -m pytest tests/unit
 
-test-integration: $(EXPORTED) system-tools ## tests against the real server and the system tools
-	$(PY) -m pytest tests/integration
+test-integration: $(EXPORTED) system-tools ## tests against the real server, the system tools and the Python images' environments
+	$(PY) -m pytest tests/integration tests/images
 
 # MODELS=a,b: measure those models instead of the shipped ones (the sweep, batching on vs off); the run
 # exports what they need and nothing else.

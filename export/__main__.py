@@ -11,8 +11,11 @@ inputs against eager fp32, times the ones that pass and serves the fastest; ``--
 float32. The choice and every gate's numbers are printed and recorded under build/precision/.
 
 A variant that fails (an exception while building, gating or timing it, or its gate) is recorded and
-left out. Every model is tried; the command exits 1 when any served file ends with no variant passing
-(or its model cannot be loaded), naming each such file and why, after all the others are exported.
+left out. Every model is tried; a served file that ends with no variant passing (or whose model cannot be
+loaded) is named with why, after all the others are exported. The command exits 1 when such a file is
+required: every file, or, with ``TRITON_REQUIRED_MODELS`` set (what a deployment's server requires,
+comma-separated pipelines), the files those pipelines call (export/required.py); the other files are
+listed as not servable and the command exits 0, so the deployment starts with what it needs.
 
 ``--configs-only`` writes every config.pbtxt the selected descriptions generate
 (export/generated_configs.py) and stops, without loading any model.
@@ -26,6 +29,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -38,6 +42,7 @@ from export.generated_configs import write_configs
 from export.pipeline import ExportResult, Options, estimated_variants, export_model
 from export.precision import CHOICES, Capabilities
 from export.progress import Progress, mode_for
+from export.required import REQUIRED_VARIABLE, required_models
 from tritonrepo.commands import command_parser
 from tritonrepo.errors import RepositoryError
 from tritonrepo.paths import DESCRIPTIONS, PRECISION_RECORDS, REPOSITORY
@@ -53,7 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("export").setLevel(logging.WARNING if args.quiet else logging.INFO)
     try:
         capabilities = Capabilities.detect(served_on=args.served_on)
-    except ExportError as e:  # --served-on gpu where there is no GPU
+        required = required_models(args.repository, os.environ)
+    except (ExportError, RepositoryError) as e:  # --served-on gpu without a GPU, a required model missing
         print(f"export refused: {e}", file=sys.stderr)
         return 2
     print(f"precision {args.precision}; this machine: {capabilities.as_dict()}")
@@ -78,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     with contextlib.closing(options.progress), logging_redirect_tqdm(loggers=[logging.getLogger()]):
         failed = _export(descriptions, options)
-    return _exit_status(failed)
+    return _exit_status(failed, required)
 
 
 def _export(descriptions: list[ModelDescription], options: Options) -> list[ExportResult]:
@@ -98,12 +104,23 @@ def _export(descriptions: list[ModelDescription], options: Options) -> list[Expo
     return failed
 
 
-def _exit_status(failed: list[ExportResult]) -> int:
-    """0 when every file has a servable file; otherwise 1, naming each file without one and why."""
-    if not failed:
+def _exit_status(failed: list[ExportResult], required: set[str] | None) -> int:
+    """0 when every required file has a servable file (``required`` None: every file); otherwise 1.
+    Each file without one is named with why, the optional ones as such."""
+    needed = [result for result in failed if required is None or result.model in required]
+    optional = [result for result in failed if required is not None and result.model not in required]
+    if optional:
+        print(
+            f"not servable, and not required by {REQUIRED_VARIABLE} ({len(optional)} file(s); the server "
+            "starts without them):",
+            file=sys.stderr,
+        )
+        for result in optional:
+            print(f"  {result.model}: {result.failure}", file=sys.stderr)
+    if not needed:
         return 0
-    print(f"export failed: {len(failed)} file(s) have no servable file:", file=sys.stderr)
-    for result in failed:
+    print(f"export failed: {len(needed)} file(s) have no servable file:", file=sys.stderr)
+    for result in needed:
         print(f"  {result.model}: {result.failure}", file=sys.stderr)
     return 1
 
@@ -132,8 +149,10 @@ def _parser() -> argparse.ArgumentParser:
     parser = command_parser(
         "python -m export",
         __doc__,
-        exit_codes="0 every file exported or up to date, 1 a file has no servable file (each named, after "
-        "every other model) or a description is malformed, 2 a usage error or --served-on gpu without a GPU",
+        exit_codes="0 every required file exported or up to date (every file, unless TRITON_REQUIRED_MODELS "
+        "names the pipelines a deployment requires), 1 a required file has no servable file (each named, "
+        "after every other model) or a description is malformed, 2 a usage error, --served-on gpu without "
+        "a GPU, or TRITON_REQUIRED_MODELS naming a model the repository does not hold",
     )
     parser.add_argument(
         "--only", metavar="NAME", help="one description's name, or image / text for a kind; None: all of them"

@@ -1,5 +1,7 @@
 """Test tiers by folder: tests/unit needs no server and no system tool (no root to install one);
-tests/integration runs a real local tritonserver, or the system tools the deploy files are written for."""
+tests/integration runs a real local tritonserver, or the system tools the deploy files are written for;
+tests/images runs the commands of the deploy images built on the Python image, in environments built from
+exactly what each image installs (tritonlocal/image_envs.py), against a real local tritonserver."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from tritonrepo.paths import ROOT
 
 pytest_plugins = ["tritonlocal.pytest_plugin"]
 
-_TIERS = {"unit": pytest.mark.unit, "integration": pytest.mark.integration}
+_TIERS = {"unit": pytest.mark.unit, "integration": pytest.mark.integration, "images": pytest.mark.images}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -60,6 +60,7 @@ class PerfSession:
     settings: PerfSettings
     entries: int = 16
     server_pid: int | None = None
+    admin_key: str | None = None  # sent by perf_analyzer to a server whose restricted APIs need it
     _inputs: dict[str, InputData] = field(default_factory=dict)
     _models: dict[str, ModelEntry] = field(default_factory=dict)
 
@@ -75,6 +76,7 @@ class PerfSession:
             raw=raw,
             settings=settings,
             server_pid=server.pid,
+            admin_key=server.admin_key,
         )
 
     @classmethod
@@ -87,6 +89,7 @@ class PerfSession:
         raw: Path,
         settings: PerfSettings,
         server_pid: int | None = None,
+        admin_key: str | None = None,
     ) -> PerfSession:
         """A session on the server at ``http_url`` / ``grpc_url`` (``host:port``), perf_analyzer's files
         under ``raw``/perf_analyzer. ``server_pid``: None for a server of another host or container, whose
@@ -98,6 +101,7 @@ class PerfSession:
             out_dir=raw / "perf_analyzer",
             settings=settings,
             server_pid=server_pid,
+            admin_key=admin_key,
         )
 
     def input_data(self, model: str) -> InputData:
@@ -133,6 +137,7 @@ class PerfSession:
             protocol=protocol,
             concurrency=concurrency,
             inputs=self.input_data(model),  # a variant has its original's inputs
+            admin_key=self.admin_key,
         )
         before = statistics_snapshot(self.http_url)
         started = time.perf_counter()

@@ -6,6 +6,7 @@ import hashlib
 import importlib.metadata
 import os
 import platform
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -58,7 +59,12 @@ def versions(server_url: str | None = None) -> dict[str, str]:
 
 
 def git_commit(root: Path) -> dict[str, object]:
-    """HEAD's commit and whether the working tree differs from it (read-only git commands)."""
+    """HEAD's commit and whether the working tree differs from it (read-only git commands).
+
+    Where git is not installed (the slim Python image the GPU benchmark runs in), the commit is read
+    from the .git files themselves and the working tree's state is unknown (``dirty`` None)."""
+    if shutil.which("git") is None:
+        return {"commit": _head_from_files(root) or "unknown", "dirty": None, "changed_files": None}
 
     def git(*args: str) -> str:
         completed = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=False)
@@ -70,6 +76,30 @@ def git_commit(root: Path) -> dict[str, object]:
         "dirty": bool(status),
         "changed_files": len(status.splitlines()),
     }
+
+
+def _head_from_files(root: Path) -> str:
+    """HEAD's commit read from ``root/.git`` (a folder, or a worktree's ``gitdir:`` file), or ""."""
+    try:
+        git_dir = root / ".git"
+        if git_dir.is_file():
+            git_dir = root / git_dir.read_text().removeprefix("gitdir:").strip()
+        head = (git_dir / "HEAD").read_text().strip()
+        if not head.startswith("ref:"):
+            return head  # a detached HEAD holds the commit itself
+        ref = head.removeprefix("ref:").strip()
+        common = git_dir / "commondir"
+        refs_dir = git_dir / common.read_text().strip() if common.is_file() else git_dir
+        loose = refs_dir / ref
+        if loose.is_file():
+            return loose.read_text().strip()
+        for line in (refs_dir / "packed-refs").read_text().splitlines():
+            commit, _, name = line.partition(" ")
+            if name == ref:
+                return commit
+    except OSError:
+        pass
+    return ""
 
 
 def source_config_hashes(repository: Path) -> dict[str, str]:

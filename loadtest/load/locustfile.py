@@ -39,7 +39,10 @@ NO_RETRY = RetryPolicy(max_attempts=1)
 def _add_options(parser) -> None:  # noqa: ANN001 - Locust's configargparse parser
     group = parser.add_argument_group("triton")
     group.add_argument(
-        "--grpc-host", default="", help="grpc://host:port for GrpcTritonUser when --host is http://"
+        "--grpc-host",
+        default="",
+        env_var="LOCUST_GRPC_HOST",
+        help="grpc://host:port for GrpcTritonUser when --host is http://",
     )
     group.add_argument("--image-model", default="image_classifier", help="model for the image task")
     group.add_argument("--text-model", default="text_embedder", help="model for the text task")

@@ -19,8 +19,10 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from clients.transport import grpc_headers
 from loadtest.load.perf_inputs import InputData
 from tritonlocal.perf_analyzer import locate
+from tritonrepo.access import ADMIN_HEADER
 
 logger = logging.getLogger(__name__)
 
@@ -88,6 +90,9 @@ class PerfTarget:
     concurrency: int
     inputs: InputData
     batch_size: int = 1
+    # The key of a server whose model-config API is restricted (perf_analyzer reads each model's config):
+    # sent as the admin header, under Triton's restricted-protocol prefix over gRPC.
+    admin_key: str | None = None
 
     def __post_init__(self) -> None:
         if self.protocol not in PROTOCOLS:
@@ -125,7 +130,16 @@ def perf_command(target: PerfTarget, *, csv_path: Path, settings: PerfSettings) 
         "-f",
         str(csv_path),
         *target.inputs.shape_args,
+        *_header_args(target),
     ]
+
+
+def _header_args(target: PerfTarget) -> list[str]:
+    if target.admin_key is None:
+        return []
+    headers = {ADMIN_HEADER: target.admin_key}
+    headers = grpc_headers(headers) if target.protocol == "grpc" else headers
+    return [arg for name, value in headers.items() for arg in ("-H", f"{name}:{value}")]
 
 
 def run_paths(out_dir: Path, stem: str) -> tuple[Path, Path]:

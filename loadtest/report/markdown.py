@@ -370,6 +370,8 @@ def _environment(r: dict) -> str:
     versions = table(("component", "version"), r.get("versions", {}).items())
     git = r["git"]
     dirty = f" with uncommitted changes ({git['changed_files']} files)" if git["dirty"] else ""
+    if git["dirty"] is None:
+        dirty = " (uncommitted changes not known: no git where it ran)"
     hashes = table(
         ("served model", "config sha256"), ((k, v[:16]) for k, v in r.get("served_config_sha256", {}).items())
     )

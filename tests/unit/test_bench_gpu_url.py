@@ -146,3 +146,39 @@ def test_the_report_of_a_local_run_says_its_figures_do_not_describe_a_compose_de
     assert "CPU time is not sampled" not in report
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["server"]["label"] == LOCAL_LABEL
+
+
+def _failed_torchscript_export(records: Path) -> Path:
+    """Records where the last export of the TorchScript route's encoder wrote no servable file."""
+    from export.records import RECORD_FORMAT
+
+    records.mkdir()
+    failure = {"format": RECORD_FORMAT, "model": "minilm_torchscript", "served": None, "candidates": []}
+    failure["failure"] = "torch.jit.trace failed"
+    (records / "minilm_torchscript.json").write_text(json.dumps(failure))
+    return records
+
+
+def test_a_route_whose_export_failed_loses_only_its_arm_and_says_why(tmp_path: Path) -> None:
+    from loadtest.bench.gpu.plan import lost_routes
+
+    records = _failed_torchscript_export(tmp_path / "records")
+    served, arms = variants(GPU, ROOT / "model_repository", records)
+    assert list(arms["precision"]) == ["onnx: fp32 (served)"], "the TorchScript arm is left out"
+    assert arms["batching"] and arms["instances"], "every other experiment keeps its arms"
+    assert "text_embedder_torchscript" not in {variant.model for variant in served}
+    (why,) = lost_routes(ROOT / "model_repository", records).values()
+    assert "minilm_torchscript: the last export wrote no servable file (torch.jit.trace failed)" in why
+
+
+def test_a_route_the_server_did_not_load_loses_only_its_arm(tmp_path: Path) -> None:
+    from loadtest.bench.gpu.plan import lost_routes
+
+    records, unavailable = tmp_path / "no-records", ["text_embedder_torchscript"]
+    _, arms = variants(GPU, ROOT / "model_repository", records, unavailable)
+    assert list(arms["precision"]) == ["onnx: fp32 (served)"]
+    assert lost_routes(ROOT / "model_repository", records, unavailable) == {
+        "torchscript": "the server did not load text_embedder_torchscript (its log says why)"
+    }
+    report = _results(tmp_path, lost_arms={"torchscript": "the server did not load it"}).read_text()
+    assert "The torchscript route's arm is left out: the server did not load it" in report

@@ -167,6 +167,8 @@ def test_the_server_waits_for_the_export_and_is_health_checked_per_model(compose
     required = server["environment"]["TRITON_REQUIRED_MODELS"].split(",")
     assert required and all((ROOT / "model_repository" / m / "config.pbtxt").is_file() for m in required)
     assert compose["services"]["export"]["restart"] == "no"
+    # The export fails only for what the server requires (export/required.py): the same pipelines.
+    assert compose["services"]["export"]["environment"]["TRITON_REQUIRED_MODELS"] == ",".join(required)
 
 
 def test_the_repository_contract_is_checked_in_the_export_image_before_the_server_starts(
@@ -347,6 +349,24 @@ def test_the_locust_image_has_everything_the_locustfile_imports(compose: dict, i
     assert re.search(r'^ENTRYPOINT \["locust"\]$', dockerfile, re.M), "compose passes Locust's arguments only"
 
 
+def test_the_locust_image_user_can_write_the_mounted_report_folder(compose: dict) -> None:
+    """The headless master writes its CSV files into the bind-mounted reports/locust/, which belongs to the
+    host user: the image's user gets that uid (LOCUST_UID), and the guide creates the folder first."""
+    dockerfile = (ROOT / "deploy" / "locust" / "Dockerfile").read_text()
+    assert (
+        re.search(r'useradd [^\n]*--uid "\$LOCUST_UID" locust', dockerfile)
+        and "\nUSER locust\n" in dockerfile
+    )
+    assert compose["services"]["locust-master"]["build"]["args"]["LOCUST_UID"] == "1000", "the default uid"
+    csv = next(a for a in compose["services"]["locust-headless"]["command"] if a.startswith("--csv="))
+    assert csv == "--csv=reports/locust/compose"
+    guide = (ROOT / "docs" / "deploy.md").read_text()
+    step = guide[guide.index("7. **Put load on it**") : guide.index("8. **Measure batching")]
+    assert (
+        step.index("mkdir -p reports/locust") < step.index("--profile loadtest up") and "LOCUST_UID" in step
+    )
+
+
 def _pins(path: Path) -> dict[str, str]:
     """A requirements file's pins as normalised name (extras dropped) -> version."""
     lines = [line.split("#")[0].strip() for line in path.read_text().splitlines()]
@@ -379,19 +399,9 @@ def test_the_bench_profile_serves_the_benchmarks_repository_as_the_deployed_serv
     server, bench_server = services["tritonserver"], services["tritonserver-bench"]
     same = ("image", "build", "healthcheck", "shm_size", "ulimits", "deploy", "stop_grace_period")
     assert {k: bench_server[k] for k in same} == {k: server[k] for k in same}, "the image and checks"
-    # The same command but for model-config, which perf_analyzer reads over gRPC without a header.
-    key = RUNTIME_ENV["TRITON_ADMIN_KEY"]
-    restricted = {
-        "--http-restricted-api": RESTRICTED_HTTP_APIS,
-        "--grpc-restricted-protocol": RESTRICTED_GRPC_PROTOCOLS,
-    }
-    open_config = [
-        f"{flag}={','.join(a for a in apis if a != 'model-config')}:{ADMIN_HEADER}={key}"
-        for flag, apis in restricted.items()
-    ]
-    deployed = [arg for arg in server["command"] if arg.split("=")[0] not in restricted]
-    assert [a for a in bench_server["command"] if a.split("=")[0] not in restricted] == deployed
-    assert [a for a in bench_server["command"] if a.split("=")[0] in restricted] == open_config
+    # The same command: every restricted API behind the key, the one perf_analyzer sends over HTTP and gRPC.
+    assert bench_server["command"] == server["command"]
+    assert services["bench-gpu"]["environment"]["TRITON_ADMIN_KEY"] == RUNTIME_ENV["TRITON_ADMIN_KEY"]
     assert bench_server["volumes"] == ["./build/bench_repository:/models:ro"]
     assert not bench_server["ports"], "on the internal network only: bench-gpu reaches it by name"
     assert bench_server["depends_on"] == {"bench-repository": {"condition": "service_completed_successfully"}}
@@ -468,3 +478,18 @@ def _third_party_imports(path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names.add(node.module.split(".")[0])
     return {n for n in names if n not in sys.stdlib_module_names}
+
+
+def test_every_start_period_is_the_measured_load_with_its_margin(compose: dict) -> None:
+    """compose's health check, the server image's HEALTHCHECK and the Kubernetes startup probe wait the
+    same time, the one docs/measurements.md derives from the full repository's measured load."""
+    seconds = int(compose["services"]["tritonserver"]["healthcheck"]["start_period"].removesuffix("s"))
+    dockerfile = (ROOT / "deploy" / "tritonserver" / "Dockerfile").read_text()
+    assert f"--start-period={seconds}s" in dockerfile
+    deployment = yaml.safe_load((ROOT / "deploy" / "k8s" / "deployment.yaml").read_text())
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    probe = container["startupProbe"]
+    assert probe["periodSeconds"] * probe["failureThreshold"] == seconds
+    notes = (ROOT / "docs" / "measurements.md").read_text()
+    section = notes[notes.index("### The server's start period") :]
+    assert f"are {seconds} s: the measured" in section[: section.index("\n### ")]

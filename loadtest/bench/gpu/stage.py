@@ -20,7 +20,14 @@ from typing import Any
 
 from loadtest.baselines.pipelines import ExportedModel, served_file
 from loadtest.bench.gpu import server as server_facts
-from loadtest.bench.gpu.plan import TEXT_MODEL, GpuPlan, encoder_of, served_models, variants
+from loadtest.bench.gpu.plan import (
+    TEXT_MODEL,
+    GpuPlan,
+    encoder_of,
+    measured_models,
+    served_models,
+    variants,
+)
 from loadtest.bench.gpu.server import ServerUrls
 from loadtest.experiments import inprocess, minimal
 from loadtest.experiments.budget_runs import Target
@@ -98,7 +105,8 @@ def prepare_repository(plan: GpuPlan, source: Path, work: Path, raw: Path) -> tu
 
 
 def serve_and_measure(plan: GpuPlan, repository: Path, records: Path, work: Path, raw: Path) -> dict:
-    """The variants derived into one local tritonserver (the nvidia-pytriton wheel's) and measured."""
+    """The variants derived into one local tritonserver (the nvidia-pytriton wheel's) and measured; a
+    model that fails to load leaves the server serving the rest (its arm is left out, or fails)."""
     cores = os.cpu_count() or 1
     served, arms = variants(plan, repository, records)
     hashes = build_repository(
@@ -112,12 +120,16 @@ def serve_and_measure(plan: GpuPlan, repository: Path, records: Path, work: Path
         exit_timeout_s=5,
         startup_timeout_s=900,
         environment=server_environment(timings),
+        exit_on_error=False,
     )
     with LocalTritonServer(config) as server:
+        unavailable = [model for model in measured_models(arms) if model in server.failed_models]
+        _, arms = variants(plan, repository, records, unavailable)
         models = served_models(served, repository)
         result = {
             "server": server_facts.describe(server.http_url, models, label=server_facts.LOCAL_LABEL),
             "served_config_sha256": hashes,
+            "unavailable": unavailable,
         }
         session = PerfSession.for_server(server, repository=repository, raw=raw, settings=plan.perf)
         target = Target(
@@ -127,16 +139,28 @@ def serve_and_measure(plan: GpuPlan, repository: Path, records: Path, work: Path
     return result
 
 
-def measure_at(plan: GpuPlan, urls: ServerUrls, repository: Path, records: Path, raw: Path) -> dict:
+def measure_at(
+    plan: GpuPlan,
+    urls: ServerUrls,
+    repository: Path,
+    records: Path,
+    raw: Path,
+    access: tuple[str | None, list[str]],
+) -> dict:
     """The plan measured against the running server at ``urls``, which serves the variants (checked by
-    the caller); ``repository`` holds the files it serves, for the in-process half and the alternative.
-    The server's processes are not this machine's to sample: no server CPU figures."""
-    served, arms = variants(plan, repository, records)
+    the caller) but the models ``access`` names after its admin key; ``repository`` holds the files it
+    serves, for the in-process half and the alternative. The server's processes are not this machine's
+    to sample: no server CPU figures."""
+    admin_key, unavailable = access
+    served, arms = variants(plan, repository, records, unavailable)
     models = served_models(served, repository)
     label = server_facts.URL_LABEL.format(url=f"http://{urls.http_url}")
-    result = {"server": server_facts.describe(urls.http_url, models, label=label)}
+    result = {
+        "server": server_facts.describe(urls.http_url, models, label=label, admin_key=admin_key),
+        "unavailable": unavailable,
+    }
     session = PerfSession.for_urls(
-        urls.http_url, urls.grpc_url, repository=repository, raw=raw, settings=plan.perf
+        urls.http_url, urls.grpc_url, repository=repository, raw=raw, settings=plan.perf, admin_key=admin_key
     )
     target = Target(http_url=urls.http_url, grpc_url=urls.grpc_url)
     return result | measure(plan, session, repository, arms, raw, target=target)

@@ -1,15 +1,18 @@
 """The GPU benchmark's plan against a running server (``python -m loadtest.bench --mode gpu --dry-run
---url URL``), as the compose profile bench runs it against tritonserver-bench: here the server is the real
-local tritonserver, started by the test on the benchmark's repository in its derived (local) flavour.
-The command exports nothing and starts no tritonserver of its own; the report names the server it
-measured. A server without the variants, or one that hides its model configs behind the admin key, is
-refused with what to run instead."""
+--url URL``), as the compose profile bench runs it against tritonserver-bench: in an environment built from
+exactly what the export image's bench target installs, with its PATH (no git), compose's admin key in
+TRITON_ADMIN_KEY, and the checkout as its working folder (compose mounts it). Here the server is the real
+local tritonserver, started by the test on the benchmark's repository in its derived (local) flavour, with
+every restricted API behind the key as tritonserver-bench has them. The command exports nothing and starts
+no tritonserver of its own; the report names the server it measured. A server without the variants, or
+one whose model configs the run has no key for, is refused with what to run instead."""
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterator
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,6 +21,7 @@ from loadtest.bench.gpu.plan import DRY_RUN, measured_models, variants
 from loadtest.bench.gpu.server import COMPOSE_BENCH, config_restricted, not_ready
 from loadtest.bench.run import main
 from tritonlocal import LocalTritonServer, ServerConfig
+from tritonlocal.image_envs import image_env
 from tritonrepo.paths import PRECISION_RECORDS, REPOSITORY
 from tritonrepo.variants import Variant, build_repository
 
@@ -32,6 +36,7 @@ def bench_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTrit
     config = ServerConfig(
         model_repository=folder / "repository",
         log_path=folder / "tritonserver.log",
+        generate_admin_key=True,  # every restricted API behind the key, as tritonserver-bench
         startup_timeout_s=600,
     )
     with LocalTritonServer(config) as server:  # stopped on leaving, a failing test included
@@ -40,19 +45,22 @@ def bench_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTrit
 
 @pytest.fixture(scope="module")
 def url_run(
-    bench_server: LocalTritonServer,
-    tmp_path_factory: pytest.TempPathFactory,
-    run_python: Callable[..., object],
+    bench_server: LocalTritonServer, tmp_path_factory: pytest.TempPathFactory
 ) -> tuple[Path, dict, str]:
+    bench = image_env("bench")
     output = tmp_path_factory.mktemp("gpu-url-bench")
     run_id = f"gpu-url-test-{os.getpid()}"
     url = f"http://{bench_server.http_url}"
-    run_python(
-        *["-m", "loadtest.bench", "--mode", "gpu", "--dry-run"],
-        *["--url", url, "--grpc-url", bench_server.grpc_url, "--records", PRECISION_RECORDS],
-        *["--output", output, "--run-id", run_id],
-        timeout_s=900,
+    command = [
+        *["python", "-m", "loadtest.bench", "--mode", "gpu", "--dry-run"],
+        *["--url", url, "--grpc-url", bench_server.grpc_url, "--records", str(PRECISION_RECORDS)],
+        *["--output", str(output), "--run-id", run_id],
+    ]
+    environment = bench.environment(TRITON_ADMIN_KEY=str(bench_server.admin_key))
+    done = subprocess.run(
+        command, cwd=ROOT, env=environment, capture_output=True, text=True, timeout=900, check=False
     )
+    assert done.returncode == 0, f"{' '.join(command)} exited {done.returncode}:\n{done.stderr[-4000:]}"
     folder = output / run_id
     return folder, json.loads((folder / "results.json").read_text()), url
 
@@ -69,6 +77,15 @@ def test_the_url_run_names_the_server_and_the_backends_it_measured(url_run: tupl
     assert f"URL `{url}`, tritonserver 2.51.0." in report and "| minilm_onnx | python |" in report
     assert "CPU time is not sampled" in report
     assert results["errors"] == [], results["errors"]
+    assert results["lost_arms"] == {}, "the TorchScript route is served too"
+
+
+def test_the_image_without_git_records_the_commit_from_the_checkouts_files(
+    url_run: tuple[Path, dict, str],
+) -> None:
+    _, results, _ = url_run
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert results["git"] == {"commit": head.stdout.strip(), "dirty": None, "changed_files": None}
 
 
 def test_the_url_run_measures_batching_on_and_off_against_that_server(
@@ -126,7 +143,25 @@ def test_a_server_without_the_variants_is_refused_naming_each_and_what_serves_th
         for missing in ("text_embedder__nobatch", "text_embedder__x1", "text_embedder__x2"):
             assert missing in error
         assert COMPOSE_BENCH in error and not (tmp_path / "reports").exists()
-        assert config_restricted(plain.http_url, "text_embedder"), "perf_analyzer could not read it"
-    assert not config_restricted(bench_server.http_url, "text_embedder")
     _, arms = variants(DRY_RUN, REPOSITORY, PRECISION_RECORDS)
     assert not_ready(bench_server.http_url, measured_models(arms)) == []
+
+
+def test_a_server_whose_model_configs_the_run_has_no_key_for_is_refused_naming_the_variable(
+    bench_server: LocalTritonServer,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert config_restricted(bench_server.http_url, "text_embedder")
+    assert not config_restricted(bench_server.http_url, "text_embedder", bench_server.admin_key)
+    url = f"http://{bench_server.http_url}"
+    argv = ["--mode", "gpu", "--dry-run", "--url", url, "--grpc-url", bench_server.grpc_url]
+    for key in (None, "not-the-key"):
+        if key is None:
+            monkeypatch.delenv("TRITON_ADMIN_KEY", raising=False)
+        else:
+            monkeypatch.setenv("TRITON_ADMIN_KEY", key)
+        assert main([*argv, "--records", str(PRECISION_RECORDS), "--output", str(tmp_path / "r")]) == 1
+        assert "set TRITON_ADMIN_KEY to the server's key" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
