@@ -89,8 +89,8 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument(
         "--triton",
         default=pinned_tag(),
-        help="the Triton container release that will serve it (24.10-py3), for its release notes; "
-        "default: deploy/versions.env's TRITON_TAG",
+        help="the Triton container release (a tag as deploy/versions.env's TRITON_TAG) that will serve it, "
+        "for its release notes",
     )
     check.set_defaults(handler=_check)
     return parser
