@@ -229,7 +229,7 @@ def _parity(spec: ModuleSpec, worst: dict[str, float], sizes: list[int]) -> Pari
 
 
 def _outputs(result: Any) -> Batch:
-    """A runner's outputs as a tuple (the serving runtime's worker answers the first output alone)."""
+    """A runner's outputs as a tuple (a runner of a one-output file answers its array)."""
     return tuple(result) if isinstance(result, (tuple, list)) else (result,)
 
 
