@@ -202,6 +202,12 @@ def verify(runner: Runner, prepared: Prepared, *, what: str) -> Parity:
     worst: dict[str, float] = {}
     for batch, expected in cases:
         actual = _outputs(runner(batch))
+        if len(actual) != len(prepared.spec.outputs):
+            names = [decl.name for decl in prepared.spec.outputs]
+            raise ExportError(
+                f"{what}: the file answered {len(actual)} of the {len(names)} declared outputs {names}; "
+                "every output is compared with eager PyTorch"
+            )
         for decl, want, got in zip(prepared.spec.outputs, expected, actual, strict=True):
             value = measure(decl.metric, want, got)
             if not decl.passes(value):

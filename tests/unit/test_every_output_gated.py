@@ -1,7 +1,8 @@
 """Every output of a model is gated, each with its own metric, in every comparison the export makes: a
-module of three outputs built here is exported to ONNX and gated locally and in the serving onnxruntime
-(export/serving_runtime.py, a real worker process); a file whose last output alone is wrong is not
-served, and a runner that answers fewer outputs than declared fails its gate naming the one left out."""
+module of three outputs built here is exported to ONNX, compared with eager PyTorch (the fp32 parity)
+and gated locally and in the serving onnxruntime (export/serving_runtime.py, a real worker process); a
+file whose last output alone is wrong is not served, and a runner that answers fewer outputs than
+declared fails its parity check or its gate naming the ones left out."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ import pytest
 import torch
 from torch import nn
 
-from export import module_checks, module_variants, serving_runtime
+from export import module_checks, module_kind, module_variants, serving_runtime
+from export.common import ExportError
 from export.device import Capabilities
 from export.module_spec import ModuleSpec, parse_module
 from export.precision import Variant, select_and_write
@@ -120,3 +122,24 @@ def test_a_file_whose_last_output_is_wrong_in_the_serving_runtime_is_not_served(
     metrics = candidate.as_dict()["serving_gate"]["metrics"]
     assert metrics["BOXES max_abs_diff"] <= 1e-5 and metrics["SCORES top1_agreement"] == 1.0
     assert not (tmp_path / "model.onnx").exists()
+
+
+def _prepared() -> module_kind.Prepared:
+    model = Heads().eval()
+    reference = [module_checks.eager(model, (ROWS,), SPEC, where="heads")]
+    return module_kind.Prepared(
+        name="heads", spec=SPEC, model=model, batches=[(ROWS,)], reference=reference, weights_sha256=""
+    )
+
+
+def test_the_fp32_parity_names_every_output_with_its_own_metric(tmp_path: Path) -> None:
+    parity = module_kind.verify(_export(tmp_path / "heads.onnx"), _prepared(), what="heads_onnx")
+    line = str(parity)
+    assert line.startswith("fp32 BOXES max_abs_diff vs eager ")
+    assert "; SCORES top1_agreement 1 (tolerance 1)" in line and "; EMBEDDING cosine " in line
+
+
+def test_an_fp32_file_that_leaves_an_output_out_is_refused_naming_the_outputs(tmp_path: Path) -> None:
+    runner = _export(tmp_path / "heads.onnx")
+    with pytest.raises(ExportError, match=r"answered 2 of the 3 declared outputs \['BOXES', 'SCORES', 'EMB"):
+        module_kind.verify(lambda batch: runner(batch)[:2], _prepared(), what="heads_onnx")
