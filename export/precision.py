@@ -7,8 +7,9 @@ quantization; for GPU serving fp32 (TF32 off), fp16, and from compute capability
 :func:`select_and_write` builds each variant offered beside the destination, gates it against eager fp32
 on real inputs (:mod:`export.gates`), times every variant that passed in-process at each batch size of
 the pipeline's workload (:mod:`export.timing`: warmed up, on the server's threads; interleaved rounds,
-best round kept: this machine is shared and noisy), and moves the fastest onto the served file. A variant that fails its gate, or raises, is reported and never
-served. ``--precision fp32`` (or any one precision) pins the choice.
+best round kept: this machine is shared and noisy), and moves the fastest onto the served file. A variant
+that fails its gate, or raises, is reported and never served. ``--precision fp32`` (or any one
+precision) pins the choice.
 
 "Fastest" is the geometric mean of items/s over the measured batch sizes (1 and 32 by default), so a
 variant must be quick for a lone request and for a full batch. ``--timing-batches`` measures other sizes
@@ -210,14 +211,9 @@ def select_and_write(
         raise ExportError(f"precision {choice!r} is not one of {CHOICES}; use --precision auto to measure")
     progress = progress or Progress()
     selection = Selection(
-        model=model,
-        choice=choice,
-        capabilities=capabilities,
-        candidates=[],
-        served=None,
-        reference=reference,
-        threads=threads,
+        model=model, choice=choice, capabilities=capabilities, candidates=[], served=None, reference=reference
     )
+    selection.threads = threads
     built: dict[str, tuple[Path, Runner]] = {}
     try:
         with timing.serving_threads(threads):
