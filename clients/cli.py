@@ -8,7 +8,9 @@
     python -m clients --url grpc://127.0.0.1:8001 --json stats image_preprocess
 
 Exit codes: 0 success; 1 the server answered with an error (bad input, unknown model, timeout...) or
-the server is not ready; 2 usage error (bad arguments, missing file); 3 the server cannot be reached.
+the server is not ready; 2 usage error (bad arguments, a missing or malformed input file); 3 the server
+cannot be reached; 4 the model cannot take the request now: its queue is full or it is restarting or
+not ready (the server's words are printed; retry later).
 """
 
 from __future__ import annotations
@@ -23,14 +25,17 @@ from pathlib import Path
 from typing import Any
 
 from clients import infer, tables
-from clients.errors import ClientError, ServerUnavailableError
+from clients.errors import ClientError, ModelRestartingError, ServerOverloadedError, ServerUnavailableError
 from clients.options import DEFAULT_CLASSIFIER, DEFAULT_EMBEDDER
 from clients.retry import RetryPolicy
 from clients.sync_client import TritonClient
 from tritonrepo.access import ADMIN_HEADER
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
-EXIT_CODES_HELP = "exit codes: 0 ok, 1 request or server error, 2 usage error, 3 server unreachable"
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_BUSY = 0, 1, 2, 3, 4
+EXIT_CODES_HELP = (
+    "exit codes: 0 ok, 1 request or server error, 2 usage error, 3 server unreachable, 4 the model is "
+    "overloaded (queue full) or restarting: retry later"
+)
 DEFAULT_URL = "http://127.0.0.1:8000"
 
 
@@ -42,6 +47,8 @@ class UsageError(Exception):
 EXIT_CODES: tuple[tuple[type[Exception], int], ...] = (
     (UsageError, EXIT_USAGE),
     (ValueError, EXIT_USAGE),
+    (ServerOverloadedError, EXIT_BUSY),
+    (ModelRestartingError, EXIT_BUSY),
     (ServerUnavailableError, EXIT_UNREACHABLE),
     (ClientError, EXIT_FAILED),
 )
@@ -62,10 +69,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def report_failure(error: Exception, url: str) -> int:
     """Print ``error`` as ``error: ...`` on stderr and return its exit code (the first of EXIT_CODES)."""
-    message = str(error)
-    if isinstance(error, ServerUnavailableError):
-        message = f"server {url} unreachable after {error.attempts} attempt(s): {error}"
+    code, message = exit_code(error), str(error)
+    tries = f"{error.attempts} attempt(s)" if isinstance(error, ClientError) else ""
+    if code == EXIT_BUSY:
+        message = f"the model cannot take the request now, retry later ({tries}); the server said: {error}"
+    elif code == EXIT_UNREACHABLE:
+        message = f"server {url} unreachable after {tries}: {error}"
     print(f"error: {message}", file=sys.stderr)
+    return code
+
+
+def exit_code(error: Exception) -> int:
+    """The exit code of ``error``: the first of EXIT_CODES it is an instance of."""
     return next(code for kind, code in EXIT_CODES if isinstance(error, kind))
 
 
@@ -249,10 +264,10 @@ def _result(result: Any, encode: Callable[[Any], dict[str, Any]]) -> dict[str, A
 
 
 def _status(results: Sequence[Any]) -> int:
-    failures = [r for r in results if isinstance(r, ClientError)]
-    if any(isinstance(r, ServerUnavailableError) for r in failures):
-        return EXIT_UNREACHABLE
-    return EXIT_FAILED if failures else EXIT_OK
+    """Of several inputs' results: 3 when the server could not be reached for one, else 4 when the model
+    could not take one now, else 1 when one failed, else 0."""
+    codes = {exit_code(r) for r in results if isinstance(r, ClientError)}
+    return next((code for code in (EXIT_UNREACHABLE, EXIT_BUSY, EXIT_FAILED) if code in codes), EXIT_OK)
 
 
 def admin_headers_from_environment() -> dict[str, str]:

@@ -16,7 +16,8 @@ from geventhttpclient.response import HTTPConnectionClosed
 from tritonclient.utils import InferenceServerException
 
 _RESTRICTED_MARKERS = ("restricted", "expecting header")
-_QUEUE_FULL_MARKERS = ("exceeds maximum queue size", "queue is full")
+# A full queue, or a request that waited in it past its queue timeout: the model is overloaded.
+_OVERLOADED_MARKERS = ("exceeds maximum queue size", "queue is full", "request timeout expired")
 _UNKNOWN_MODEL_MARKERS = ("unknown model",)
 # A model whose process died mid-request ("Stub process '<instance>' is not healthy", until the
 # supervisor restarts the server) or that is unloaded or loading while its server or replica restarts.
@@ -111,7 +112,8 @@ class ModelRestartingError(ServerUnavailableError):
 
 
 class ServerOverloadedError(ServerUnavailableError):
-    """The model's queue is full ("Exceeds maximum queue size"); retry after a pause."""
+    """The model's queue is full ("Exceeds maximum queue size") or the request waited in it past its
+    queue timeout ("Request timeout expired"); retry after a pause."""
 
 
 def wrap_error(
@@ -147,7 +149,7 @@ def _from_server_exception(
         return ClientTimeoutError(message, **kwargs)
     if any(marker in lowered for marker in _RESTRICTED_MARKERS):
         return RestrictedApiError(message, **kwargs)
-    if any(marker in lowered for marker in _QUEUE_FULL_MARKERS):
+    if any(marker in lowered for marker in _OVERLOADED_MARKERS):
         return ServerOverloadedError(message, **kwargs)
     if code in ("UNAVAILABLE", "503"):
         return ServerUnavailableError(message, **kwargs)

@@ -43,7 +43,7 @@ from export.pipeline import ExportResult, Options, estimated_variants, export_mo
 from export.precision import CHOICES, Capabilities
 from export.progress import Progress, mode_for
 from export.required import REQUIRED_VARIABLE, required_models
-from tritonrepo.commands import command_parser
+from tritonrepo.commands import EXIT_FAILED, EXIT_OK, EXIT_USAGE, command_parser
 from tritonrepo.errors import RepositoryError
 from tritonrepo.paths import DESCRIPTIONS, PRECISION_RECORDS, REPOSITORY
 
@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         required = required_models(args.repository, os.environ)
     except (ExportError, RepositoryError) as e:  # --served-on gpu without a GPU, a required model missing
         print(f"export refused: {e}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     print(f"precision {args.precision}; this machine: {capabilities.as_dict()}")
     options = Options(
         repository=args.repository,
@@ -73,15 +73,20 @@ def main(argv: list[str] | None = None) -> int:
         progress=Progress(mode=mode_for(sys.stdout, quiet=args.quiet)),
     )
     try:
-        descriptions = _selected(load_descriptions(args.models), args.only)
-    except (ExportError, RepositoryError) as e:  # a bad description, or --only naming none
+        described = load_descriptions(args.models)
+    except (ExportError, RepositoryError) as e:  # a malformed description
         print(f"export failed: {e}", file=sys.stderr)
-        return 1
+        return EXIT_FAILED
+    try:
+        descriptions = _selected(described, args.only)
+    except ExportError as e:  # --only naming no description: a usage error
+        print(f"python -m export: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
     if args.configs_only:
         for description in descriptions:
             written = write_configs(description, args.repository)
             print(f"{description.name}: {', '.join(map(str, written)) or 'configs up to date'}")
-        return 0
+        return EXIT_OK
     with contextlib.closing(options.progress), logging_redirect_tqdm(loggers=[logging.getLogger()]):
         failed = _export(descriptions, options)
     return _exit_status(failed, required)
@@ -118,11 +123,11 @@ def _exit_status(failed: list[ExportResult], required: set[str] | None) -> int:
         for result in optional:
             print(f"  {result.model}: {result.failure}", file=sys.stderr)
     if not needed:
-        return 0
+        return EXIT_OK
     print(f"export failed: {len(needed)} file(s) have no servable file:", file=sys.stderr)
     for result in needed:
         print(f"  {result.model}: {result.failure}", file=sys.stderr)
-    return 1
+    return EXIT_FAILED
 
 
 def _selected(descriptions: list[ModelDescription], only: str | None) -> list[ModelDescription]:
@@ -155,7 +160,7 @@ def _parser() -> argparse.ArgumentParser:
         "a GPU, or TRITON_REQUIRED_MODELS naming a model the repository does not hold",
     )
     parser.add_argument(
-        "--only", metavar="NAME", help="one description's name, or image / text for a kind; None: all of them"
+        "--only", metavar="NAME", help="one description's name, or image / text for a kind (default: all)"
     )
     parser.add_argument("--force", action="store_true", help="re-export even when the files are up to date")
     parser.add_argument(

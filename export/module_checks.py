@@ -157,10 +157,13 @@ def measure(metric: str, reference: np.ndarray, candidate: np.ndarray) -> float:
 def measure_all(
     outputs: Sequence[OutputDecl], reference: list[Batch], candidate: list[Batch]
 ) -> dict[str, float]:
-    """Each output's metric over every check batch (the candidate's outputs may be fewer: the serving
-    runtime's worker answers the first output only)."""
+    """Each declared output's metric over every check batch; NaN (a failure) for an output the candidate
+    did not answer, so that no output passes unseen."""
     measured: dict[str, float] = {}
-    for index, decl in enumerate(outputs[: len(candidate[0])]):
+    for index, decl in enumerate(outputs):
+        if any(len(batch) <= index for batch in candidate):
+            measured[decl.name] = float("nan")
+            continue
         per_batch = [
             (len(expected[index]), measure(decl.metric, expected[index], actual[index]))
             for expected, actual in zip(reference, candidate, strict=True)
@@ -185,11 +188,11 @@ def combined(metric: str, per_batch: Sequence[tuple[int, float]]) -> float:
 
 
 def failures(outputs: Sequence[OutputDecl], measured: dict[str, float], *, variant: bool) -> list[str]:
-    by_name = {decl.name: decl for decl in outputs}
+    """A line for each of ``outputs`` whose measured metric misses its limit."""
     return [
-        f"{name} {by_name[name].metric} {value:.6g}, allowed {by_name[name].describe_limit(variant=variant)}"
-        for name, value in measured.items()
-        if not by_name[name].passes(value, variant=variant)
+        f"{decl.name} {decl.metric} {measured[decl.name]:.6g}, allowed {decl.describe_limit(variant=variant)}"
+        for decl in outputs
+        if not decl.passes(measured[decl.name], variant=variant)
     ]
 
 
@@ -197,10 +200,15 @@ def gate_result(outputs: Sequence[OutputDecl], reference: list[Batch], candidate
     """The reduced-precision gate: every output's metric within its ``variant_tolerance``."""
     measured = measure_all(outputs, reference, candidate)
     by_name = {decl.name: decl for decl in outputs}
+    answered = min(len(batch) for batch in candidate)
+    missing = [
+        f"{decl.name} not answered (the file gave {answered} of {len(outputs)} outputs)"
+        for decl in outputs[answered:]
+    ]
     return GateResult(
         gate="torch_module: " + ", ".join(f"{d.name} {d.metric}" for d in outputs) + " vs eager fp32",
         samples=sum(len(batch[0]) for batch in reference),
         metrics={f"{name} {by_name[name].metric}": value for name, value in measured.items()},
         thresholds={f"{name} {by_name[name].metric}": by_name[name].variant_tolerance for name in measured},
-        failures=failures(outputs, measured, variant=True),
+        failures=missing + failures(outputs[:answered], measured, variant=True),
     )

@@ -203,6 +203,12 @@ def verify(runner: Runner, prepared: Prepared, *, what: str) -> Parity:
     worst: dict[str, float] = {}
     for batch, expected in cases:
         actual = _outputs(runner(batch))
+        if len(actual) != len(prepared.spec.outputs):
+            names = [decl.name for decl in prepared.spec.outputs]
+            raise ExportError(
+                f"{what}: the file answered {len(actual)} of the {len(names)} declared outputs {names}; "
+                "every output is compared with eager PyTorch"
+            )
         for decl, want, got in zip(prepared.spec.outputs, expected, actual, strict=True):
             value = measure(decl.metric, want, got)
             if not decl.passes(value):
@@ -230,7 +236,7 @@ def _parity(spec: ModuleSpec, worst: dict[str, float], sizes: list[int]) -> Pari
 
 
 def _outputs(result: Any) -> Batch:
-    """A runner's outputs as a tuple (the serving runtime's worker answers the first output alone)."""
+    """A runner's outputs as a tuple (a runner of a one-output file answers its array)."""
     return tuple(result) if isinstance(result, (tuple, list)) else (result,)
 
 

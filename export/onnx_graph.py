@@ -3,12 +3,28 @@ intermediate tensors, and folding a ``Pad`` into the convolution it feeds."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 
 import numpy as np
 import onnx
 import onnxruntime
+
+# The intra-op threads of the sessions opened now (None: onnxruntime's default, every core), set while the
+# export builds, gates and times a served file at its server's thread count (export/timing.py).
+_INTRA_OP_THREADS: ContextVar[int | None] = ContextVar("intra_op_threads", default=None)
+
+
+@contextmanager
+def intra_op_threads(threads: int) -> Iterator[None]:
+    """Every session opened inside gets ``threads`` intra-op threads and one inter-op thread."""
+    token = _INTRA_OP_THREADS.set(threads)
+    try:
+        yield
+    finally:
+        _INTRA_OP_THREADS.reset(token)
 
 
 def providers(device: str, cuda_options: Mapping[str, str] | None = None) -> list:
@@ -22,9 +38,13 @@ def session(
     model: Path | str | bytes, device: str = "cpu", cuda_options: Mapping[str, str] | None = None
 ) -> onnxruntime.InferenceSession:
     """An onnxruntime session on ``device`` ("cpu" or "cuda", with ``cuda_options`` for the CUDA
-    provider) for a file or a serialized model, warnings silenced."""
+    provider) for a file or a serialized model, warnings silenced, with the threads of
+    :func:`intra_op_threads` when it is in force."""
     options = onnxruntime.SessionOptions()
     options.log_severity_level = 3
+    threads = _INTRA_OP_THREADS.get()
+    if threads is not None:
+        options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
     source = model if isinstance(model, bytes) else str(model)
     return onnxruntime.InferenceSession(source, options, providers=providers(device, cuda_options))
 

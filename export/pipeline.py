@@ -38,7 +38,8 @@ from export.kinds import Kind, Parity, Plan, Target
 from export.precision import Capabilities, Selection, Variant, resized_workload, select_and_write
 from export.progress import Progress
 from export.records import write_record
-from tritonrepo.configs import load_model_config
+from tritonrepo.configs import ModelEntry, load_model_config
+from tritonrepo.derive import derive_local_config
 from tritonrepo.files import exported_file
 from tritonrepo.paths import PRECISION_RECORDS
 
@@ -220,6 +221,7 @@ def _write_file(
     """Plan the file's variants, serve the fastest that passes, write ``destination``, its manifest
     (``inputs``: its input fingerprint) and its record."""
     started = time.perf_counter()
+    model_dir = destination.parent.parent
     destination.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="fp32-onnx-") as scratch:
         options.progress.step(f"{description.name}: loading the model and its check inputs")
@@ -240,6 +242,7 @@ def _write_file(
             choice=options.precision,
             capabilities=options.capabilities,
             keep_dir=options.record_dir / config.name,
+            threads=None if options.capabilities.gpu_serves else local_threads(model_dir, config),
             reference=plan.reference,
             progress=options.progress,
         )
@@ -253,6 +256,14 @@ def _write_file(
     return ExportResult(
         model=config.name, path=destination, written=True, seconds=seconds, parity=parity, selection=selection
     )
+
+
+def local_threads(model_dir: Path, config: ModelConfig) -> int:
+    """The intra-op threads the local server gives each instance of the model (tritonrepo/derive.py): a
+    CPU-served file is built, gated and timed with as many."""
+    entry = ModelEntry(name=config.name, path=model_dir, config=config)
+    local = derive_local_config(entry, gpu_available=False, intra_op_threads=None)
+    return int(local.parameters["intra_op_threads"].string_value)
 
 
 def _manifest(

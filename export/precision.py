@@ -7,9 +7,10 @@ a TorchScript file with libtorch's TF32 convolutions, export/cuda_runtime.py), f
 capability 8.0 bf16 on the GPU, never int8 (:func:`export.device.why_unavailable`).
 :func:`select_and_write` builds each variant offered beside the destination, gates it against eager fp32
 on real inputs (:mod:`export.gates`), times every variant that passed in-process at each batch size of
-the pipeline's workload (interleaved rounds, best round kept: this machine is shared and noisy), and
-moves the fastest onto the served file. A variant that fails its gate, or raises, is reported and never
-served. ``--precision fp32`` (or any one precision) pins the choice.
+the pipeline's workload (:mod:`export.timing`: warmed up, on the server's threads; interleaved rounds,
+best round kept: this machine is shared and noisy), and moves the fastest onto the served file. A variant
+that fails its gate, or raises, is reported and never served. ``--precision fp32`` (or any one
+precision) pins the choice.
 
 "Fastest" is the geometric mean of items/s over the measured batch sizes (1 and 32 by default), so a
 variant must be quick for a lone request and for a full batch. ``--timing-batches`` measures other sizes
@@ -26,7 +27,6 @@ import logging
 import math
 import os
 import tempfile
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from export import device, serving_runtime
+from export import device, serving_runtime, timing
 from export.common import ExportError
 from export.cuda_runtime import Tf32Mode
 from export.device import Capabilities
@@ -47,12 +47,14 @@ logger = logging.getLogger(__name__)
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "int8")
 CHOICES = ("auto", *PRECISIONS)
 DEVICES = ("cpu", "cuda")
-TIMING_ROUNDS = 3
-TIMING_MIN_S = 0.5
+TIMING_RULE = (
+    f"after warm-up, the median over at least {timing.TIMING_MIN_S} s of calls of each call's items/s; "
+    f"the best of {timing.TIMING_ROUNDS} interleaved rounds"
+)
 KEPT_PRECISIONS = ("fp32",)  # the benchmark compares the served file with the fp32 one
 
-Runner = Callable[[Any], Any]
-Batch = tuple[Any, int]  # (runner input, number of items in it)
+Runner = timing.Runner
+Batch = timing.Batch  # (runner input, number of items in it)
 
 
 def resized_workload(workload: Mapping[int, list[Batch]], sizes: Sequence[int]) -> dict[int, list[Batch]]:
@@ -166,6 +168,7 @@ class Selection:
     served: str | None  # None: nothing passed (``failure`` says why) and the old file, if any, is kept
     reference: GateResult | None = None  # the gate applied to fp32 itself (a noise floor), for reading
     failure: str = ""
+    threads: int | None = None  # the intra-op threads every variant was timed with (None: the process's)
 
     def as_dict(self) -> dict:
         return {
@@ -173,6 +176,7 @@ class Selection:
             "model": self.model,
             "choice": self.choice,
             "rule": "fastest passing variant by geometric mean of in-process items/s over the batch sizes",
+            "timing": {"threads": self.threads, "items_per_s": TIMING_RULE},
             "capabilities": self.capabilities.as_dict(),
             "served": self.served,
             "candidates": [candidate.as_dict() for candidate in self.candidates],
@@ -191,7 +195,8 @@ def select_and_write(
     choice: str,
     capabilities: Capabilities,
     keep_dir: Path | None = None,
-    timing_min_s: float = TIMING_MIN_S,
+    timing_min_s: float = timing.TIMING_MIN_S,
+    threads: int | None = None,
     reference: GateResult | None = None,
     progress: Progress | None = None,
 ) -> Selection:
@@ -203,27 +208,26 @@ def select_and_write(
     left out; the others go on. When another precision is served, the passing fp32 file is kept in
     ``keep_dir`` (as ``<variant><suffix>``) so that the benchmark can serve it beside the chosen one
     (:func:`export.records.kept_file`). When no requested variant passes, ``destination`` is left
-    untouched and the selection serves nothing (``served`` None, ``failure`` saying why).
+    untouched and the selection serves nothing (``served`` None, ``failure`` saying why). ``threads``:
+    the intra-op threads the server gives the file (None: the process's), which every variant is built,
+    gated and timed with (export/timing.py).
     """
     if choice not in CHOICES:
         raise ExportError(f"precision {choice!r} is not one of {CHOICES}; use --precision auto to measure")
     progress = progress or Progress()
     selection = Selection(
-        model=model,
-        choice=choice,
-        capabilities=capabilities,
-        candidates=[],
-        served=None,
-        reference=reference,
+        model=model, choice=choice, capabilities=capabilities, candidates=[], served=None, reference=reference
     )
+    selection.threads = threads
     built: dict[str, tuple[Path, Runner]] = {}
     try:
-        selection.candidates = _build_all(
-            model, variants, destination, gate, choice, capabilities, built, progress
-        )
-        candidates = selection.candidates
-        runners = {name: runner for name, (_, runner) in built.items()}
-        _time(candidates, runners, workload, timing_min_s, progress=progress, model=model)
+        with timing.serving_threads(threads):
+            selection.candidates = _build_all(
+                model, variants, destination, gate, choice, capabilities, built, progress
+            )
+            candidates = selection.candidates
+            runners = {name: runner for name, (_, runner) in built.items()}
+            _time(candidates, runners, workload, timing_min_s, progress=progress, model=model)
         passing = [c for c in candidates if c.status == "passed"]
         if not passing:
             selection.failure = nothing_passed(choice, candidates)
@@ -368,36 +372,23 @@ def _time(
     progress: Progress,
     model: str = "",
 ) -> None:
-    """Items/s of each passing candidate at each batch size: interleaved rounds, the best round kept. A
-    candidate whose runner raises becomes an error (and is no longer timed)."""
-    for round_ in range(1, TIMING_ROUNDS + 1):
+    """Items/s of each passing candidate at each batch size (export/timing.py): interleaved rounds, each
+    size warmed up in the first, the best round kept. A candidate whose runner raises becomes an error
+    (and is no longer timed)."""
+    for round_ in range(1, timing.TIMING_ROUNDS + 1):
         for candidate in candidates:
             if candidate.status != "passed":
                 continue
-            progress.step(f"{model} {candidate.variant}: timing, round {round_} of {TIMING_ROUNDS}")
+            progress.step(f"{model} {candidate.variant}: timing, round {round_} of {timing.TIMING_ROUNDS}")
             try:
                 for size, batches in workload.items():
-                    rate = items_per_second(runners[candidate.variant], batches, min_s=min_s)
+                    runner = runners[candidate.variant]
+                    rate = timing.items_per_second(runner, batches, min_s=min_s, warm=round_ > 1)
                     candidate.items_per_s[size] = max(rate, candidate.items_per_s.get(size, 0.0))
             except Exception as e:  # noqa: BLE001 - recorded; the other candidates are still timed
                 candidate.status, candidate.reason = "error", f"timing: {type(e).__name__}: {e}"
                 candidate.items_per_s = {}
                 logger.warning("%s: %s", candidate.variant, candidate.reason)
-
-
-def items_per_second(runner: Runner, batches: list[Batch], *, min_s: float) -> float:
-    """Run ``batches`` in turn (after one warm-up batch) for at least ``min_s``; items per second."""
-    if not batches:
-        raise ValueError("a timing workload needs at least one batch")
-    runner(batches[0][0])
-    items, started, index = 0, time.perf_counter(), 0
-    while True:
-        batch, count = batches[index % len(batches)]
-        runner(batch)
-        items, index = items + count, index + 1
-        elapsed = time.perf_counter() - started
-        if elapsed >= min_s and index >= len(batches) // 4 + 1:
-            return items / elapsed
 
 
 def format_table(candidates: Sequence[Candidate], reference: GateResult | None = None) -> str:

@@ -119,13 +119,34 @@ class ServingSession:
             raise ExportError(f"onnxruntime {SERVING_ONNXRUNTIME} (the serving runtime): {payload.decode()}")
         return payload
 
-    def run(self, feed: dict[str, np.ndarray]) -> np.ndarray:
-        """The model's first output for ``feed``."""
+    @property
+    def outputs(self) -> list[str]:
+        """The graph's output names, in its order (the order :meth:`run` answers them in)."""
+        return list(self.info["outputs"])
+
+    def run(self, feed: dict[str, np.ndarray]) -> tuple[np.ndarray, ...]:
+        """Every output of the model for ``feed``, in the graph's order."""
         assert self._process.stdin is not None
         buffer = io.BytesIO()
         np.savez(buffer, **feed)
         write_message(self._process.stdin, buffer.getvalue())
-        return np.load(io.BytesIO(self._receive()), allow_pickle=False)
+        with np.load(io.BytesIO(self._receive()), allow_pickle=False) as answer:
+            outputs = tuple(answer[f"arr_{index}"] for index in range(len(answer.files)))
+        if len(outputs) != len(self.outputs):
+            raise ExportError(
+                f"{LABEL} answered {len(outputs)} outputs, the graph has {len(self.outputs)} ({self.outputs})"
+            )
+        return outputs
+
+    def runner(self, feed: Feed) -> Runner:
+        """A runner on this session, answering as the export's own runners do: a graph's one output as
+        its array, several as a tuple in the graph's order (so that the gate compares every output)."""
+
+        def run(batch: Any) -> Any:
+            outputs = self.run(feed(batch))
+            return outputs[0] if len(outputs) == 1 else outputs
+
+        return run
 
     def close(self) -> None:
         if self._process.poll() is None:
@@ -156,10 +177,10 @@ def serving_gate(
     cuda_options: Mapping[str, str] | None = None,
     runtime_dir: Path = SERVING_RUNTIME,
 ) -> GateResult | None:
-    """``gate`` applied to ``model`` run by the serving onnxruntime (``feed`` turns a runner's input into
-    the session's feed; on "cuda" with ``cuda_options``); None where the local onnxruntime is the serving
-    version."""
+    """``gate`` applied to ``model`` run by the serving onnxruntime, every output of it (``feed`` turns a
+    runner's input into the session's feed; on "cuda" with ``cuda_options``); None where the local
+    onnxruntime is the serving version."""
     if not needed():
         return None
     with ServingSession(model, device, cuda_options=cuda_options, runtime_dir=runtime_dir) as session:
-        return gate(lambda batch: session.run(feed(batch)))
+        return gate(session.runner(feed))

@@ -3,9 +3,10 @@
 ``python -I serving_worker.py MODEL DEVICE [CUDA_OPTIONS_JSON]`` (the CUDA provider's options, as a JSON
 object). It imports only numpy and onnxruntime (it runs in build/serving-runtime, not in the project's
 environment). Messages on stdin/stdout are a status byte,
-an 8-byte big-endian length and a payload: first it sends its onnxruntime version and providers (JSON),
-then for each feed it reads (an ``.npz`` of named arrays) it answers the first output (an ``.npy``) or an
-error message; it exits at the end of its input.
+an 8-byte big-endian length and a payload: first it sends its onnxruntime version, providers and the
+graph's output names (JSON), then for each feed it reads (an ``.npz`` of named arrays) it answers every
+output, in the graph's order (an ``.npz`` of ``arr_0``, ``arr_1``, ...), or an error message; it exits at
+the end of its input.
 """
 
 from __future__ import annotations
@@ -44,7 +45,11 @@ def main(model: str, device: str, cuda_options: str = "{}") -> int:
     except Exception as e:  # the file does not load in this runtime: say why, then stop
         _send(f"{type(e).__name__}: {e}".encode(), b"1")
         return 1
-    info = {"onnxruntime": onnxruntime.__version__, "providers": session.get_providers()}
+    info = {
+        "onnxruntime": onnxruntime.__version__,
+        "providers": session.get_providers(),
+        "outputs": [output.name for output in session.get_outputs()],
+    }
     _send(json.dumps(info).encode())
     while True:
         header = sys.stdin.buffer.read(_HEADER.size)
@@ -54,12 +59,12 @@ def main(model: str, device: str, cuda_options: str = "{}") -> int:
         try:
             with np.load(io.BytesIO(sys.stdin.buffer.read(length)), allow_pickle=False) as arrays:
                 feed = {name: arrays[name] for name in arrays.files}
-            output = session.run(None, feed)[0]
+            outputs = session.run(None, feed)
         except Exception as e:  # a feed this file refuses: the caller fails the variant with this message
             _send(f"{type(e).__name__}: {e}".encode(), b"1")
             continue
         buffer = io.BytesIO()
-        np.save(buffer, output, allow_pickle=False)
+        np.savez(buffer, *outputs)
         _send(buffer.getvalue())
 
 

@@ -29,7 +29,7 @@ from tritonrepo.access import ADMIN_HEADER
 from tritonrepo.commands import EXIT_FAILED, EXIT_OK, EXIT_USAGE, command_parser, subcommand
 from tritonrepo.errors import RepositoryError
 from tritonrepo.local import derive_local
-from tritonrepo.paths import LOCAL_REPOSITORY
+from tritonrepo.paths import LOCAL_REPOSITORY, LOGS
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -94,12 +94,12 @@ def _add_serve(sub: Any) -> None:
     serve.add_argument(
         "--no-derive", action="store_true", help="do not re-derive build/local_repository first"
     )
-    serve.add_argument("--host", default="127.0.0.1", help="address to bind (the default: loopback only)")
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind: loopback unless you choose")
     _add_ports(serve)
     serve.add_argument(
         "--admin-key",
         default=None,
-        help="key for the restricted repository/config/shm/logging/trace APIs; None: random per start",
+        help="key for the restricted repository/config/shm/logging/trace APIs (default: random per start)",
     )
     serve.add_argument(
         "--no-admin-key", action="store_true", help="leave those APIs open to anyone who reaches the port"
@@ -116,7 +116,7 @@ def _add_serve(sub: Any) -> None:
         "--log-path",
         type=Path,
         default=None,
-        help="the server's log file; None: build/logs/tritonserver-<http port>.log",
+        help=f"the server's log file (default: {LOGS}/tritonserver-<http port>.log)",
     )
     serve.set_defaults(handler=_serve)
 
@@ -133,7 +133,7 @@ def _add_monitor(sub: Any) -> None:
         "--repository",
         type=Path,
         default=None,
-        help="the repository to serve; None: derive build/local_repository",
+        help="the repository to serve (default: derive build/local_repository)",
     )
     _add_ports(monitor)
     monitor.add_argument("--prometheus-port", type=int, default=9090, help="Prometheus's web port")

@@ -13,7 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from tritonrepo.commands import EXIT_FAILED, EXIT_OK, EXIT_USAGE, command_parser, subcommand
+from tritonrepo.commands import EXIT_FAILED, EXIT_OK, EXIT_USAGE, command_parser, positive_int, subcommand
 from tritonrepo.container_cpu import KINDS, write_variant
 from tritonrepo.contract import check_repository
 from tritonrepo.contract.release_notes import pinned_tag
@@ -56,10 +56,10 @@ def _parser() -> argparse.ArgumentParser:
     derive.add_argument("--target", type=Path, default=LOCAL_REPOSITORY, help="where to write it")
     derive.add_argument(
         "--threads",
-        type=int,
+        type=positive_int,
         default=None,
-        help="intra-op threads per model instance; None: an adopted tuning's, else the cores divided "
-        "between the instances",
+        help="intra-op threads per model instance (default: an adopted tuning's, else the cores divided "
+        "between the instances)",
     )
     derive.set_defaults(handler=_derive)
     variant = subcommand(

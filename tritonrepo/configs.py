@@ -14,7 +14,7 @@ from google.protobuf import text_format
 from tritonclient.grpc.model_config_pb2 import DataType, ModelConfig
 
 from tritonrepo.errors import RepositoryError
-from tritonrepo.files import EXPORT_MANIFEST, NATIVE_RUNTIMES, exported_filename
+from tritonrepo.files import EXPORT_MANIFEST, FILE_PARAMETER_SUFFIX, NATIVE_RUNTIMES, exported_filename
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -46,6 +46,23 @@ class ModelEntry:
     def model_filename(self) -> str | None:
         """The exported file a native model loads from each version folder."""
         return exported_filename(self.config)
+
+    def required_files(self) -> dict[Path, str]:
+        """Each file the model loads from its version folders, with what names it: a native model's
+        exported file (``exported``), a Python model's files named by its ``*_file`` parameters
+        (``tokenizer_file``, ``labels_file``), relative to each version folder."""
+        versions = self.version_dirs or [self.path / "1"]
+        filename = self.model_filename
+        if filename is not None:
+            return {version / filename: "exported" for version in versions}
+        if self.kind != "python":
+            return {}
+        named = {
+            key: value.string_value
+            for key, value in sorted(self.config.parameters.items())
+            if key.endswith(FILE_PARAMETER_SUFFIX) and value.string_value
+        }
+        return {version / file: key for version in versions for key, file in named.items()}
 
     def ensemble_steps(self) -> list[str]:
         return [step.model_name for step in self.config.ensemble_scheduling.step]

@@ -10,6 +10,7 @@ smallest warm-up batch; everything else is linked unchanged.
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import logging
 import os
@@ -27,7 +28,7 @@ from tritonrepo.container_cpu import (
     set_default_parameters,
     threads_per_instance,
 )
-from tritonrepo.files import NATIVE_RUNTIMES
+from tritonrepo.files import EXPORT_OUTPUTS, NATIVE_RUNTIMES
 from tritonrepo.paths import REPOSITORY
 from tritonrepo.served_code import BATCHING_HELPER, PARAMETERS_HELPER
 from tritonrepo.warmup_samples import WARMUP_FOLDER
@@ -99,13 +100,15 @@ def derive_local_config(
 def derive_repository(
     source: Path, target: Path, *, gpu_available: bool = False, intra_op_threads: int | None = None
 ) -> DeriveResult:
-    """Write ``target`` from ``source``; models whose exported files are missing are skipped with a reason."""
+    """Write ``target`` from ``source``; a model a file of which is missing (an exported file, a Python
+    model's tokenizer or labels: :func:`why_files_missing`) is skipped with a reason and a warning, and so
+    is every ensemble that needs it, so that the server starts with what is there."""
     models = load_repository(source)
     result = DeriveResult()
-    missing = {name: _missing_files(entry) for name, entry in models.items()}
-    for name, files in missing.items():
-        if files:
-            result.skipped[name] = f"exported file(s) missing: {', '.join(files)} (run `python -m export`)"
+    for name, entry in models.items():
+        reason = why_files_missing(entry)
+        if reason:
+            result.skipped[name] = reason
     _skip_broken_ensembles(models, result)
 
     if target.exists():
@@ -157,12 +160,26 @@ def triton_side_file(entry: ModelEntry, name: str) -> Path:
     return beside if beside.is_file() else REPOSITORY / name
 
 
-def _missing_files(entry: ModelEntry) -> list[str]:
-    filename = entry.model_filename
-    if filename is None:
-        return []
-    versions = entry.version_dirs or [entry.path / "1"]
-    return [str(v / filename) for v in versions if not (v / filename).exists()]
+def why_files_missing(entry: ModelEntry) -> str:
+    """Why ``entry`` cannot load, when a file it loads is missing ("" when none is): the export's files
+    (an exported model, the tokenizer file) and the files a Python model names in ``*_file`` parameters."""
+    missing = {path: source for path, source in entry.required_files().items() if not path.exists()}
+    exported = [str(path) for path, source in missing.items() if _is_export_output(path, source)]
+    own = [
+        f"{path} (its parameter {source})"
+        for path, source in missing.items()
+        if not _is_export_output(path, source)
+    ]
+    reasons = []
+    if exported:
+        reasons.append(f"exported file(s) missing: {', '.join(exported)} (run `python -m export`)")
+    if own:
+        reasons.append(f"file(s) missing: {', '.join(own)}: put them there or correct the parameter")
+    return "; ".join(reasons)
+
+
+def _is_export_output(path: Path, source: str) -> bool:
+    return source == "exported" or any(fnmatch.fnmatch(path.name, pattern) for pattern in EXPORT_OUTPUTS)
 
 
 def _skip_broken_ensembles(models: dict[str, ModelEntry], result: DeriveResult) -> None:

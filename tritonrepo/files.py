@@ -19,6 +19,9 @@ EXPORT_MANIFEST = ".export.json"
 # What the export writes into a repository beside the committed configs and code (and Python's caches):
 # left out where a copy of a repository's configs is made.
 EXPORT_OUTPUTS = ("*.onnx", "*.pt", "tokenizer.json", EXPORT_MANIFEST, "__pycache__")
+# A Python-backend model names each file it reads from its version folder in a parameter ending in this
+# (tokenizer_file, labels_file): a model whose file is missing is not served locally (tritonrepo/derive.py).
+FILE_PARAMETER_SUFFIX = "_file"
 # The runtime that runs an exported file outside its native backend, and the file's default name.
 EXPORTED_FILENAMES = {"onnxruntime": ONNX_FILENAME, "torchscript": TORCHSCRIPT_FILENAME}
 # Platforms and backends that run an exported file natively in NVIDIA's container, with the runtime

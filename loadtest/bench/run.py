@@ -88,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_gpu_options(parser)
     parser.add_argument("--output", type=Path, default=REPORTS, help="the folder the run's folder goes in")
     parser.add_argument(
-        "--run-id", default=None, help="folder name under --output; None: the start time and the mode"
+        "--run-id", default=None, help="folder name under --output (default: the start time and the mode)"
     )
     parser.add_argument(
         "--skip",
@@ -98,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--only",
         default=None,
-        help="comma-separated experiments to run, leaving out every other (instead of --skip); None: all",
+        help="comma-separated experiments to run, leaving out every other (instead of --skip; default: all)",
     )
     parser.add_argument(
         "--models",
@@ -128,13 +128,16 @@ def _add_gpu_options(parser: argparse.ArgumentParser) -> None:
         "the --write-repository variants, instead of exporting and starting the local server",
     )
     parser.add_argument(
-        "--grpc-url", default=None, help="with --url: the server's gRPC endpoint; None: its host, port 8001"
+        "--grpc-url",
+        default=None,
+        help="with --url: the server's gRPC endpoint (default: its host, port 8001)",
     )
     parser.add_argument(
         "--records",
         type=Path,
         default=None,
-        help=f"with --url or --write-repository: the export's precision records; None: {PRECISION_RECORDS}",
+        help="with --url or --write-repository: the export's precision records "
+        f"(default: {PRECISION_RECORDS})",
     )
     parser.add_argument(
         "--write-repository",

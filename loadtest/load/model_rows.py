@@ -56,7 +56,7 @@ def describing(model: str, folder: Path = DESCRIPTIONS) -> ModelDescription | No
 
 
 def served_modules(folder: Path = DESCRIPTIONS) -> tuple[str, ...]:
-    """The ONNX model each ``torch_module`` description serves on its own (no preprocessing model in front)."""
+    """The ONNX model of each ``torch_module`` description served alone (no preprocessing in front)."""
     return tuple(
         served.model
         for description in load_descriptions(folder)

@@ -51,8 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         nargs="+",
         default=None,
-        help="requests in flight each configuration is measured at: the load you serve; "
-        "None: the sweep's (8 for quick)",
+        help="requests in flight each configuration is measured at: the load you serve "
+        "(default: the sweep's, 8 for quick)",
     )
     parser.add_argument("--latency-budget-ms", type=float, default=1000.0, help="p99 constraint")
     parser.add_argument(
@@ -61,7 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=0.05,
         help="a variant replaces the shipped configuration only if this much faster (0.05 = 5%%)",
     )
-    parser.add_argument("--output", type=Path, default=None, help="report folder; None: reports/tune-<time>")
+    parser.add_argument(
+        "--output", type=Path, default=None, help=f"report folder (default: {REPORTS}/tune-<time>)"
+    )
     parser.add_argument("--work", type=Path, default=BUILD / "tune", help="work folder with checkpoints")
     parser.add_argument("--source", type=Path, default=REPOSITORY, help="the deployable repository")
     parser.add_argument(

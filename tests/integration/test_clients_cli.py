@@ -124,3 +124,31 @@ def test_errors_exit_with_documented_codes(http: list[str], args: list[str], cod
     run = cli(*http, *args)  # options after the command win over those before it
     assert run.returncode == code, run.stderr
     assert message in run.stderr
+
+
+def test_infer_sends_a_photographs_bytes_and_prints_each_output_by_name(http: list[str]) -> None:
+    run = cli(
+        "infer", "image_classifier", "--input", f"IMAGE_BYTES=@{IMAGES / 'chelsea.png'}", *http, "--json"
+    )
+    assert run.returncode == 0, run.stderr
+    outputs = json.loads(run.stdout)
+    assert list(outputs) == ["SCORES", "CLASS_IDS", "LABELS"]  # the model's order
+    assert outputs["LABELS"]["datatype"] == "BYTES" and outputs["LABELS"]["shape"] == [1, 5]
+    assert {"tabby, tabby cat", "tiger cat", "Egyptian cat"} & set(outputs["LABELS"]["data"][0][:2])
+    text = cli("infer", "image_classifier", "--input", f"IMAGE_BYTES=@{IMAGES / 'coffee.png'}", *http)
+    assert (
+        text.returncode == 0 and "LABELS (BYTES, shape [1, 5]):" in text.stdout and "espresso" in text.stdout
+    )
+
+
+def test_infer_sends_a_json_null_as_nan_and_the_model_refuses_it_alone(
+    http: list[str], tmp_path: Path
+) -> None:
+    rows = [[None] + [1.0] * 15, [2.0] * 16]
+    (tmp_path / "vectors.json").write_text(json.dumps(rows))
+    run = cli("infer", "l2_normalize", "--input", f"VECTOR={tmp_path / 'vectors.json'}", *http)
+    assert run.returncode == 1, run.stdout
+    assert "VECTOR: every value must be finite (got NaN or infinity)" in run.stderr, run.stderr
+    (tmp_path / "good.json").write_text(json.dumps(rows[1:]))
+    good = cli("infer", "l2_normalize", "--input", f"VECTOR={tmp_path / 'good.json'}", *http, "--json")
+    assert good.returncode == 0 and json.loads(good.stdout)["NORM"]["data"] == [[8.0]], good.stderr

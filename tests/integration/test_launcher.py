@@ -21,6 +21,9 @@ import tritonclient.http as httpclient
 
 from clients import ModelStatistics, TritonClient
 from tritonlocal import LocalTritonServer, ModelLoadError, PortInUseError, RepositoryError, ServerConfig
+from tritonrepo.derive import derive_repository
+from tritonrepo.files import EXPORT_OUTPUTS
+from tritonrepo.served_code import BATCHING_HELPER, PARAMETERS_HELPER
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = "l2_normalize"
@@ -147,6 +150,24 @@ def test_a_python_model_without_its_model_file_is_reported_without_waiting_out_t
     assert time.monotonic() - started < 60  # generous: it takes about a second
     assert any("Python model file not found" in line for line in failure.value.error_lines)
     assert not server.is_running()
+
+
+def test_a_repository_whose_tokenizer_was_not_exported_still_serves_its_other_models(tmp_path: Path) -> None:
+    """As `tritonlocal serve` does: derive, then start failing fast on any model that does not load. The
+    tokenizer without its tokenizer.json is left out by the derivation, with the pipeline through it,
+    instead of stopping the whole server."""
+    source, exported = tmp_path / "source", shutil.ignore_patterns(*EXPORT_OUTPUTS)
+    source.mkdir()
+    for helper in (BATCHING_HELPER, PARAMETERS_HELPER):
+        shutil.copyfile(ROOT / "model_repository" / helper, source / helper)
+    for name in (MODEL, "text_tokenizer", "text_embedder"):
+        shutil.copytree(ROOT / "model_repository" / name, source / name, symlinks=True, ignore=exported)
+    derived = derive_repository(source, tmp_path / "local")
+    with LocalTritonServer(ServerConfig(model_repository=tmp_path / "local", exit_timeout_s=2)) as server:
+        normalized, norms = _infer_http(server.http_url, _vectors(3))
+    np.testing.assert_allclose(np.linalg.norm(normalized, axis=1), 1.0, rtol=1e-5)
+    assert norms.shape[0] == 3
+    assert derived.written == [MODEL] and set(derived.skipped) == {"text_tokenizer", "text_embedder"}
 
 
 def test_stop_leaves_no_server_or_stub_process(small_repository: Path) -> None:

@@ -36,8 +36,8 @@ ANSWERS = [
     (HTTPConnectionClosed("connection closed."), errors.ServerUnavailableError),
     (_server("failed to connect to all addresses", "StatusCode.UNAVAILABLE"), errors.ServerUnavailableError),
     (_server("Server is unavailable", "503"), errors.ServerUnavailableError),
-    (_server("in ensemble 'text_embedder', Request timeout expired", "503"), errors.ServerUnavailableError),
-    (_server("Request timeout expired", "StatusCode.UNAVAILABLE"), errors.ServerUnavailableError),
+    (_server("in ensemble 'text_embedder', Request timeout expired", "503"), errors.ServerOverloadedError),
+    (_server("Request timeout expired", "StatusCode.UNAVAILABLE"), errors.ServerOverloadedError),
     (_server(QUEUE_FULL, "503"), errors.ServerOverloadedError),
     (
         _server(f"in ensemble 'text_embedder', {QUEUE_FULL}", "StatusCode.UNAVAILABLE"),

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from export import precision
+from export import timing
 from export.description import load_description
 from export.device import Capabilities, CudaDevice
 from export.pipeline import Options, export_model
@@ -135,7 +135,7 @@ def test_every_file_the_export_writes_for_a_model_of_any_tensors_is_accepted_whe
     """The tabular classifier (a torch_module: the user's own nn.Module) through the real export: each
     served file gets a manifest naming it and where it was gated, so the server starts on a CPU host and
     is refused, naming both files, on a GPU."""
-    monkeypatch.setattr(precision, "TIMING_ROUNDS", 1)  # which variant is served does not matter here
+    monkeypatch.setattr(timing, "TIMING_ROUNDS", 1)  # which variant is served does not matter here
     repository = tmp_path / "models"
     options = Options(
         repository=repository,

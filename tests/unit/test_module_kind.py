@@ -14,7 +14,7 @@ import pytest
 import torch
 import yaml
 
-from export import precision
+from export import timing
 from export.description import load_description
 from export.device import Capabilities
 from export.module_kind import load_model
@@ -156,7 +156,7 @@ TORCHSCRIPT_ONLY = [{"model": "toy_torchscript", "format": "torchscript"}]
 @pytest.fixture(autouse=True)
 def one_timing_round(monkeypatch: pytest.MonkeyPatch) -> None:
     """Time each variant once: these tests read which variant passed its gate, not how fast it ran."""
-    monkeypatch.setattr(precision, "TIMING_ROUNDS", 1)
+    monkeypatch.setattr(timing, "TIMING_ROUNDS", 1)
 
 
 def _project(tmp_path: Path, served: list | None = None, **module: object) -> Path:

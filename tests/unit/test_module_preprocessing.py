@@ -12,7 +12,7 @@ import pytest
 import torch
 import yaml
 
-from export import precision
+from export import timing
 from export.description import load_description
 from export.device import Capabilities
 from export.pipeline import Options, export_model
@@ -47,7 +47,7 @@ output [ { name: "VALUES" data_type: TYPE_FP32 dims: [ %s ] } ]
 @pytest.fixture(autouse=True)
 def one_timing_round(monkeypatch: pytest.MonkeyPatch) -> None:
     """Time each variant once: these tests read what was checked and written, not how fast it ran."""
-    monkeypatch.setattr(precision, "TIMING_ROUNDS", 1)
+    monkeypatch.setattr(timing, "TIMING_ROUNDS", 1)
 
 
 def _project(tmp_path: Path, *, produced_dims: str = "4", preprocessing: dict | None = None) -> Path:

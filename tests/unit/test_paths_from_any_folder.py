@@ -73,9 +73,9 @@ def _run_elsewhere(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[st
 
 
 def test_the_export_finds_every_description_from_another_folder(tmp_path: Path) -> None:
-    # --only with an unknown name fails after reading every description, and lists their names.
+    # --only with an unknown name is a usage error after reading every description, listing their names.
     done = _run_elsewhere(tmp_path, "-m", "export", "--only", "no_such_model", "--precision", "fp32")
-    assert done.returncode == 1, done.stderr
+    assert done.returncode == 2, done.stderr
     for description in paths.DESCRIPTIONS.glob("*.yaml"):
         assert description.stem in done.stderr
     assert not list(tmp_path.iterdir()), "the export wrote into the working folder"
@@ -187,3 +187,9 @@ def test_every_option_of_every_command_has_a_help_text_its_default_and_the_exit_
             if _takes_a_value(name) and not re.search(r"default|required", text, re.I)
         ]
         assert not no_default, f"{where} --help: options that do not show their default: {no_default}"
+        twice = [
+            name
+            for name, text in entries.items()
+            if len(re.findall(r"\bdefault\b", text, re.I)) > 1 or "None:" in text
+        ]
+        assert not twice, f"{where} --help: options that state their default twice: {twice}"

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import logging
+import shutil
 import sys
 import textwrap
 from pathlib import Path
@@ -9,7 +11,7 @@ import pytest
 from tritonrepo.configs import exported_step, load_model_config, load_repository, parse_config
 from tritonrepo.derive import EXPORTED_RUNTIME, NATIVE_RUNNER, derive_local_config, derive_repository
 from tritonrepo.errors import RepositoryError
-from tritonrepo.files import exported_file
+from tritonrepo.files import EXPORT_OUTPUTS, exported_file
 from tritonrepo.served_code import BATCHING_HELPER, PARAMETERS_HELPER, load_served_module
 
 REPOSITORY = Path(__file__).resolve().parents[2] / "model_repository"
@@ -193,3 +195,25 @@ def test_each_pipeline_names_the_one_exported_model_it_calls() -> None:
     assert exported_step(models, "image_classifier") == "efficientnet_lite0_onnx"
     with pytest.raises(RepositoryError, match="not an ensemble"):
         exported_step(models, "minilm_onnx")
+
+
+def test_a_python_model_whose_files_are_missing_is_skipped_as_an_unexported_model_is(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The shipped repository before any export (no tokenizer.json), and without the labels file the
+    postprocessing names: the derived repository serves what is there, naming what it left out."""
+    source = tmp_path / "source"
+    shutil.copytree(REPOSITORY, source, symlinks=True, ignore=shutil.ignore_patterns(*EXPORT_OUTPUTS))
+    (source / "image_postprocess" / "1" / "imagenet_labels.txt").unlink()
+    with caplog.at_level(logging.WARNING, logger="tritonrepo.derive"):
+        result = derive_repository(source, tmp_path / "local")
+    tokenizer = source / "text_tokenizer" / "1" / "tokenizer.json"
+    expected = f"exported file(s) missing: {tokenizer} (run `python -m export`)"
+    assert result.skipped["text_tokenizer"] == expected
+    assert result.skipped["image_postprocess"].startswith("file(s) missing: ")
+    assert "imagenet_labels.txt (its parameter labels_file)" in result.skipped["image_postprocess"]
+    assert "text_tokenizer" in result.skipped["text_embedder"]
+    assert {"image_preprocess", "l2_normalize"} <= set(result.written)
+    assert not (tmp_path / "local" / "text_tokenizer").exists()
+    warned = [r.getMessage() for r in caplog.records]
+    assert f"not serving text_tokenizer locally: {result.skipped['text_tokenizer']}" in warned
