@@ -5,6 +5,7 @@
     python -m clients classify cat.jpg dog.png --top-k 3
     python -m clients embed "a sentence" "another one"      (or --file lines.txt)
     python -m clients stats [MODEL]
+    python -m clients infer image_classifier --input IMAGE_BYTES=@cat.png   (any model: clients/infer.py)
     python -m clients --url grpc://127.0.0.1:8001 --json stats image_preprocess
 
 Exit codes: 0 success; 1 the server answered with an error (bad input, unknown model, timeout...) or

@@ -136,12 +136,11 @@ def test_infer_sends_a_photographs_bytes_and_prints_each_output_by_name(http: li
     assert outputs["LABELS"]["datatype"] == "BYTES" and outputs["LABELS"]["shape"] == [1, 5]
     assert {"tabby, tabby cat", "tiger cat", "Egyptian cat"} & set(outputs["LABELS"]["data"][0][:2])
     text = cli("infer", "image_classifier", "--input", f"IMAGE_BYTES=@{IMAGES / 'coffee.png'}", *http)
-    assert (
-        text.returncode == 0 and "LABELS (BYTES, shape [1, 5]):" in text.stdout and "espresso" in text.stdout
-    )
+    assert text.returncode == 0, text.stderr
+    assert "LABELS (BYTES, shape [1, 5]):" in text.stdout and "espresso" in text.stdout
 
 
-def test_infer_sends_a_json_null_as_nan_and_the_model_refuses_it_alone(
+def test_infer_sends_a_json_null_as_nan_which_the_model_refuses_by_name(
     http: list[str], tmp_path: Path
 ) -> None:
     rows = [[None] + [1.0] * 15, [2.0] * 16]
