@@ -63,10 +63,6 @@ class ImageEnv:
     prefix: Path
     tools: Path
 
-    @property
-    def python(self) -> Path:
-        return self.prefix / "bin" / "python"
-
     def environment(self, **extra: str) -> dict[str, str]:
         """The variables a command sees in the image: its PATH and the Dockerfile's ENV, plus ``extra``."""
         path = os.pathsep.join([str(self.prefix / "bin"), str(self.tools)])

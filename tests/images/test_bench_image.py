@@ -25,6 +25,10 @@ from tritonlocal.image_envs import image_env
 from tritonrepo.paths import PRECISION_RECORDS, REPOSITORY
 from tritonrepo.variants import Variant, build_repository
 
+# A cold build of the image's environment downloads and installs what the image installs: minutes, past the
+# suite's 600 s per test on a busy machine (docs/measurements.md, "The image environments' cold builds").
+pytestmark = pytest.mark.timeout(3600)
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
