@@ -180,6 +180,14 @@ CASES: dict[str, tuple[tuple[str, str, str], Callable[..., object]]] = {
         ("error", "m", "preferred-batch-size"),
         lambda root, pt: _append(linear(root), "dynamic_batching { preferred_batch_size: [ 4, 16 ] }"),
     ),
+    # server #8870 reports the same non-prefetching batcher path (any queue policy); one instance behind it
+    # waits for the batcher's 500 ms poll (docs/measurements.md, "The queue policy's stall").
+    "bounded queue, one instance": (
+        ("warning", "m", "queue-one-instance"),
+        lambda root, pt: _append(
+            linear(root), "dynamic_batching { default_queue_policy { max_queue_size: 8 } }"
+        ),
+    ),
     # No user report found: core r24.10 ValidateBatchIO refuses it ("unknown source input name").
     "batch input source": (
         ("error", "p", "batch-input"),

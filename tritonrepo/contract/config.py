@@ -88,6 +88,27 @@ def preferred_batch_sizes(name: str, config: ModelConfig) -> list[Finding]:
     ]
 
 
+def queue_instances(name: str, config: ModelConfig) -> list[Finding]:
+    """A bounded queue (any default_queue_policy) behind fewer than two instances of a group: the core's
+    batcher then loses its prefetching and wakes on a new request only if an instance is idle at that
+    instant (src/dynamic_batch_scheduler.cc), so a request that arrives while the lone instance finishes
+    its previous batch waits for the batcher's 500 ms poll."""
+    if not config.dynamic_batching.HasField("default_queue_policy"):
+        return []
+    counts = [group.count for group in config.instance_group] or [1]
+    if min(counts) >= 2:
+        return []
+    return [
+        warning(
+            name,
+            "queue-one-instance",
+            f"a default_queue_policy with {min(counts)} instance(s) in a group: a request arriving as the "
+            "instance finishes its previous batch waits up to 500 ms for the batcher",
+            "set count: 2 or more in each instance_group, or drop default_queue_policy",
+        )
+    ]
+
+
 def batch_inputs(name: str, config: ModelConfig) -> list[Finding]:
     """Each batch input has one source that is a real input, an INT32 or FP32 type, and a target name of
     its own (core ValidateBatchIO)."""

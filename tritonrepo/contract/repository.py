@@ -75,6 +75,7 @@ def model_findings(
     name, config = entry.name, entry.config
     ensemble = config.platform == "ensemble"
     found = platform(name, config) + rules.io_dims(name, config) + rules.preferred_batch_sizes(name, config)
+    found += rules.queue_instances(name, config)
     found += rules.batch_inputs(name, config) + rules.ragged_inputs(name, config, ensemble=ensemble)
     found += rules.warmups(name, config, entry.path, ensemble=ensemble)
     if ensemble:
