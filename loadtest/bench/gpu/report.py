@@ -122,18 +122,7 @@ def write_gpu_report(folder: Path) -> Path:
             "",
         ]
     lines += [results.get("precision_section", ""), ""]
-    for key, title in (
-        ("batching", "Dynamic batching on vs off"),
-        ("precision", "fp32 against the served precision (both routes)"),
-        ("instances", "One vs two instances per device"),
-    ):
-        lines += ["", f"## {title}", ""]
-        if key == "precision":  # an fp32 file identical to the served one is no second arm
-            lines += [f"- {note}" for note in served.get("precision_notes", [])]
-        lines += arms_table(served[key], encoders) if key in served else ["not measured (see Errors)"]
-        if key == "precision":
-            lost = results.get("lost_arms", {}).items()
-            lines += [f"\nThe {route} route's arm is left out: {why}" for route, why in lost]
+    lines += _arms_sections(results, served, encoders)
     section = served.get("served_vs_inprocess", {})
     ratio = served_ratio(section)
     lines += ["", "## Served against in-process batches of the same file", ""]
@@ -158,6 +147,24 @@ def write_gpu_report(folder: Path) -> Path:
     path = folder / "report.md"
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def _arms_sections(results: dict, served: dict, encoders: list) -> list[str]:
+    """The experiments measured as arms side by side: batching, precision, instances."""
+    lines: list[str] = []
+    for key, title in (
+        ("batching", "Dynamic batching on vs off"),
+        ("precision", "fp32 against the served precision (both routes)"),
+        ("instances", "One vs two instances per device"),
+    ):
+        lines += ["", f"## {title}", ""]
+        if key == "precision":  # an fp32 file identical to the served one is no second arm
+            lines += [f"- {note}" for note in served.get("precision_notes", [])]
+        lines += arms_table(served[key], encoders) if key in served else ["not measured (see Errors)"]
+        if key == "precision":
+            lost = results.get("lost_arms", {}).items()
+            lines += [f"\nThe {route} route's arm is left out: {why}" for route, why in lost]
+    return lines
 
 
 def _targets(results: dict, served_ratio_: float | None) -> list[str]:
