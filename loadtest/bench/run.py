@@ -105,7 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="comma-separated models of the repository to measure instead of the shipped ones: the "
         "concurrency sweep and batching on vs off (those that batch), nothing else; what they need is "
-        "exported first (an up-to-date file is kept) and only that is served; None: the mode's",
+        "exported first (an up-to-date file is kept) and only that is served (default: the mode's)",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages too")
     parser.add_argument(

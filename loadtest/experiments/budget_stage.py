@@ -25,7 +25,7 @@ from loadtest.baselines.pipelines import ExportedEncoder, ImagePipeline, TextPip
 from loadtest.experiments.budget import Budget, InProcessTime
 from loadtest.experiments.budget_runs import Load, Target, measure, service_rows
 from loadtest.experiments.inprocess import alternating_median_ms
-from loadtest.load.model_rows import Row, served_modules
+from loadtest.load.model_rows import Row, described_services
 from loadtest.load.stub_timings import server_environment
 from tritonlocal import LocalTritonServer, ServerConfig
 from tritonrepo.configs import input_kind, load_repository
@@ -34,8 +34,8 @@ from tritonrepo.variants import Variant, build_repository
 
 logger = logging.getLogger(__name__)
 
-# Images, text, every model of the user's own code served alone, and MobileNetV2 behind its preprocessing.
-SERVICES = ("image_classifier", "text_embedder", *served_modules(), "image_classifier_mobilenet_v2")
+# Images, text, and what every model of the user's own code serves to clients.
+SERVICES = ("image_classifier", "text_embedder", *described_services())
 IN_FLIGHT = (1, 32)
 ROW_ENTRIES = 64  # distinct request rows per service (images cycle through photograph variants)
 

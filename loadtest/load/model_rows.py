@@ -55,15 +55,18 @@ def describing(model: str, folder: Path = DESCRIPTIONS) -> ModelDescription | No
     return None
 
 
-def served_modules(folder: Path = DESCRIPTIONS) -> tuple[str, ...]:
-    """The ONNX model of each ``torch_module`` description served alone (no preprocessing in front)."""
-    return tuple(
-        served.model
-        for description in load_descriptions(folder)
-        if description.module is not None and not description.preprocessing
-        for served in description.served
-        if served.format == "onnx"
-    )
+def described_services(folder: Path = DESCRIPTIONS) -> tuple[str, ...]:
+    """What each ``torch_module`` description serves to clients: its ONNX model where nothing is in front
+    of it, else the ensembles that put its preprocessing in front."""
+    services: list[str] = []
+    for description in load_descriptions(folder):
+        if description.module is None:
+            continue
+        if not description.preprocessing:
+            services += [s.model for s in description.served if s.format == "onnx"]
+        elif description.configs is not None:
+            services += [e.model for e in description.configs.ensembles][:1]
+    return tuple(services)
 
 
 def described_rows(model: str, config: ModelConfig, folder: Path = DESCRIPTIONS) -> list[Row] | None:

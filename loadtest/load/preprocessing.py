@@ -82,7 +82,7 @@ class TextTokenizer:
 
 class ImagePreprocessor:
     """image_preprocess's decode/resize/crop/normalise, with its config's settings (or those of
-    ``model``, another preprocessing model of the same code, e.g. image_preprocess_mobilenet_v2)."""
+    ``model``, another preprocessing model of the same code, such as a scaffolded model's own copy)."""
 
     def __init__(self, repository: Path, model: str = PREPROCESS_MODEL) -> None:
         path = Path(repository) / model / "1" / "model.py"

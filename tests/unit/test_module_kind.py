@@ -146,7 +146,7 @@ MODULE = {
     ],
     "max_batch_size": 8,
     "dynamic_batching": {"max_queue_delay_us": 100, "preferred_batch_sizes": [8]},
-    "instance_groups": [{"kind": "KIND_CPU", "count": 1}],
+    "instance_groups": [{"kind": "KIND_CPU", "count": 2}],
 }
 
 

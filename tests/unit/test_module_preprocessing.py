@@ -76,7 +76,7 @@ def _project(tmp_path: Path, *, produced_dims: str = "4", preprocessing: dict | 
             ],
             "max_batch_size": 8,
             "dynamic_batching": {"max_queue_delay_us": 100},
-            "instance_groups": [{"kind": "KIND_CPU", "count": 1}],
+            "instance_groups": [{"kind": "KIND_CPU", "count": 2}],
         },
         "served": [{"model": "toy_onnx", "format": "onnx"}],
         "precisions": {"cpu": ["fp32"], "cuda": ["fp32"]},
