@@ -223,3 +223,10 @@ def test_every_python_model_type_checks_against_tritons_api(
     """mypy with the project's settings (pyproject.toml), which check the packages and the served helpers
     in one run; a model.py needs a run of its own, since every one of them is a module named `model`."""
     run_python("-m", "mypy", model_py.relative_to(ROOT).as_posix())
+
+
+def test_no_two_test_files_share_a_name_across_tiers() -> None:
+    """pytest imports test files by their base name (the tiers have no __init__.py): two files of the
+    same name stop the whole run at collection."""
+    names = [path.name for path in (ROOT / "tests").rglob("test_*.py")]
+    assert not sorted({name for name in names if names.count(name) > 1})
