@@ -14,7 +14,8 @@ the project's rules added by export/config_rules.py. The section::
         by_format: {onnx: {parameters: {cudnn_conv_algo_search: "1"}}}
       image_preprocessing:          # the Python model named by preprocessing.model
         {resize_shorter_px: 256, mean_rgb: [0.5, 0.5, 0.5], std_rgb: [0.5, 0.5, 0.5],
-         preferred_batch_sizes: [8, 16, 32], instances: 2}
+         preferred_batch_sizes: [8, 16, 32], instances: 2,
+         host_cores_reserved: 2}    # optional: on a GPU host, the cores less 2 instances at start-up
       python_models:                # other Python-backend models, stated in full
         - {model: NAME, inputs: [...], outputs: [...], max_batch_size: 64, dynamic_batching: {...},
            instance_groups: [...], parameters: {key: "value"}}
@@ -88,6 +89,9 @@ class ImagePreprocessingSpec:
     std_rgb: tuple[float, float, float]
     preferred_batch_sizes: tuple[int, ...]
     instances: int
+    # On a GPU host the instances follow the server's cores at start-up: all but this many, never fewer
+    # than ``instances`` (tritonrepo/host_instances.py); None: ``instances`` everywhere.
+    host_cores_reserved: int | None = None
     about: str = ""
 
 
@@ -238,6 +242,11 @@ def _image_preprocessing(model: str, data: Any) -> ImagePreprocessingSpec:
         std_rgb=tuple(float(v) for v in channels["std_rgb"]),  # type: ignore[arg-type]
         preferred_batch_sizes=tuple(preferred),
         instances=section.integer("instances", minimum=1),
+        host_cores_reserved=(
+            section.integer("host_cores_reserved", minimum=0)
+            if "host_cores_reserved" in section.data
+            else None
+        ),
         about=str(section.get("about", "")).strip(),
     )
     section.done()

@@ -26,6 +26,7 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from tritonrepo.configs import ModelEntry, format_config, load_repository
 from tritonrepo.files import EXPORT_MANIFEST, NATIVE_RUNTIMES
+from tritonrepo.host_instances import scale_parsed_config
 
 logger = logging.getLogger(__name__)
 
@@ -78,6 +79,7 @@ def cpu_config(entry: ModelEntry, *, cores: int) -> ModelConfig:
         config.optimization.ClearField("execution_accelerators")
     if not config.optimization.ListFields():
         config.ClearField("optimization")
+    scale_parsed_config(config, None)  # the model needs the cores the preprocessing would take on a GPU host
     if entry.is_native:
         runtime = NATIVE_RUNTIMES[entry.kind][0]
         intra, inter = THREAD_PARAMETERS[runtime]

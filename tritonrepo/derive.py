@@ -29,6 +29,7 @@ from tritonrepo.container_cpu import (
     threads_per_instance,
 )
 from tritonrepo.files import EXPORT_OUTPUTS, NATIVE_RUNTIMES
+from tritonrepo.host_instances import scale_parsed_config, usable_cores
 from tritonrepo.paths import REPOSITORY
 from tritonrepo.served_code import BATCHING_HELPER, PARAMETERS_HELPER
 from tritonrepo.warmup_samples import WARMUP_FOLDER
@@ -94,6 +95,8 @@ def derive_local_config(
             keep_smallest_warmup(config)
             if runtime == "onnxruntime":
                 set_default_parameters(config, CPU_ONNXRUNTIME_PARAMETERS)
+    # On a GPU host some CPU steps take the cores the GPU leaves; without one the model needs them.
+    scale_parsed_config(config, usable_cores() if gpu_available else None)
     return config
 
 

@@ -135,7 +135,9 @@ def test_the_triton_image_comes_from_the_one_pinned_tag(compose: dict, versions:
     server = compose["services"]["tritonserver"]
     assert server["build"]["args"]["TRITON_IMAGE"] == f"nvcr.io/nvidia/tritonserver:{versions['TRITON_TAG']}"
     assert server["image"].endswith(f":{versions['TRITON_TAG']}")
-    dockerfile = (ROOT / server["build"]["context"] / "Dockerfile").read_text()
+    dockerfile = (
+        ROOT / server["build"]["context"] / server["build"].get("dockerfile", "Dockerfile")
+    ).read_text()
     assert re.search(r"^ARG TRITON_IMAGE$", dockerfile, re.M), (
         "the base image must be a build arg without default"
     )
@@ -161,8 +163,10 @@ def test_the_server_waits_for_the_export_and_is_health_checked_per_model(compose
     server = compose["services"]["tritonserver"]
     assert server["depends_on"]["export"]["condition"] == "service_completed_successfully"
     assert server["healthcheck"]["test"] == ["CMD", "python3", PROBE_IN_IMAGE]
-    dockerfile = (ROOT / server["build"]["context"] / "Dockerfile").read_text()
-    assert f"COPY model_probe.py {PROBE_IN_IMAGE}" in dockerfile
+    dockerfile = (
+        ROOT / server["build"]["context"] / server["build"].get("dockerfile", "Dockerfile")
+    ).read_text()
+    assert f"COPY deploy/tritonserver/model_probe.py {PROBE_IN_IMAGE}" in dockerfile
     assert server["environment"]["TRITON_ADMIN_KEY"] == RUNTIME_ENV["TRITON_ADMIN_KEY"]
     required = server["environment"]["TRITON_REQUIRED_MODELS"].split(",")
     assert required and all((ROOT / "model_repository" / m / "config.pbtxt").is_file() for m in required)

@@ -185,8 +185,10 @@ def _server_commands() -> dict[str, list[str]]:
 @pytest.mark.parametrize("where", ["compose", "kubernetes"])
 def test_the_server_starts_through_the_check_and_the_probe_stays_per_model(where: str) -> None:
     command = _server_commands()[where]
-    assert command[:3] == ["python3", IN_IMAGE, "tritonserver"]
+    # The check, then the instance counts that follow the cores (tritonrepo/host_instances.py), then the server.
+    assert command[:5] == ["python3", IN_IMAGE, "python3", "/opt/tritonserver/host_instances.py", "tritonserver"]
     assert "--model-repository=/models" in command
     dockerfile = (ROOT / "deploy" / "tritonserver" / "Dockerfile").read_text()
-    assert f"COPY gpu_class_check.py {IN_IMAGE}" in dockerfile
+    assert f"COPY deploy/tritonserver/gpu_class_check.py {IN_IMAGE}" in dockerfile
+    assert "COPY tritonrepo/host_instances.py /opt/tritonserver/host_instances.py" in dockerfile
     assert "gpu_class_check" not in (ROOT / "deploy" / "tritonserver" / "model_probe.py").read_text()

@@ -82,7 +82,7 @@ def test_the_deployment_asks_for_a_gpu_and_probes_every_model_with_the_images_ch
         assert container[probe]["exec"]["command"] == ["python3", PROBE_IN_IMAGE], probe
         assert container[probe]["timeoutSeconds"] >= 2 * 2, f"{probe}: room for the check's 2 s timeouts"
     dockerfile = (ROOT / "deploy" / "tritonserver" / "Dockerfile").read_text()
-    assert f"COPY model_probe.py {PROBE_IN_IMAGE}" in dockerfile
+    assert f"COPY deploy/tritonserver/model_probe.py {PROBE_IN_IMAGE}" in dockerfile
     env = {e["name"]: e for e in container["env"]}
     assert "secretKeyRef" in env["TRITON_ADMIN_KEY"]["valueFrom"], "the check reads the restricted index"
     required = env["TRITON_REQUIRED_MODELS"]["value"].split(",")
