@@ -20,6 +20,7 @@
   one header, one rule for what is left out).
 - :mod:`tritonrepo.warmup`, :mod:`tritonrepo.warmup_samples`: warm-up shapes and their data files.
 - :mod:`tritonrepo.access`: the APIs every server restricts and the header that carries their key.
+- :mod:`tritonrepo.progress`: the one progress display of every long command (export, load tests, batch job).
 
 Export, the launcher (tritonlocal), the clients, loadtest and the demo build on this package, which
 imports none of them. ``python -m tritonrepo`` writes the derived repositories.

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from loadtest.experiments import registry
-from loadtest.progress import Progress, duration
+from tritonrepo.progress import Progress, duration
 
 # Seconds each experiment takes on 2 cores, by mode, and the served stage's own start (the clones'
 # repository, the server loading them). Quick: the wall time of the recorded quick run's points and

@@ -38,10 +38,10 @@ from loadtest.experiments import plans, registry
 from loadtest.experiments import stages as experiment_stages
 from loadtest.experiments.plans import Plan
 from loadtest.load import environment
-from loadtest.progress import Progress
 from loadtest.report.markdown import write_report
 from tritonrepo.commands import EXIT_FAILED, EXIT_OK, EXIT_USAGE, command_parser
 from tritonrepo.paths import BUILD, PRECISION_RECORDS, REPORTS, REPOSITORY, ROOT
+from tritonrepo.progress import Progress
 
 logger = logging.getLogger(__name__)
 

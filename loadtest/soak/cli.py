@@ -10,7 +10,6 @@ import dataclasses
 import logging
 import sys
 
-from loadtest.progress import Progress
 from loadtest.soak import run
 from loadtest.soak.config import SoakConfig
 from loadtest.soak.progress import SoakProgress
@@ -20,6 +19,7 @@ from tritonrepo.commands import EXIT_FAILED, EXIT_OK, command_parser
 from tritonrepo.errors import RepositoryError
 from tritonrepo.local import derive_local
 from tritonrepo.paths import LOCAL_REPOSITORY
+from tritonrepo.progress import Progress
 
 HELP = {  # the SoakConfig fields that are options, and what each means
     "minutes": "soak duration after warm-up (required)",
