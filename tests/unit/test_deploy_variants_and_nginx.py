@@ -1,4 +1,4 @@
-"""The CPU variant of the deployable repository, and the nginx configuration rendered for replicas.
+"""The CPU copy of the deployable repository, and the nginx configuration rendered for replicas.
 
 The real ``nginx -t`` checks the rendered configuration in tests/integration/test_deploy_system_tools.py.
 """
