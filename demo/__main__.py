@@ -20,18 +20,15 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-import skimage
-
 from clients.sync_client import TritonClient
 from demo.batching import ENSEMBLES, NOBATCH, build_demo_repository, compare, print_comparison
-from samples import shuffled_sentences
+from samples import photograph_paths, shuffled_sentences
 from tritonlocal import LocalTritonServer, ServerConfig
 from tritonrepo.commands import command_parser
 from tritonrepo.local import derive_local
 from tritonrepo.paths import BUILD, ROOT
 
 DEMO_REPOSITORY = BUILD / "demo_repository"
-IMAGES = ("chelsea.png", "coffee.png", "astronaut.png", "rocket.jpg", "motorcycle_left.png", "horse.png")
 SENTENCES = (
     "A cat is sleeping on the warm windowsill.",
     "The kitten naps in the sun by the window.",
@@ -78,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     with LocalTritonServer(ServerConfig(model_repository=DEMO_REPOSITORY)) as server:
         print(f"tritonserver 2.51 ready on http://{server.http_url} and grpc {server.grpc_url}\n")
         url = f"http://{server.http_url}"
-        images = [Path(skimage.__file__).parent / "data" / name for name in IMAGES]
+        images = photograph_paths(check_set=True)
         show_classifications(url, images)
         show_embeddings(url)
         print(

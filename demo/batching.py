@@ -1,5 +1,5 @@
 """What dynamic batching buys at the same load: each ensemble served twice in one server, as shipped and as
-a clone with ``dynamic_batching`` removed from every step (:mod:`tritonrepo.variants`), both sent the same
+a clone with ``dynamic_batching`` removed from every step (:mod:`tritonrepo.clones`), both sent the same
 requests with the same number in flight; one request at a time beside them for scale.
 
 The two arms at the same load send their requests in alternating rounds, so that background load on a
@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from clients.sync_client import TritonClient
+from tritonrepo.clones import Clone, build_repository
 from tritonrepo.configs import exported_step, load_repository
 from tritonrepo.derive import gpu_is_available
 from tritonrepo.paths import REPOSITORY
-from tritonrepo.variants import Variant, build_repository
 
 NOBATCH = "__nobatch"
 ENSEMBLES = ("image_classifier", "text_embedder")
@@ -53,13 +53,13 @@ class Pass:
 def build_demo_repository(target: Path, cores: int) -> list[str]:
     """Write ``target`` with each ensemble of :data:`ENSEMBLES` and its no-batching clone; the served
     model names, sorted."""
-    variants = [
-        variant
+    clones = [
+        clone
         for ensemble in ENSEMBLES
-        for variant in (Variant(model=ensemble), Variant(model=ensemble, suffix=NOBATCH, batching=False))
+        for clone in (Clone(model=ensemble), Clone(model=ensemble, suffix=NOBATCH, batching=False))
     ]
     served = build_repository(
-        REPOSITORY, target, variants, total_threads=cores, gpu_available=gpu_is_available()
+        REPOSITORY, target, clones, total_threads=cores, gpu_available=gpu_is_available()
     )
     return sorted(served)
 

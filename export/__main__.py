@@ -21,7 +21,8 @@ listed as not servable and the command exits 0, so the deployment starts with wh
 (export/generated_configs.py) and stops, without loading any model.
 
 Progress (export/progress.py): models and variants as N of M, what runs now, the time elapsed and left,
-as a bar on a terminal and as one plain line per step elsewhere; ``--quiet`` prints only the results.
+as a bar on a terminal and as one plain line per step elsewhere, on standard error; ``--quiet`` prints only
+the results (on standard output).
 """
 
 from __future__ import annotations
@@ -41,11 +42,12 @@ from export.description import ModelDescription, load_descriptions
 from export.generated_configs import write_configs
 from export.pipeline import ExportResult, Options, estimated_variants, export_model
 from export.precision import CHOICES, Capabilities
-from export.progress import Progress, mode_for
+from export.progress import ExportProgress
 from export.required import REQUIRED_VARIABLE, required_models
 from tritonrepo.commands import EXIT_FAILED, EXIT_OK, EXIT_USAGE, command_parser
 from tritonrepo.errors import RepositoryError
 from tritonrepo.paths import DESCRIPTIONS, PRECISION_RECORDS, REPOSITORY
+from tritonrepo.progress import Progress
 
 KIND_SHORTHANDS = {"image": "image_classifier", "text": "sentence_encoder"}
 
@@ -70,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         capabilities=capabilities,
         record_dir=args.records,
         timing_batches=tuple(args.timing_batches or ()),
-        progress=Progress(mode=mode_for(sys.stdout, quiet=args.quiet)),
+        progress=ExportProgress(Progress(quiet=args.quiet)),
     )
     try:
         described = load_descriptions(args.models)

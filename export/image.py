@@ -14,7 +14,6 @@ pipeline (export/pipeline.py) times them and serves the fastest that passes.
 from __future__ import annotations
 
 import functools
-import importlib.util
 import itertools
 import logging
 import warnings
@@ -34,6 +33,7 @@ from export.description import ModelDescription, description_serving
 from export.gates import GateResult, image_gate
 from export.generated_configs import generate, refresh_command, step_config
 from export.kinds import Parity, Plan, Target
+from samples import SampleError, photograph_paths
 from tritonrepo.configs import load_model_config
 from tritonrepo.served_code import load_served_module
 from tritonrepo.tensors import TensorSpec
@@ -43,15 +43,6 @@ logger = logging.getLogger(__name__)
 ONNX_OPSET = 17  # opset 17 is read by the onnxruntime in Triton 2.51 (it reads up to 21)
 TOP_K = 5
 ARCHITECTURES = ("efficientnet_lite",)
-SAMPLE_IMAGES = (
-    "chelsea.png",
-    "coffee.png",
-    "astronaut.png",
-    "rocket.jpg",
-    "motorcycle_left.png",
-    "horse.png",
-)
-
 Runner = Callable[[np.ndarray], np.ndarray]
 
 
@@ -110,14 +101,15 @@ def preprocess_settings(repository: Path, module: ModuleType, preprocess_model: 
 
 
 def sample_image_paths() -> list[Path]:
-    """The real photographs shipped in scikit-image's wheel (skimage/data)."""
-    spec = importlib.util.find_spec("skimage")
-    if spec is None or spec.origin is None:
-        raise ExportError("the check images come from scikit-image (skimage/data); install scikit-image")
-    folder = Path(spec.origin).parent / "data"
-    paths = [folder / name for name in SAMPLE_IMAGES if (folder / name).is_file()]
+    """The real photographs of the check set (:func:`samples.photograph_paths`), from skimage/data."""
+    try:
+        paths = photograph_paths(check_set=True)
+    except SampleError as e:
+        raise ExportError(f"the check images come from scikit-image (skimage/data): {e}") from e
     if len(paths) < 2:
-        raise ExportError(f"expected the sample images {SAMPLE_IMAGES} in {folder}, found {len(paths)}")
+        raise ExportError(
+            f"expected the check set of samples.PHOTOGRAPHS in skimage/data, found {len(paths)}"
+        )
     return paths
 
 

@@ -36,7 +36,7 @@ from export.description import PYTHON_KIND, ModelDescription, ServedFile
 from export.generated_configs import write_configs
 from export.kinds import Kind, Parity, Plan, Target
 from export.precision import Capabilities, Selection, Variant, resized_workload, select_and_write
-from export.progress import Progress
+from export.progress import ExportProgress
 from export.records import write_record
 from tritonrepo.configs import ModelEntry, load_model_config
 from tritonrepo.derive import derive_local_config
@@ -60,7 +60,7 @@ class Options:
     capabilities: Capabilities
     record_dir: Path = PRECISION_RECORDS
     timing_batches: tuple[int, ...] = ()  # the batch sizes each variant is timed at; (): the kind's own
-    progress: Progress = field(default_factory=Progress)  # quiet unless the command line asks
+    progress: ExportProgress = field(default_factory=ExportProgress)  # quiet unless the command line asks
 
 
 @dataclass(kw_only=True)

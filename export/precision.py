@@ -39,7 +39,7 @@ from export.common import ExportError
 from export.cuda_runtime import Tf32Mode
 from export.device import Capabilities
 from export.gates import GateResult
-from export.progress import Progress
+from export.progress import ExportProgress
 from export.records import RECORD_FORMAT
 
 logger = logging.getLogger(__name__)
@@ -198,7 +198,7 @@ def select_and_write(
     timing_min_s: float = timing.TIMING_MIN_S,
     threads: int | None = None,
     reference: GateResult | None = None,
-    progress: Progress | None = None,
+    progress: ExportProgress | None = None,
 ) -> Selection:
     """Build, gate and time ``variants``; move the fastest passing one onto ``destination``.
 
@@ -214,7 +214,7 @@ def select_and_write(
     """
     if choice not in CHOICES:
         raise ExportError(f"precision {choice!r} is not one of {CHOICES}; use --precision auto to measure")
-    progress = progress or Progress()
+    progress = progress or ExportProgress()
     selection = Selection(
         model=model, choice=choice, capabilities=capabilities, candidates=[], served=None, reference=reference
     )
@@ -253,7 +253,7 @@ def _build_all(
     choice: str,
     capabilities: Capabilities,
     built: dict[str, tuple[Path, Runner]],
-    progress: Progress,
+    progress: ExportProgress,
 ) -> list[Candidate]:
     """Each variant's candidate; the files of those that passed go into ``built`` (name -> file, runner)."""
     to_build = [v for v in variants if _skipped(v, choice, capabilities) is None]
@@ -351,7 +351,7 @@ def _build_and_gate(
     return candidate, (path, runner)
 
 
-def _step(progress: Progress, what: str, stage: str) -> None:
+def _step(progress: ExportProgress, what: str, stage: str) -> None:
     progress.step(f"{what}: {stage}")
 
 
@@ -369,7 +369,7 @@ def _time(
     workload: dict[int, list[Batch]],
     min_s: float,
     *,
-    progress: Progress,
+    progress: ExportProgress,
     model: str = "",
 ) -> None:
     """Items/s of each passing candidate at each batch size (export/timing.py): interleaved rounds, each

@@ -1,68 +1,46 @@
 """How far an export is: models and variants as N of M, what runs now, the time elapsed and the time left.
 
-``python -m export`` reports through one :class:`Progress`: a tqdm bar where stdout is a terminal, one
-plain line per step where it is not (a CI log, a file), nothing with ``--quiet``. The pipeline says which
-model it is on (:meth:`Progress.model`), what it is doing (:meth:`Progress.step`: loading a model,
-building, gating or timing a variant) and when a variant is done (:meth:`Progress.variant_done`).
+``python -m export`` counts its work in one :class:`ExportProgress` and shows it through the project's
+one progress display (:class:`tritonrepo.progress.Progress`: a bar on a terminal, a plain line per step
+elsewhere, nothing with ``--quiet``, all on standard error; each model's results on standard output). The
+pipeline says which model it is on (:meth:`ExportProgress.model`), what it is doing
+(:meth:`ExportProgress.step`: loading a model, building, gating or timing a variant) and when a variant is
+done (:meth:`ExportProgress.variant_done`).
 
 The variants to do are estimated when the export starts, per served file, from its description's
 precisions that this machine can run (:func:`export.pipeline.estimated_variants`), and corrected once a
-file's plan is known (:meth:`Progress.expect`; an up-to-date or failed file expects no more). The time left
-is the time per variant so far times the variants left: unknown until the first variant is done.
+file's plan is known (:meth:`ExportProgress.expect`; an up-to-date or failed file expects no more). The
+time left is the time per variant so far times the variants left: unknown until the first variant is done.
 """
 
 from __future__ import annotations
 
-import os
-import sys
+import contextlib
 import time
 from collections.abc import Callable
-from typing import TextIO
+from typing import Any
 
-from tqdm import tqdm
+from tritonrepo.progress import Progress, duration
 
-MODES = ("bar", "lines", "quiet")
-
-
-def mode_for(stream: TextIO, *, quiet: bool) -> str:
-    """``quiet``, else a bar on a terminal and plain lines elsewhere (a terminal that reports no width,
-    such as a pseudo-terminal without a size, gets lines: a bar there would be cut to nothing)."""
-    if quiet:
-        return "quiet"
-    if not stream.isatty():
-        return "lines"
-    try:
-        width = os.get_terminal_size(stream.fileno()).columns
-    except (OSError, ValueError):  # no file descriptor behind the stream: trust isatty
-        return "bar"
-    return "bar" if width > 0 else "lines"
+BAR_FORMAT = "{desc} {bar} {n_fmt}/{total_fmt} variants{postfix}"
 
 
-def duration(seconds: float | None) -> str:
-    """``m:ss`` (``h:mm:ss`` past an hour), or ``?`` when not known yet."""
-    return "?" if seconds is None else tqdm.format_interval(seconds)
-
-
-class Progress:
+class ExportProgress:
     """Counts of models and variants, the step running now, elapsed and estimated time left."""
 
     def __init__(
-        self,
-        *,
-        mode: str = "quiet",
-        stream: TextIO | None = None,
-        clock: Callable[[], float] = time.monotonic,
+        self, display: Progress | None = None, *, clock: Callable[[], float] = time.monotonic
     ) -> None:
-        if mode not in MODES:
-            raise ValueError(f"progress mode must be one of {MODES}, got {mode!r}")
-        self.mode, self._stream, self._clock = mode, stream or sys.stdout, clock
+        self.display = display or Progress(quiet=True)
+        self._clock = clock
         self._started = clock()
         self._models: list[str] = []
         self._current = ""
         self._expected: dict[str, int] = {}  # served file -> variants it builds (estimated, then known)
         self._done: dict[str, int] = {}
         self.doing = ""
-        self._bar: tqdm | None = None
+        self._bar: Any = None
+        self._closing = contextlib.ExitStack()
 
     # -- what the pipeline reports -----------------------------------------------------------------------
     def start(self, estimates: dict[str, dict[str, int]]) -> None:
@@ -70,15 +48,9 @@ class Progress:
         self._models = list(estimates)
         self._expected = {key: count for files in estimates.values() for key, count in files.items()}
         self._started = self._clock()
-        if self.mode == "bar":
-            self._bar = tqdm(
-                total=self.total,
-                file=self._stream,
-                unit="variant",
-                smoothing=0,  # time left from the average time per variant so far
-                bar_format="{desc} {bar} {n_fmt}/{total_fmt} variants [{elapsed} elapsed, {remaining} left]"
-                "{postfix}",
-                dynamic_ncols=True,
+        if self.display.bars:
+            self._bar = self._closing.enter_context(
+                self.display.bar(desc="", total=self.total, unit="variant", bar_format=BAR_FORMAT)
             )
         self._show()
 
@@ -90,7 +62,7 @@ class Progress:
         self._expected[key] = max(count, self._done.get(key, 0))
         if self._bar is not None:
             self._bar.total = self.total
-            self._bar.refresh()
+            self._show()
 
     def settle(self, key: str) -> None:
         """Served file ``key`` builds no more variants (it is up to date, or it failed)."""
@@ -108,11 +80,8 @@ class Progress:
             self._bar.update(1)
 
     def write(self, text: str) -> None:
-        """A line of command output that leaves the bar, if any, intact (below it)."""
-        if self._bar is not None:
-            self._bar.write(text, file=self._stream)
-        else:
-            print(text, file=self._stream, flush=True)
+        """A line of the export's results, on standard output (below the bar, if any)."""
+        self.display.result(text)
 
     # -- what is shown -----------------------------------------------------------------------------------
     @property
@@ -140,9 +109,12 @@ class Progress:
             return self._current
         return f"model {self._models.index(self._current) + 1}/{len(self._models)} {self._current}"
 
+    def times(self) -> str:
+        return f"[{duration(self.elapsed_s)} elapsed, {duration(self.left_s)} left]"
+
     def line(self) -> str:
         """One plain line: times, the model and variants as N of M, what runs now."""
-        parts = [f"[{duration(self.elapsed_s)} elapsed, {duration(self.left_s)} left]"]
+        parts = [self.times()]
         parts += [f"{self.where()},"] if self.where() else []
         parts += [f"variants {self.done}/{self.total}"]
         parts += ["-", self.doing] if self.doing else []
@@ -150,15 +122,16 @@ class Progress:
 
     def _show(self) -> None:
         """A line per step in a log (the counts move with the next step); the bar shows each change."""
-        if self.mode == "lines" and self._models:
-            print(self.line(), file=self._stream, flush=True)
-        elif self._bar is not None:
+        if self._bar is not None:
             self._bar.set_description_str(self.where(), refresh=False)
-            self._bar.set_postfix_str(f"now: {self.doing}" if self.doing else "", refresh=False)
+            self._bar.set_postfix_str(
+                self.times() + (f" now: {self.doing}" if self.doing else ""), refresh=False
+            )
             self._bar.refresh()
+        elif self._models:
+            self.display.line(self.line())
 
     def close(self) -> None:
         """End the bar (``contextlib.closing`` calls it at the end of a ``with`` block)."""
-        if self._bar is not None:
-            self._bar.close()
-            self._bar = None
+        self._bar = None
+        self._closing.close()

@@ -13,8 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from export.common import ExportError
-from tritonrepo.configs import load_repository
-from tritonrepo.variants import closure
+from tritonrepo.configs import closure, load_repository
 
 REQUIRED_VARIABLE = "TRITON_REQUIRED_MODELS"
 

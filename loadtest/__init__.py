@@ -14,8 +14,8 @@ Commands, each a folder run with ``python -m``; none imports another:
 - :mod:`loadtest.soak`: steady mixed load for many minutes, tracking every process's memory;
 - :mod:`loadtest.tune`: Triton Model Analyzer on the local CPU configuration.
 
-Beside them, :mod:`loadtest.progress`: what the commands show while they run (a bar on a terminal, plain
-lines elsewhere, nothing with --quiet).
+What the commands show while they run (a bar on a terminal, plain lines elsewhere, nothing with
+--quiet) is the project's one progress display, :mod:`tritonrepo.progress`.
 
 tests/unit/test_code_structure.py checks the direction of every import between these folders.
 """

@@ -9,11 +9,11 @@ from tritonlocal.config import ServerConfig
 from tritonlocal.errors import (
     ModelLoadError,
     PortInUseError,
-    RepositoryError,
     ServerStartError,
     TritonLocalError,
 )
 from tritonlocal.server import LocalTritonServer
+from tritonrepo.errors import RepositoryError
 
 __all__ = [
     "LocalTritonServer",

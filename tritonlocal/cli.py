@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
 # The exit code of each failure the commands report, the most specific first.
-# A malformed repository found while deriving (tritonrepo's error) is the launcher's error too.
+# A repository that is missing, empty or malformed: tritonrepo's one error, from the launcher too.
 EXIT_CODES: dict[type[Exception], int] = {
     TritonLocalError: EXIT_FAILED,
     RepositoryError: EXIT_FAILED,

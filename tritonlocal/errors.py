@@ -1,8 +1,10 @@
-"""Exceptions raised by the local launcher; every one derives from :class:`TritonLocalError`."""
+"""Exceptions raised by the local launcher; every one derives from :class:`TritonLocalError`.
+
+A missing, empty or malformed repository is the repository package's one error,
+:class:`tritonrepo.errors.RepositoryError`, whoever finds it (re-exported by :mod:`tritonlocal`).
+"""
 
 from __future__ import annotations
-
-from tritonrepo.errors import RepositoryError as MalformedRepositoryError
 
 
 class TritonLocalError(Exception):
@@ -11,11 +13,6 @@ class TritonLocalError(Exception):
 
 class InstallationError(TritonLocalError):
     """The tritonserver binary, the Python backend or its stub cannot be found."""
-
-
-class RepositoryError(TritonLocalError, MalformedRepositoryError):
-    """The model repository is missing, empty or malformed (what the reader, tritonrepo, raises
-    catches this too)."""
 
 
 class PortInUseError(TritonLocalError):

@@ -23,13 +23,13 @@ from tritonlocal.config import ServerConfig
 from tritonlocal.errors import (
     ModelLoadError,
     PortInUseError,
-    RepositoryError,
     ServerStartError,
     TritonLocalError,
 )
 from tritonlocal.installation import find_installation, prepare_backend_directory, server_environment
 from tritonlocal.ports import pick_free_port, port_in_use
 from tritonrepo.access import ADMIN_HEADER
+from tritonrepo.errors import RepositoryError
 from tritonrepo.paths import LOGS
 
 logger = logging.getLogger(__name__)

@@ -2,7 +2,9 @@
 
 - :mod:`tritonrepo.paths`: every project path, anchored to the project root.
 - :mod:`tritonrepo.commands`: the conventions every command line follows (help, defaults, exit codes).
-- :mod:`tritonrepo.configs`: every config.pbtxt parsed with Triton's own schema (``model_config_pb2``).
+- :mod:`tritonrepo.errors`: the one error of a repository, whoever finds it.
+- :mod:`tritonrepo.configs`: every config.pbtxt parsed with Triton's own schema (``model_config_pb2``), and
+  the one rule for sharing cores between a model's instances.
 - :mod:`tritonrepo.files`: where exported files live and which runtime runs each.
 - :mod:`tritonrepo.tensors`: a served tensor (name, Triton datatype, dims), as the export and the clients
   state it.
@@ -13,9 +15,12 @@
   runtime code of the native runner and of the benchmark's in-process baselines.
 - :mod:`tritonrepo.container_cpu`: the copy for NVIDIA's container on a CPU host.
 - :mod:`tritonrepo.cpu_overlay`: CPU settings a tuning adopted, applied by the derivations.
-- :mod:`tritonrepo.variants`: the benchmark's clones, each changing one field.
+- :mod:`tritonrepo.clones`: the benchmark's clones, each changing one field.
+- :mod:`tritonrepo.writer`: the one writer of every derived repository above (files linked or copied,
+  one header, one rule for what is left out).
 - :mod:`tritonrepo.warmup`, :mod:`tritonrepo.warmup_samples`: warm-up shapes and their data files.
 - :mod:`tritonrepo.access`: the APIs every server restricts and the header that carries their key.
+- :mod:`tritonrepo.progress`: the one progress display of every long command (export, load tests, batch job).
 
 Export, the launcher (tritonlocal), the clients, loadtest and the demo build on this package, which
 imports none of them. ``python -m tritonrepo`` writes the derived repositories.

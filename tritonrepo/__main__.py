@@ -1,10 +1,11 @@
 """Command line of the repository toolkit: the repositories derived from model_repository/.
 
 python -m tritonrepo derive              # -> build/local_repository, for the pip wheel's tritonserver
-python -m tritonrepo variant --kind cpu  # -> build/cpu_repository, for NVIDIA's container on a CPU host
+python -m tritonrepo cpu-copy            # -> build/cpu_repository, for NVIDIA's container on a CPU host
 python -m tritonrepo check model_repository  # each config against its files, no server (exit 1: errors)
 
 Exit codes: 0 done, 1 the repository is malformed or a file is missing, 2 a usage error.
+``variant --kind cpu``, the CPU copy's former name, is refused with the new one (exit 2).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import sys
 from pathlib import Path
 
 from tritonrepo.commands import EXIT_FAILED, EXIT_OK, EXIT_USAGE, command_parser, positive_int, subcommand
-from tritonrepo.container_cpu import KINDS, write_variant
+from tritonrepo.container_cpu import write_cpu_copy
 from tritonrepo.contract import check_repository
 from tritonrepo.contract.release_notes import pinned_tag
 from tritonrepo.derive import derive_repository, gpu_is_available
@@ -22,12 +23,22 @@ from tritonrepo.errors import RepositoryError
 from tritonrepo.paths import CPU_REPOSITORY, LOCAL_REPOSITORY, REPOSITORY
 
 EXIT_CODES = "0 done, 1 the repository is malformed or a file is missing, 2 a usage error"
+# The CPU copy's former command: refused with a pointer to the new one for one release.
+FORMER_CPU_COPY = "variant"
 CHECK_EXIT_CODES = (
     "0 no errors (warnings and notes may be printed), 1 errors found or no repository, 2 a usage error"
 )
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == [FORMER_CPU_COPY]:
+        print(
+            "error: `python -m tritonrepo variant --kind cpu` is now `python -m tritonrepo cpu-copy` "
+            "(the same --source, --target and --cores; no --kind: the copy is for a CPU host); run that",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
     parser = _parser()
     args = parser.parse_args(argv)
     if getattr(args, "cores", 0) < 0:
@@ -62,23 +73,23 @@ def _parser() -> argparse.ArgumentParser:
         "between the instances)",
     )
     derive.set_defaults(handler=_derive)
-    variant = subcommand(
+    cpu_copy = subcommand(
         sub,
-        "variant",
-        help="copy the deployable repository for NVIDIA's container on another device (native backends)",
+        "cpu-copy",
+        help="copy the deployable repository for NVIDIA's container on a host without a GPU (native "
+        "backends on KIND_CPU)",
         exit_codes=EXIT_CODES,
     )
-    variant.add_argument("--kind", choices=KINDS, default="cpu", help="the device it will serve on")
-    variant.add_argument("--source", type=Path, default=REPOSITORY, help="the deployable repository")
-    variant.add_argument("--target", type=Path, default=CPU_REPOSITORY, help="where to write it")
-    variant.add_argument(
+    cpu_copy.add_argument("--source", type=Path, default=REPOSITORY, help="the deployable repository")
+    cpu_copy.add_argument("--target", type=Path, default=CPU_REPOSITORY, help="where to write it")
+    cpu_copy.add_argument(
         "--cores",
         type=int,
         default=0,
         help="CPU cores the server will have, divided between each native model's instances "
         "(0: this machine's)",
     )
-    variant.set_defaults(handler=_variant)
+    cpu_copy.set_defaults(handler=_cpu_copy)
     check = subcommand(
         sub,
         "check",
@@ -106,8 +117,12 @@ def _derive(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _variant(args: argparse.Namespace) -> int:
-    result = write_variant(args.source, args.target, kind=args.kind, cores=args.cores or None)
+def _cpu_copy(args: argparse.Namespace) -> int:
+    try:
+        result = write_cpu_copy(args.source, args.target, cores=args.cores or None)
+    except ValueError as e:  # the target is the source
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USAGE
     moved = ", ".join(result.moved_to_cpu) or "none"
     print(f"wrote {args.target} with {len(result.written)} models; moved to the CPU: {moved}")
     return EXIT_OK

@@ -161,6 +161,29 @@ def input_kind(config: ModelConfig) -> str:
     return "tensors"
 
 
+def closure(models: dict[str, ModelEntry], name: str) -> list[str]:
+    """``name`` and every model it calls (recursively for ensembles), each once."""
+    if name not in models:
+        raise ValueError(f"model {name!r} is not in the repository; it has: {', '.join(sorted(models))}")
+    found = [name]
+    for step in models[name].ensemble_steps():
+        found.extend(n for n in closure(models, step) if n not in found)
+    return found
+
+
+def instance_count(config: ModelConfig) -> int:
+    """The instances ``config`` runs: its instance groups' counts (a group without a count runs one)."""
+    return sum(max(1, group.count) for group in config.instance_group) or 1
+
+
+def threads_per_instance(cores: int, instances: int) -> int:
+    """The one rule for sharing cores between a model's instances: ``cores // instances`` intra-op threads
+    each, never fewer than 1, since several thread pools that each take every core slow each other down."""
+    if cores < 1 or instances < 1:
+        raise ValueError(f"cores and instances must be at least 1, got {cores} and {instances}")
+    return max(1, cores // instances)
+
+
 @dataclass(frozen=True, kw_only=True)
 class PipelineSteps:
     """What measuring a served model needs to know of it: the exported step it calls (its encoder; the

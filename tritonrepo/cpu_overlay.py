@@ -4,7 +4,7 @@
 CPU (how many instances, how many threads each, how long the batcher waits) can differ, so a tuning
 (``python -m loadtest.tune --adopt``) writes ``local_cpu.pbtxt`` beside the model's config.pbtxt: a
 partial ``ModelConfig`` in the same text format, holding only the fields it changes. ``derive`` applies
-it when it writes the local variant for a machine without a GPU; NVIDIA's container never reads it.
+it when it writes the local repository for a machine without a GPU; NVIDIA's container never reads it.
 
 Fields present in the file replace the deployable values: ``instance_group`` and ``max_batch_size``
 as a whole, each field set inside ``dynamic_batching`` on its own (the queue policy is kept), and each

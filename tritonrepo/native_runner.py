@@ -8,7 +8,7 @@ when one is present), feeding it what the native backend would:
 
 - an input with ``allow_ragged_batch`` arrives from every request of the batch concatenated into one
   1-D array (the dynamic batcher lets requests of different shapes share the execution), and so does
-  an input that a batch input describes (a benchmark variant that turns ragged batching off still
+  an input that a batch input describes (a benchmark clone that turns ragged batching off still
   feeds the graph the flat layout its batch input describes);
 - each ``batch_input`` is computed from the requests' shapes as Triton's backends compute it
   (element counts, accumulated counts, item shapes).

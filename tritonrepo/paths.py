@@ -20,9 +20,9 @@ DEPLOY = ROOT / "deploy"
 BUILD = ROOT / "build"
 # The repository derived from REPOSITORY for the pip wheel's tritonserver.
 LOCAL_REPOSITORY = BUILD / "local_repository"
-# The repository for NVIDIA's container on a CPU host (`python -m tritonrepo variant`).
+# The repository for NVIDIA's container on a CPU host (`python -m tritonrepo cpu-copy`).
 CPU_REPOSITORY = BUILD / "cpu_repository"
-# The gate and timing records of every exported variant.
+# The gate and timing records of every exported precision variant.
 PRECISION_RECORDS = BUILD / "precision"
 # The Triton container's onnxruntime, in its own environment, to gate every ONNX file with.
 SERVING_RUNTIME = BUILD / "serving-runtime"

@@ -20,10 +20,10 @@ import numpy as np
 from clients.async_client import AsyncTritonClient
 from clients.batch.inputs import BatchInput
 from clients.batch.journal import Journal, load_journal
-from clients.batch.progress import Progress
 from clients.errors import ClientError
 from clients.retry import RetryPolicy
 from clients.stats import ModelStatistics
+from tritonrepo.progress import Progress
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ class JobConfig:
     top_k: int | None = None
     limit: int | None = None  # process at most this many pending inputs (then stop)
     headers: Mapping[str, str] = field(default_factory=dict)
-    progress: bool | None = None  # None: a bar on a terminal, plain lines otherwise
+    progress: bool | None = None  # None: a bar on a terminal, plain lines otherwise; False: nothing
 
     def __post_init__(self) -> None:
         if self.in_flight < 1:
@@ -98,7 +98,8 @@ async def run_job(inputs: Sequence[BatchInput], output: Path, config: JobConfig)
         await client.signature(model)  # fail fast (unreachable server, unknown model) before any record
         before = await _snapshot(client)
         started = time.perf_counter()
-        with Journal(output) as journal, Progress(total=len(pending), enabled=config.progress) as progress:
+        display = Progress(quiet=config.progress is False, bars=config.progress)
+        with Journal(output) as journal, display.count(total=len(pending), unit="input") as progress:
             queue = iter(pending)
 
             async def worker() -> None:

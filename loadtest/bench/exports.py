@@ -15,9 +15,8 @@ from pathlib import Path
 from export.description import ModelDescription, load_descriptions
 from export.pipeline import Options, export_model
 from export.precision import Capabilities
-from tritonrepo.configs import load_repository
+from tritonrepo.configs import closure, load_repository
 from tritonrepo.paths import DESCRIPTIONS, PRECISION_RECORDS
-from tritonrepo.variants import closure
 
 logger = logging.getLogger(__name__)
 

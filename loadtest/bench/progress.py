@@ -17,9 +17,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from loadtest.experiments import registry
-from loadtest.progress import Progress, duration
+from tritonrepo.progress import Progress, duration
 
-# Seconds each experiment takes on 2 cores, by mode, and the served stage's own start (the variants'
+# Seconds each experiment takes on 2 cores, by mode, and the served stage's own start (the clones'
 # repository, the server loading them). Quick: the wall time of the recorded quick run's points and
 # stages (docs/reports/quick-example); full: its documented "about 45 minutes" spread in the same
 # proportions, scaled by what its plan measures more. Estimates for the time left only: a run never

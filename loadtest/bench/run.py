@@ -13,7 +13,7 @@ statistics, onnxruntime profiles). Quick mode takes about 8 minutes on 2 cores, 
     python -m loadtest.bench --mode gpu --write-repository build/bench_repository   # what it serves
 
 The served experiments run against a repository derived for the run
-(:mod:`tritonrepo.variants`) holding the public models and their variants side by
+(:mod:`tritonrepo.clones`) holding the public models and their clones side by
 side; the in-process and profiling experiments run after the server has stopped, so they do not compete
 with it for the cores. Which experiment runs in which stage: :mod:`loadtest.experiments.registry`.
 """
@@ -38,10 +38,10 @@ from loadtest.experiments import plans, registry
 from loadtest.experiments import stages as experiment_stages
 from loadtest.experiments.plans import Plan
 from loadtest.load import environment
-from loadtest.progress import Progress
 from loadtest.report.markdown import write_report
 from tritonrepo.commands import EXIT_FAILED, EXIT_OK, EXIT_USAGE, command_parser
 from tritonrepo.paths import BUILD, PRECISION_RECORDS, REPORTS, REPOSITORY, ROOT
+from tritonrepo.progress import Progress
 
 logger = logging.getLogger(__name__)
 
@@ -125,7 +125,7 @@ def _add_gpu_options(parser: argparse.ArgumentParser) -> None:
         "--url",
         default=None,
         help="--mode gpu only: measure the running tritonserver at this URL (http://HOST:PORT), which serves "
-        "the --write-repository variants, instead of exporting and starting the local server",
+        "the --write-repository clones, instead of exporting and starting the local server",
     )
     parser.add_argument(
         "--grpc-url",
@@ -144,7 +144,7 @@ def _add_gpu_options(parser: argparse.ArgumentParser) -> None:
         type=Path,
         default=None,
         metavar="FOLDER",
-        help="--mode gpu only: write the GPU plan's variants with the models' own configurations for "
+        help="--mode gpu only: write the GPU plan's clones with the models' own configurations for "
         "NVIDIA's container into FOLDER (files copied), and measure nothing",
     )
 

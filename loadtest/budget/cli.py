@@ -31,6 +31,7 @@ from loadtest.load import environment
 from loadtest.report.budget_section import section
 from tritonlocal.errors import TritonLocalError
 from tritonrepo.commands import EXIT_FAILED, EXIT_OK, EXIT_USAGE, command_parser
+from tritonrepo.errors import RepositoryError
 from tritonrepo.paths import BUILD, REPORTS, REPOSITORY, ROOT
 
 logger = logging.getLogger(__name__)
@@ -111,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         budgets = run_budgets(
             plan, repository=REPOSITORY, work=BUILD / "budget" / run_id, raw=folder / "raw", target=target
         )
-    except (TritonLocalError, OSError, ValueError) as e:
+    except (RepositoryError, TritonLocalError, OSError, ValueError) as e:
         print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
         return EXIT_FAILED
     header["duration_s"] = round(time.monotonic() - started, 1)

@@ -3,7 +3,7 @@
 :func:`run_budgets` measures each service at each load (:func:`loadtest.experiments.budget_runs.measure`),
 one load after the other, then, with the server idle or stopped, the same work in this process on a
 batch of the load's size (:func:`inprocess_time`). Without a URL it starts the local tritonserver on a
-repository derived for the services alone (:func:`tritonrepo.variants.build_repository`: the exported
+repository derived for the services alone (:func:`tritonrepo.clones.build_repository`: the exported
 files run in the Python backend), with the Python models writing their timings, so each step's compute
 is split into the model's code and the stub's share.
 """
@@ -28,9 +28,9 @@ from loadtest.experiments.inprocess import alternating_median_ms
 from loadtest.load.model_rows import Row, described_services
 from loadtest.load.stub_timings import server_environment
 from tritonlocal import LocalTritonServer, ServerConfig
-from tritonrepo.configs import input_kind, load_repository
+from tritonrepo.clones import Clone, build_repository
+from tritonrepo.configs import input_kind, instance_count, load_repository, threads_per_instance
 from tritonrepo.files import NATIVE_RUNTIMES
-from tritonrepo.variants import Variant, build_repository
 
 logger = logging.getLogger(__name__)
 
@@ -105,8 +105,7 @@ def served_threads(served: Path | None, model: str) -> int:
     value = parameters.parameters["intra_op_threads"].string_value
     if value != "auto":
         return max(1, int(value))
-    instances = sum(max(1, group.count) for group in parameters.instance_group) or 1
-    return max(1, _cores() // instances)
+    return threads_per_instance(_cores(), instance_count(parameters))
 
 
 @contextlib.contextmanager
@@ -120,7 +119,7 @@ def _served(
     served, timings = work / "repository", work / "timings"
     shutil.rmtree(timings, ignore_errors=True)
     timings.mkdir(parents=True)
-    build_repository(repository, served, [Variant(model=s) for s in plan.services], total_threads=_cores())
+    build_repository(repository, served, [Clone(model=s) for s in plan.services], total_threads=_cores())
     raw.mkdir(parents=True, exist_ok=True)
     config = ServerConfig(
         model_repository=served,

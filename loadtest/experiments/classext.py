@@ -29,15 +29,15 @@ import contextlib
 import json
 import logging
 import os
-import shutil
 import sys
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
 import tritonclient.http.aio as httpaio
+from tritonclient.grpc.model_config_pb2 import ModelConfig
 from tritonclient.http import InferInput, InferRequestedOutput
 
 from loadtest.experiments import classext_report, minimal
@@ -45,10 +45,11 @@ from loadtest.experiments.clients import ClientRun
 from loadtest.experiments.plans import IMAGE_ENCODER, IMAGE_MODEL
 from loadtest.load.payloads import image_variants
 from tritonlocal import LocalTritonServer, ServerConfig
+from tritonrepo.clones import Clone, clone_models
 from tritonrepo.commands import command_parser
-from tritonrepo.configs import format_config, load_model_config
+from tritonrepo.configs import ModelEntry, load_repository
 from tritonrepo.paths import REPOSITORY
-from tritonrepo.variants import Variant, build_repository
+from tritonrepo.writer import LINK, DerivedModel, write_repository
 
 logger = logging.getLogger(__name__)
 
@@ -82,30 +83,35 @@ def parse_classification(entry: bytes | str) -> tuple[float, int, str]:
     return float(parts[0]), int(parts[1]), parts[2] if len(parts) == 3 else ""
 
 
-def add_classification_route(repository: Path) -> None:
-    """Give ``repository``'s classifier labels on its logits and add :data:`CLASSIFICATION_MODEL`, the
-    served ensemble without its last step, returning those logits as ``LOGITS``."""
-    classifier = repository / IMAGE_ENCODER
-    config = load_model_config(classifier)
-    config.output[0].label_filename = LABELS_FILE.name
-    shutil.copyfile(LABELS_FILE, classifier / LABELS_FILE.name)
-    (classifier / "config.pbtxt").write_text(format_config(config))
-    ensemble = load_model_config(repository / IMAGE_MODEL)
+def classification_models(models: dict[str, ModelEntry], *, threads: int) -> list[DerivedModel]:
+    """The shipped image classifier as the local server serves it, with labels on its classifier's
+    logits, and :data:`CLASSIFICATION_MODEL`: the same ensemble without its last step, returning those
+    logits as ``LOGITS`` (the labels file beside both)."""
+    derived = clone_models(models, [Clone(model=IMAGE_MODEL)], total_threads=threads)
+    by_name = {model.config.name: model for model in derived}
+    labels = {LABELS_FILE.name: LABELS_FILE}
+    classifier = ModelConfig()
+    classifier.CopyFrom(by_name[IMAGE_ENCODER].config)
+    classifier.output[0].label_filename = LABELS_FILE.name
+    by_name[IMAGE_ENCODER] = replace(
+        by_name[IMAGE_ENCODER], config=classifier, note="labels on its logits", files=labels
+    )
+    ensemble = ModelConfig()
+    ensemble.CopyFrom(by_name[IMAGE_MODEL].config)
     ensemble.name = CLASSIFICATION_MODEL
     steps = ensemble.ensemble_scheduling.step
     if [s.model_name for s in steps][1:] != [IMAGE_ENCODER, "image_postprocess"]:
         raise ValueError(f"{IMAGE_MODEL} is not preprocess -> {IMAGE_ENCODER} -> image_postprocess")
     del steps[2]
-    logits_name = config.output[0].name
-    steps[1].output_map[logits_name] = "LOGITS"
+    steps[1].output_map[classifier.output[0].name] = "LOGITS"
     del ensemble.output[:]
     output = ensemble.output.add()
-    output.CopyFrom(config.output[0])
+    output.CopyFrom(classifier.output[0])
     output.name = "LOGITS"
-    folder = repository / CLASSIFICATION_MODEL
-    (folder / "1").mkdir(parents=True)
-    shutil.copyfile(LABELS_FILE, folder / LABELS_FILE.name)
-    (folder / "config.pbtxt").write_text(format_config(ensemble))
+    route = DerivedModel(
+        entry=models[IMAGE_MODEL], config=ensemble, note="without its Python top-k step", files=labels
+    )
+    return [*by_name.values(), route]
 
 
 def top1_of(arm: Arm, result: object) -> int:
@@ -176,8 +182,8 @@ def alternate(
 def served_arms(work: Path, *, workers: int, threads: int) -> Iterator[list[Arm]]:
     """Triton serving A and B from one repository built in ``work``, the alternative serving C."""
     repository = work / "repository"
-    build_repository(REPOSITORY, repository, [Variant(model=IMAGE_MODEL)], total_threads=threads)
-    add_classification_route(repository)
+    served = classification_models(load_repository(REPOSITORY), threads=threads)
+    write_repository(REPOSITORY, repository, served, placement=LINK, made_by="loadtest.experiments.classext")
     config = ServerConfig(model_repository=repository, log_path=work / "tritonserver.log")
     options = minimal.image_options(
         repository=REPOSITORY, classifier=IMAGE_ENCODER, model=IMAGE_MODEL, threads=max(1, threads // workers)

@@ -15,9 +15,9 @@ from loadtest.baselines.pipelines import ExportedModel
 from loadtest.experiments import registry
 from loadtest.experiments.budget_stage import BudgetPlan
 from loadtest.load.perf import PerfSettings
-from tritonrepo.configs import exported_step, load_repository, pipeline_steps
+from tritonrepo.clones import Clone
+from tritonrepo.configs import closure, exported_step, load_repository, pipeline_steps
 from tritonrepo.errors import RepositoryError
-from tritonrepo.variants import Variant, closure
 
 TEXT_MODEL, IMAGE_MODEL = "text_embedder", "image_classifier"
 TEXT_ENCODER, IMAGE_ENCODER = "minilm_onnx", "efficientnet_lite0_onnx"
@@ -160,30 +160,28 @@ def with_models(plan: Plan, models: tuple[str, ...], source: Path) -> Plan:
     return replace(plan, sweep_models=models, batching_models=batching)
 
 
-def served_variants(
-    plan: Plan, source: Path, previous_image: Path, skip: tuple[str, ...] = ()
-) -> list[Variant]:
+def served_clones(plan: Plan, source: Path, previous_image: Path, skip: tuple[str, ...] = ()) -> list[Clone]:
     """What the served stage serves for the experiments ``skip`` leaves in: the plan's models and their
     clones without batching, and where an experiment on the shipped models runs, the shipped ensembles
-    and that experiment's variants (a run of the --models experiments alone serves nothing else)."""
+    and that experiment's clones (a run of the --models experiments alone serves nothing else)."""
     runs = set(registry.in_stage("served", skip))
     shipped = (TEXT_MODEL, IMAGE_MODEL) if runs - set(registry.MODEL_KEYS) else ()
     budget = plan.budget.services if "budget" in runs else ()
-    variants = [Variant(model=m) for m in dict.fromkeys((*plan.sweep_models, *shipped, *budget))]
-    variants += [Variant(model=m, suffix=NOBATCH, batching=False) for m in plan.batching_models]
+    clones = [Clone(model=m) for m in dict.fromkeys((*plan.sweep_models, *shipped, *budget))]
+    clones += [Clone(model=m, suffix=NOBATCH, batching=False) for m in plan.batching_models]
     if "ragged" in runs:
         arms = ragged_arms(source) | image_arms(previous_image)
-        variants += [variant for variant, _ in arms.values()]
+        clones += [clone for clone, _ in arms.values()]
     if "instances" in runs:
-        variants += [
-            Variant(model=TEXT_MODEL, suffix=INSTANCE_SUFFIX.format(n), instances=n)
+        clones += [
+            Clone(model=TEXT_MODEL, suffix=INSTANCE_SUFFIX.format(n), instances=n)
             for n in plan.instance_counts
         ]
-    return variants
+    return clones
 
 
-def ragged_arms(source: Path) -> dict[str, tuple[Variant, str]]:
-    """The `ragged` experiment: arm label -> (variant, served model). On the default route's encoder: the
+def ragged_arms(source: Path) -> dict[str, tuple[Clone, str]]:
+    """The `ragged` experiment: arm label -> (clone, served model). On the default route's encoder: the
     previous configuration (its fp32 file behind length buckets, equal-shape batches: what text_embedder
     served before), ragged batching alone (the fp32 file, ragged), the served precision alone (equal shapes),
     and as shipped; then the TorchScript route as shipped. The fp32 file is the one the export keeps
@@ -195,22 +193,22 @@ def ragged_arms(source: Path) -> dict[str, tuple[Variant, str]]:
     fp32_file = ((encoder, "model_filename", str(fp32.resolve())),) if fp32 is not None else ()
     equal_shapes = ((TEXT_TOKENIZER, "length_buckets", EQUAL_SHAPE_BUCKETS),)
     arms = {
-        "previous: fp32, buckets, equal shapes": Variant(
+        "previous: fp32, buckets, equal shapes": Clone(
             model=TEXT_MODEL, suffix="__previous", ragged=False, parameters=equal_shapes + fp32_file
         ),
     }
     if fp32_file:
-        arms["fp32, ragged"] = Variant(model=TEXT_MODEL, suffix="__fp32", parameters=fp32_file)
-        arms[f"{served}, buckets, equal shapes"] = Variant(
+        arms["fp32, ragged"] = Clone(model=TEXT_MODEL, suffix="__fp32", parameters=fp32_file)
+        arms[f"{served}, buckets, equal shapes"] = Clone(
             model=TEXT_MODEL, suffix="__equalshapes", ragged=False, parameters=equal_shapes
         )
-    arms[f"{served}, ragged (shipped)"] = Variant(model=TEXT_MODEL)
+    arms[f"{served}, ragged (shipped)"] = Clone(model=TEXT_MODEL)
     other = records.served_variant(text_encoder_of(source, TEXT_TORCHSCRIPT_MODEL))
-    arms[f"TorchScript route, {other}, ragged"] = Variant(model=TEXT_TORCHSCRIPT_MODEL)
-    return {label: (variant, variant.served_name) for label, variant in arms.items()}
+    arms[f"TorchScript route, {other}, ragged"] = Clone(model=TEXT_TORCHSCRIPT_MODEL)
+    return {label: (clone, clone.served_name) for label, clone in arms.items()}
 
 
-def image_arms(previous_file: Path) -> dict[str, tuple[Variant, str]]:
+def image_arms(previous_file: Path) -> dict[str, tuple[Clone, str]]:
     """The `ragged` experiment, images: the previous configuration (``previous_file``, the fp32 file as
     exported before its ``Pad`` nodes were folded into the convolutions, behind the batchers it was served
     with), that file alone behind today's batchers, the clone serving the fp32 file where the export serves a
@@ -218,20 +216,20 @@ def image_arms(previous_file: Path) -> dict[str, tuple[Variant, str]]:
     served = records.served_variant(IMAGE_ENCODER)
     previous = ((IMAGE_ENCODER, "model_filename", str(previous_file.resolve())),)
     arms = {
-        PAD_NODES_AND_DELAYS_ARM: Variant(
+        PAD_NODES_AND_DELAYS_ARM: Clone(
             model=IMAGE_MODEL, suffix="__previous", parameters=previous, batcher=QUEUE_DELAY_IMAGE_BATCHERS
         ),
-        registry.PAD_NODES_FILE_ARM: Variant(model=IMAGE_MODEL, suffix="__padnodes", parameters=previous),
+        registry.PAD_NODES_FILE_ARM: Clone(model=IMAGE_MODEL, suffix="__padnodes", parameters=previous),
     }
     fp32 = records.kept_file(IMAGE_ENCODER, "fp32") if served != "fp32" else None
     if fp32 is not None:
-        arms["image, fp32"] = Variant(
+        arms["image, fp32"] = Clone(
             model=IMAGE_MODEL,
             suffix="__fp32",
             parameters=((IMAGE_ENCODER, "model_filename", str(fp32.resolve())),),
         )
-    arms[f"image, {served} (shipped)"] = Variant(model=IMAGE_MODEL)
-    return {label: (variant, variant.served_name) for label, variant in arms.items()}
+    arms[f"image, {served} (shipped)"] = Clone(model=IMAGE_MODEL)
+    return {label: (clone, clone.served_name) for label, clone in arms.items()}
 
 
 def text_encoder_of(source: Path, ensemble: str = TEXT_MODEL) -> str:

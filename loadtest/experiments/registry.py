@@ -1,7 +1,7 @@
 """The one list of experiments: the key that ``--skip``/``--only`` and results.json use, the title the
 report prints, and the stage that runs it.
 
-Stages: ``served`` (one server holding the public models and their variants), ``central`` (a server for
+Stages: ``served`` (one server holding the public models and their clones), ``central`` (a server for
 the images against a pool of worker processes), ``inprocess`` and ``profile`` (no server; they run
 after it has stopped so that they do not compete with it for the cores).
 """

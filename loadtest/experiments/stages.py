@@ -34,7 +34,7 @@ from loadtest.experiments.plans import (
     exported_models,
     image_arms,
     ragged_arms,
-    served_variants,
+    served_clones,
     text_encoder_of,
 )
 from loadtest.experiments.served import PerfSession, arms_experiment, sweeps
@@ -44,7 +44,7 @@ from loadtest.load.observe import statistics_delta, statistics_snapshot
 from loadtest.load.preprocessing import tokenizer_file
 from loadtest.load.stub_timings import server_environment
 from tritonlocal import LocalTritonServer, ServerConfig
-from tritonrepo.variants import Variant, build_repository
+from tritonrepo.clones import Clone, build_repository
 
 logger = logging.getLogger(__name__)
 
@@ -97,8 +97,8 @@ def served_stage(plan: Plan, source: Path, work: Path, raw: Path, cores: int, sk
     runs = registry.in_stage("served", skip)
     if "ragged" in runs:
         export_image.export_unfolded_onnx(source / IMAGE_ENCODER, previous_image)
-    variants = served_variants(plan, source, previous_image, skip)
-    hashes = build_repository(source, work / "served", variants, total_threads=cores)
+    clones = served_clones(plan, source, previous_image, skip)
+    hashes = build_repository(source, work / "served", clones, total_threads=cores)
     result: dict = {"served_config_sha256": hashes}
     if set(runs) - set(registry.MODEL_KEYS):  # an experiment on the shipped models: what they serve
         encoder = text_encoder_of(source)
@@ -232,7 +232,7 @@ def _served_experiments(
 def _server(
     repository: Path, log_path: Path, *, startup_timeout_s: float, environment: dict[str, str] | None = None
 ) -> LocalTritonServer:
-    """A stage's own tritonserver: given time to load the stage's variants, and 5 s to exit."""
+    """A stage's own tritonserver: given time to load the stage's clones, and 5 s to exit."""
     config = ServerConfig(
         model_repository=repository,
         log_path=log_path,
@@ -296,7 +296,7 @@ def central_stage(plan: Plan, source: Path, work: Path, raw: Path, cores: int) -
     """The `central` experiment: one server for every image vs N processes each loading the model, in
     alternating rounds (the server stays up, idle, while the processes run)."""
     images = payloads.image_variants(plan.central_images, seed=7)
-    build_repository(source, work / "central", [Variant(model=IMAGE_MODEL)], total_threads=cores)
+    build_repository(source, work / "central", [Clone(model=IMAGE_MODEL)], total_threads=cores)
     threads = max(1, cores // plan.central_workers)
     measured = []  # (central, pool) of each round
     with _server(work / "central", raw / "tritonserver_central.log", startup_timeout_s=300) as server:

@@ -101,7 +101,7 @@ def _budget(r: dict, folder: Path) -> str:
 
 BATCHING_ARMS = (
     "The same model served twice side by side; the clone has `dynamic_batching` removed from the model "
-    "and every step it calls (derived from the config by `tritonrepo.variants`). Arms alternate at "
+    "and every step it calls (derived from the config by `tritonrepo.clones`). Arms alternate at "
     "each concurrency (on, off, on, off: the plan's rounds); each ratio is of the arms' means."
 )
 INSTANCE_ARMS = (

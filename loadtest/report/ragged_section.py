@@ -32,7 +32,7 @@ def section(r: dict, folder: Path) -> str:
     return (
         experiment("ragged").heading + "\n\nThe text ensemble as shipped (the encoder takes a ragged "
         "batch: requests of any length share an execution, and the served precision chosen and gated by "
-        "the export) against its clones, derived by `tritonrepo.variants`: the "
+        "the export) against its clones, derived by `tritonrepo.clones`: the "
         "previous configuration (the tokenizer pads each request to a length bucket, the encoder's "
         "batcher merges equal shapes only, fp32 file) and each change alone. The image classifier as "
         "shipped against its previous configuration (the fp32 file as exported before its `Pad` nodes "

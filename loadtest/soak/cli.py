@@ -10,15 +10,16 @@ import dataclasses
 import logging
 import sys
 
-from loadtest.progress import Progress
 from loadtest.soak import run
 from loadtest.soak.config import SoakConfig
 from loadtest.soak.progress import SoakProgress
 from tritonlocal import LocalTritonServer, ServerConfig
 from tritonlocal.errors import TritonLocalError
 from tritonrepo.commands import EXIT_FAILED, EXIT_OK, command_parser
+from tritonrepo.errors import RepositoryError
 from tritonrepo.local import derive_local
 from tritonrepo.paths import LOCAL_REPOSITORY
+from tritonrepo.progress import Progress
 
 HELP = {  # the SoakConfig fields that are options, and what each means
     "minutes": "soak duration after warm-up (required)",
@@ -88,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with LocalTritonServer(server_config) as server, progress.running():
             result = run.run_soak(config, server, progress=progress)
-    except TritonLocalError as e:
+    except (RepositoryError, TritonLocalError) as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_FAILED
     run.write_csv(result["rows"], config.output / "samples.csv")

@@ -7,8 +7,8 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-from loadtest.progress import Progress, duration
 from loadtest.soak.config import SoakConfig
+from tritonrepo.progress import Progress, duration
 
 
 class SoakProgress:

@@ -14,7 +14,6 @@ import sys
 import time
 from pathlib import Path
 
-from loadtest.progress import Progress
 from loadtest.tune import analyzer, report, results
 from loadtest.tune.adopt import adopt
 from loadtest.tune.plan import KINDS, SWEEPS, TunePlan, make_plan
@@ -23,6 +22,7 @@ from tritonlocal.errors import TritonLocalError
 from tritonrepo.commands import EXIT_FAILED, EXIT_OK, EXIT_USAGE, command_parser
 from tritonrepo.errors import RepositoryError
 from tritonrepo.paths import BUILD, REPORTS, REPOSITORY
+from tritonrepo.progress import Progress
 
 DEFAULT_MODELS = ("image_classifier", "text_embedder")
 EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports it

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from loadtest.progress import Progress, duration
+from tritonrepo.progress import Progress, duration
 
 CONFIG = re.compile(r"\] (?:Creating|Found existing) model config: (?P<variant>\S+)\s*$")
 SETTING = re.compile(r"\]\s+(?:Setting (?P<field>\S+) to (?P<value>.+)|Enabling (?P<enabled>\S+))\s*$")

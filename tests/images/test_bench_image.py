@@ -4,7 +4,7 @@ exactly what the export image's bench target installs, with its PATH (no git), c
 TRITON_ADMIN_KEY, and the checkout as its working folder (compose mounts it). Here the server is the real
 local tritonserver, started by the test on the benchmark's repository in its derived (local) flavour, with
 every restricted API behind the key as tritonserver-bench has them. The command exports nothing and starts
-no tritonserver of its own; the report names the server it measured. A server without the variants, or
+no tritonserver of its own; the report names the server it measured. A server without the clones, or
 one whose model configs the run has no key for, is refused with what to run instead."""
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from loadtest.bench.gpu.plan import DRY_RUN, measured_models, variants
+from loadtest.bench.gpu.plan import DRY_RUN, measured_models, served_clones
 from loadtest.bench.gpu.server import COMPOSE_BENCH, config_restricted, not_ready
 from loadtest.bench.run import main
 from tritonlocal import LocalTritonServer, ServerConfig
 from tritonlocal.image_envs import image_env
+from tritonrepo.clones import Clone, build_repository
 from tritonrepo.paths import PRECISION_RECORDS, REPOSITORY
-from tritonrepo.variants import Variant, build_repository
 
 # A cold build of the image's environment downloads and installs what the image installs: minutes, past the
 # suite's 600 s per test on a busy machine (docs/measurements.md, "The image environments' cold builds").
@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def bench_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTritonServer]:
     folder = tmp_path_factory.mktemp("bench-server")
-    served, _ = variants(DRY_RUN, REPOSITORY, PRECISION_RECORDS)
+    served, _ = served_clones(DRY_RUN, REPOSITORY, PRECISION_RECORDS)
     build_repository(REPOSITORY, folder / "repository", served, total_threads=os.cpu_count() or 1)
     config = ServerConfig(
         model_repository=folder / "repository",
@@ -131,7 +131,7 @@ def test_the_url_run_exports_nothing_and_skips_model_analyzer(url_run: tuple[Pat
 def test_a_server_without_the_variants_is_refused_naming_each_and_what_serves_them(
     bench_server: LocalTritonServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    build_repository(REPOSITORY, tmp_path / "plain", [Variant(model="text_embedder")], total_threads=1)
+    build_repository(REPOSITORY, tmp_path / "plain", [Clone(model="text_embedder")], total_threads=1)
     config = ServerConfig(
         model_repository=tmp_path / "plain",
         log_path=tmp_path / "tritonserver.log",
@@ -147,7 +147,7 @@ def test_a_server_without_the_variants_is_refused_naming_each_and_what_serves_th
         for missing in ("text_embedder__nobatch", "text_embedder__x1", "text_embedder__x2"):
             assert missing in error
         assert COMPOSE_BENCH in error and not (tmp_path / "reports").exists()
-    _, arms = variants(DRY_RUN, REPOSITORY, PRECISION_RECORDS)
+    _, arms = served_clones(DRY_RUN, REPOSITORY, PRECISION_RECORDS)
     assert not_ready(bench_server.http_url, measured_models(arms)) == []
 
 

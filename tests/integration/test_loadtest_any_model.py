@@ -15,8 +15,8 @@ from loadtest.experiments.stages import batching_experiment
 from loadtest.load.perf import PerfSettings
 from loadtest.report.records import ServedRun
 from tritonlocal import LocalTritonServer, ServerConfig
+from tritonrepo.clones import Clone, build_repository
 from tritonrepo.paths import REPOSITORY as SOURCE
-from tritonrepo.variants import Variant, build_repository
 
 SHORT = PerfSettings(measurement_interval_ms=500, max_trials=3, stability_percent=60, timeout_s=60)
 NOBATCH = experiments_plan.NOBATCH
@@ -44,9 +44,9 @@ def test_batching_on_and_off_and_the_sweep_measure_the_named_model(
         sweep_concurrency=(1, 4),
         protocols=("grpc",),
     )
-    variants = [Variant(model=model), Variant(model=model, suffix=NOBATCH, batching=False)]
-    served_variants = experiments_plan.served_variants(plan, SOURCE, tmp_path)
-    assert {(v.served_name, v.batching) for v in served_variants if v.model == model} == {
+    variants = [Clone(model=model), Clone(model=model, suffix=NOBATCH, batching=False)]
+    served_clones = experiments_plan.served_clones(plan, SOURCE, tmp_path)
+    assert {(v.served_name, v.batching) for v in served_clones if v.model == model} == {
         (v.served_name, v.batching) for v in variants
     }
     hashes = build_repository(SOURCE, tmp_path / "served", variants, total_threads=2)

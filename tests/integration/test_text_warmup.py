@@ -11,7 +11,8 @@ import pytest
 
 from tritonlocal import LocalTritonServer, ServerConfig
 from tritonrepo.configs import load_repository
-from tritonrepo.derive import derive_local_config, write_local_model
+from tritonrepo.derive import derive_local_config
+from tritonrepo.writer import LINK, DerivedModel, write_model
 
 ROOT = Path(__file__).resolve().parents[2]
 ENCODERS = ("minilm_onnx", "minilm_torchscript")
@@ -27,7 +28,7 @@ def _repository(target: Path, *, truncate: str | None = None) -> Path:
         config = derive_local_config(entry, gpu_available=False, intra_op_threads=1)
         del config.model_warmup[:]
         config.model_warmup.extend(entry.config.model_warmup)
-        write_local_model(entry, target / name, config, header="")
+        write_model(DerivedModel(entry=entry, config=config), target / name, placement=LINK, made_by="a test")
         if name == truncate:
             warmup = target / name / "warmup"
             warmup.unlink()  # the link to model_repository/<name>/warmup

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from loadtest.bench.gpu.plan import GPU, measured_models, variants
+from loadtest.bench.gpu.plan import GPU, measured_models, served_clones
 from loadtest.bench.gpu.report import write_gpu_report
 from loadtest.bench.gpu.server import COMPOSE_BENCH, LOCAL_LABEL, WRITE_REPOSITORY, refusal, server_urls
 from loadtest.bench.run import main
@@ -83,7 +83,7 @@ def test_write_repository_writes_the_plans_variants_with_native_configs(
     target = tmp_path / "bench_repository"
     records = tmp_path / "no-records"  # no record: fp32 is served, no fp32 clone
     assert main(["--mode", "gpu", "--write-repository", str(target), "--records", str(records)]) == 0
-    _, arms = variants(GPU, ROOT / "model_repository", records)
+    _, arms = served_clones(GPU, ROOT / "model_repository", records)
     for model in measured_models(arms):
         assert (target / model / "config.pbtxt").is_file(), model
     encoder = parse_config(target / "minilm_onnx__x2" / "config.pbtxt")
@@ -163,7 +163,7 @@ def test_a_route_whose_export_failed_loses_only_its_arm_and_says_why(tmp_path: P
     from loadtest.bench.gpu.plan import lost_routes
 
     records = _failed_torchscript_export(tmp_path / "records")
-    served, arms = variants(GPU, ROOT / "model_repository", records)
+    served, arms = served_clones(GPU, ROOT / "model_repository", records)
     assert list(arms["precision"]) == ["onnx: fp32 (served)"], "the TorchScript arm is left out"
     assert arms["batching"] and arms["instances"], "every other experiment keeps its arms"
     assert "text_embedder_torchscript" not in {variant.model for variant in served}
@@ -175,7 +175,7 @@ def test_a_route_the_server_did_not_load_loses_only_its_arm(tmp_path: Path) -> N
     from loadtest.bench.gpu.plan import lost_routes
 
     records, unavailable = tmp_path / "no-records", ["text_embedder_torchscript"]
-    _, arms = variants(GPU, ROOT / "model_repository", records, unavailable)
+    _, arms = served_clones(GPU, ROOT / "model_repository", records, unavailable)
     assert list(arms["precision"]) == ["onnx: fp32 (served)"]
     assert lost_routes(ROOT / "model_repository", records, unavailable) == {
         "torchscript": "the server did not load text_embedder_torchscript (its log says why)"

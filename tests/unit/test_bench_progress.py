@@ -12,7 +12,7 @@ import pytest
 from loadtest.bench import progress as bench_progress
 from loadtest.bench.progress import EXPECTED_S, POINT_LOGGERS, BenchProgress, expected_stage_s
 from loadtest.experiments import plans, registry
-from loadtest.progress import Progress, duration
+from tritonrepo.progress import Progress, duration
 
 SERVED = logging.getLogger(POINT_LOGGERS[0])
 

@@ -6,9 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from demo.batching import ENSEMBLES, NOBATCH, arms, build_demo_repository
-from tritonrepo.configs import load_repository
+from tritonrepo.configs import closure, load_repository
 from tritonrepo.paths import REPOSITORY
-from tritonrepo.variants import closure
 
 
 def test_the_demo_serves_each_ensemble_beside_a_clone_without_batching(tmp_path: Path) -> None:

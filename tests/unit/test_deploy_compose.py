@@ -421,7 +421,7 @@ def test_the_bench_profile_serves_the_benchmarks_repository_as_the_deployed_serv
 
 
 def test_the_bench_run_measures_the_bench_server_by_url_after_its_health_check(compose: dict) -> None:
-    from loadtest.bench.gpu.plan import GPU, measured_models, variants
+    from loadtest.bench.gpu.plan import GPU, measured_models, served_clones
     from loadtest.bench.gpu.server import server_urls
 
     bench = compose["services"]["bench-gpu"]
@@ -435,12 +435,12 @@ def test_the_bench_run_measures_the_bench_server_by_url_after_its_health_check(c
     assert (urls.http_url, urls.grpc_url) == ("tritonserver-bench:8000", "tritonserver-bench:8001")
     assert bench["deploy"]["resources"]["reservations"]["devices"][0]["capabilities"] == ["gpu"]
     required = compose["services"]["tritonserver-bench"]["environment"]["TRITON_REQUIRED_MODELS"].split(",")
-    _, arms = variants(GPU, ROOT / "model_repository", ROOT / "no-records")  # no records: fp32 served
+    _, arms = served_clones(GPU, ROOT / "model_repository", ROOT / "no-records")  # no records: fp32 served
     assert set(required) <= set(measured_models(arms)), "the health check waits for what the run measures"
     assert {"text_embedder", "text_embedder__nobatch"} <= set(required)
 
 
-def test_the_cpu_override_drops_the_gpu_and_serves_the_cpu_variant(versions: dict[str, str]) -> None:
+def test_the_cpu_override_drops_the_gpu_and_serves_the_cpu_copy(versions: dict[str, str]) -> None:
     text = CPU_OVERRIDE.read_text()
     override = interpolate(yaml.load(text, Loader=_ComposeLoader), {**versions, **RUNTIME_ENV})
     assert re.search(r"devices: !reset \[\]", text), "the GPU reservation must be reset, not merged"
@@ -448,7 +448,7 @@ def test_the_cpu_override_drops_the_gpu_and_serves_the_cpu_variant(versions: dic
     assert server["volumes"] == ["./build/cpu_repository:/models:ro"]
     assert server["depends_on"]["cpu-repository"]["condition"] == "service_completed_successfully"
     step = override["services"]["cpu-repository"]
-    assert step["command"][:4] == ["python", "-m", "tritonrepo", "variant"]
+    assert step["command"][:4] == ["python", "-m", "tritonrepo", "cpu-copy"]
     assert "--target=build/cpu_repository" in step["command"]
     assert "--cores=0" in step["command"], "0: the cores the step sees, unless TRITON_CPU_CORES says"
     export = override["services"]["export"]

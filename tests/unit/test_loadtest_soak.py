@@ -5,12 +5,12 @@ from pathlib import Path
 
 import pytest
 
-from loadtest.progress import Progress
 from loadtest.soak.cli import build_parser, main, soak_config
 from loadtest.soak.faults import phase_counts
 from loadtest.soak.progress import SoakProgress
 from loadtest.soak.report import growth, windows, write_report
 from loadtest.soak.run import SoakConfig, Tally, sample_row
+from tritonrepo.progress import Progress
 
 
 def _rows(rss: list[float], *, warmup: int = 2, sample_s: float = 60.0) -> list[dict]:

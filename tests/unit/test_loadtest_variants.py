@@ -1,4 +1,4 @@
-"""Variant configs are derived from model_repository's configs by code: batching off, instance counts."""
+"""Clone configs are derived from model_repository's configs by code: batching off, instance counts."""
 
 from __future__ import annotations
 
@@ -10,15 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from tritonrepo.configs import load_repository, parse_config
+from tritonrepo.clones import Clone, build_repository, clone_config
+from tritonrepo.configs import closure, load_repository, parse_config, threads_per_instance
 from tritonrepo.files import EXPORT_OUTPUTS
-from tritonrepo.variants import (
-    Variant,
-    build_repository,
-    closure,
-    threads_per_instance,
-    variant_config,
-)
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE = ROOT / "model_repository"
@@ -31,8 +25,8 @@ def models() -> dict:
 
 def test_the_batching_off_variant_has_no_dynamic_batching_and_nothing_else_changes(models: dict) -> None:
     entry = models["minilm_onnx"]
-    variant = Variant(model="text_embedder", suffix="__nobatch", batching=False)
-    config = variant_config(entry, variant, total_threads=2)
+    clone = Clone(model="text_embedder", suffix="__nobatch", batching=False)
+    config = clone_config(entry, clone, total_threads=2)
     assert entry.config.HasField("dynamic_batching")
     assert not config.HasField("dynamic_batching")
     assert config.name == "minilm_onnx__nobatch"
@@ -41,8 +35,8 @@ def test_the_batching_off_variant_has_no_dynamic_batching_and_nothing_else_chang
 
 
 def test_an_instance_variant_divides_the_threads_between_instances(models: dict) -> None:
-    config = variant_config(
-        models["minilm_onnx"], Variant(model="text_embedder", suffix="__x2", instances=2), total_threads=4
+    config = clone_config(
+        models["minilm_onnx"], Clone(model="text_embedder", suffix="__x2", instances=2), total_threads=4
     )
     assert [g.count for g in config.instance_group] == [2]
     assert config.parameters["intra_op_threads"].string_value == "2"
@@ -51,19 +45,19 @@ def test_an_instance_variant_divides_the_threads_between_instances(models: dict)
 
 def test_python_steps_keep_their_own_instances_in_an_instance_variant(models: dict) -> None:
     own = [g.count for g in models["text_tokenizer"].config.instance_group]
-    config = variant_config(
-        models["text_tokenizer"], Variant(model="text_embedder", suffix="__x4", instances=4), total_threads=2
+    config = clone_config(
+        models["text_tokenizer"], Clone(model="text_embedder", suffix="__x4", instances=4), total_threads=2
     )
     assert [g.count for g in config.instance_group] == own != [4]
 
 
 def test_a_one_instance_variant_drops_the_bounded_queue_it_would_stall_behind(models: dict) -> None:
-    one = Variant(model="text_embedder", suffix="__x1", instances=1)
+    one = Clone(model="text_embedder", suffix="__x1", instances=1)
     assert models["minilm_onnx"].config.dynamic_batching.HasField("default_queue_policy")
-    config = variant_config(models["minilm_onnx"], one, total_threads=2)
+    config = clone_config(models["minilm_onnx"], one, total_threads=2)
     assert [g.count for g in config.instance_group] == [1]
     assert not config.dynamic_batching.HasField("default_queue_policy")
-    two = variant_config(models["minilm_onnx"], dataclasses.replace(one, instances=2), total_threads=2)
+    two = clone_config(models["minilm_onnx"], dataclasses.replace(one, instances=2), total_threads=2)
     assert two.dynamic_batching.HasField("default_queue_policy")
 
 
@@ -74,9 +68,9 @@ def test_threads_never_drop_below_one_per_instance() -> None:
 
 
 def test_an_ensemble_clone_calls_the_cloned_steps(models: dict) -> None:
-    config = variant_config(
+    config = clone_config(
         models["text_embedder"],
-        Variant(model="text_embedder", suffix="__nobatch", batching=False),
+        Clone(model="text_embedder", suffix="__nobatch", batching=False),
         total_threads=2,
     )
     assert [s.model_name for s in config.ensemble_scheduling.step] == [
@@ -97,11 +91,11 @@ def test_the_closure_of_an_ensemble_holds_its_steps(models: dict) -> None:
 
 
 def test_a_built_repository_serves_originals_and_clones_side_by_side(tmp_path: Path) -> None:
-    variants = [
-        Variant(model="text_embedder"),
-        Variant(model="text_embedder", suffix="__nobatch", batching=False),
+    clones = [
+        Clone(model="text_embedder"),
+        Clone(model="text_embedder", suffix="__nobatch", batching=False),
     ]
-    hashes = build_repository(SOURCE, tmp_path / "repo", variants, total_threads=2)
+    hashes = build_repository(SOURCE, tmp_path / "repo", clones, total_threads=2)
     assert set(hashes) == {
         "text_embedder",
         "text_tokenizer",
@@ -135,17 +129,17 @@ def test_a_built_repository_serves_originals_and_clones_side_by_side(tmp_path: P
 )
 def test_invalid_variants_are_refused(kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        Variant(model="text_embedder", **kwargs)
+        Clone(model="text_embedder", **kwargs)
 
 
 def test_an_unchanged_variant_divides_the_threads_between_the_configured_instances(models: dict) -> None:
     configured = sum(group.count for group in models["minilm_onnx"].config.instance_group)
-    config = variant_config(models["minilm_onnx"], Variant(model="text_embedder"), total_threads=4)
+    config = clone_config(models["minilm_onnx"], Clone(model="text_embedder"), total_threads=4)
     assert sum(group.count for group in config.instance_group) == configured
     assert config.parameters["intra_op_threads"].string_value == str(max(1, 4 // configured))
 
 
-PREVIOUS = Variant(
+PREVIOUS = Clone(
     model="text_embedder",
     suffix="__previous",
     ragged=False,
@@ -154,20 +148,20 @@ PREVIOUS = Variant(
 
 
 def test_a_parameter_override_changes_that_parameter_of_that_model_only(models: dict) -> None:
-    tokenizer = variant_config(models["text_tokenizer"], PREVIOUS, total_threads=2)
+    tokenizer = clone_config(models["text_tokenizer"], PREVIOUS, total_threads=2)
     original = models["text_tokenizer"].config.parameters
     assert tokenizer.parameters["length_buckets"].string_value == "8,16,32,64,128,256"
     assert {k: v.string_value for k, v in tokenizer.parameters.items() if k != "length_buckets"} == {
         k: v.string_value for k, v in original.items() if k != "length_buckets"
     }
     assert tokenizer.HasField("dynamic_batching") and tokenizer.name == "text_tokenizer__previous"
-    encoder = variant_config(models["minilm_onnx"], PREVIOUS, total_threads=2)
-    plain = variant_config(models["minilm_onnx"], Variant(model="text_embedder"), total_threads=2)
+    encoder = clone_config(models["minilm_onnx"], PREVIOUS, total_threads=2)
+    plain = clone_config(models["minilm_onnx"], Clone(model="text_embedder"), total_threads=2)
     assert dict(encoder.parameters) == dict(plain.parameters)
 
 
 def test_the_ragged_off_variant_makes_the_batcher_merge_equal_shapes_only(models: dict) -> None:
-    encoder = variant_config(models["minilm_onnx"], PREVIOUS, total_threads=2)
+    encoder = clone_config(models["minilm_onnx"], PREVIOUS, total_threads=2)
     assert models["minilm_onnx"].config.input[0].allow_ragged_batch
     assert not any(tensor.allow_ragged_batch for tensor in encoder.input)
     assert list(encoder.batch_input) == list(models["minilm_onnx"].config.batch_input)  # same graph inputs
@@ -175,20 +169,20 @@ def test_the_ragged_off_variant_makes_the_batcher_merge_equal_shapes_only(models
 
 
 def test_an_override_of_a_parameter_the_model_does_not_have_is_refused(models: dict) -> None:
-    variant = Variant(model="text_embedder", suffix="__typo", parameters=(("text_tokenizer", "bucket", "8"),))
+    clone = Clone(model="text_embedder", suffix="__typo", parameters=(("text_tokenizer", "bucket", "8"),))
     with pytest.raises(ValueError, match="has no parameter 'bucket'.*length_buckets"):
-        variant_config(models["text_tokenizer"], variant, total_threads=2)
+        clone_config(models["text_tokenizer"], clone, total_threads=2)
 
 
 def test_an_override_of_a_model_outside_the_clone_is_refused(tmp_path: Path) -> None:
-    variant = Variant(model="text_embedder", suffix="__bad", parameters=(("image_preprocess", "x", "1"),))
+    clone = Clone(model="text_embedder", suffix="__bad", parameters=(("image_preprocess", "x", "1"),))
     with pytest.raises(ValueError, match="image_preprocess, which text_embedder does not call"):
-        build_repository(SOURCE, tmp_path / "repo", [variant], total_threads=2)
+        build_repository(SOURCE, tmp_path / "repo", [clone], total_threads=2)
 
 
 def test_a_built_clone_writes_the_override_into_its_tokenizer(tmp_path: Path) -> None:
     hashes = build_repository(
-        SOURCE, tmp_path / "repo", [Variant(model="text_embedder"), PREVIOUS], total_threads=2
+        SOURCE, tmp_path / "repo", [Clone(model="text_embedder"), PREVIOUS], total_threads=2
     )
     clone = parse_config(tmp_path / "repo" / "text_tokenizer__previous" / "config.pbtxt")
     original = parse_config(tmp_path / "repo" / "text_tokenizer" / "config.pbtxt")
@@ -202,7 +196,7 @@ def test_a_built_clone_writes_the_override_into_its_tokenizer(tmp_path: Path) ->
 
 
 def test_a_batcher_override_replaces_the_fields_it_names_and_keeps_the_queue_policy(models: dict) -> None:
-    variant = Variant(
+    clone = Clone(
         model="image_classifier",
         suffix="__slow",
         batcher=(
@@ -210,20 +204,18 @@ def test_a_batcher_override_replaces_the_fields_it_names_and_keeps_the_queue_pol
             ("image_preprocess", "max_queue_delay_microseconds: 1000"),
         ),
     )
-    encoder = variant_config(models["efficientnet_lite0_onnx"], variant, total_threads=2)
-    plain = variant_config(
-        models["efficientnet_lite0_onnx"], Variant(model="image_classifier"), total_threads=2
-    )
+    encoder = clone_config(models["efficientnet_lite0_onnx"], clone, total_threads=2)
+    plain = clone_config(models["efficientnet_lite0_onnx"], Clone(model="image_classifier"), total_threads=2)
     assert list(encoder.dynamic_batching.preferred_batch_size) == [16, 32]
     assert encoder.dynamic_batching.max_queue_delay_microseconds == 2000
     assert encoder.dynamic_batching.default_queue_policy == plain.dynamic_batching.default_queue_policy
-    preprocess = variant_config(models["image_preprocess"], variant, total_threads=2)
+    preprocess = clone_config(models["image_preprocess"], clone, total_threads=2)
     original = models["image_preprocess"].config.dynamic_batching
     assert preprocess.dynamic_batching.max_queue_delay_microseconds == 1000
     assert list(preprocess.dynamic_batching.preferred_batch_size) == list(original.preferred_batch_size)
-    postprocess = variant_config(models["image_postprocess"], variant, total_threads=2)
+    postprocess = clone_config(models["image_postprocess"], clone, total_threads=2)
     assert postprocess.dynamic_batching == models["image_postprocess"].config.dynamic_batching
-    assert "image_preprocess batcher: max_queue_delay_microseconds: 1000" in variant.describe()
+    assert "image_preprocess batcher: max_queue_delay_microseconds: 1000" in clone.describe()
 
 
 @pytest.mark.parametrize(
@@ -236,17 +228,17 @@ def test_a_batcher_override_replaces_the_fields_it_names_and_keeps_the_queue_pol
 )
 def test_invalid_batcher_overrides_are_refused(batcher: tuple, message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        Variant(model="image_classifier", suffix="__b", batcher=batcher)
+        Clone(model="image_classifier", suffix="__b", batcher=batcher)
 
 
 def test_a_batcher_override_of_a_model_outside_the_clone_is_refused(tmp_path: Path) -> None:
-    variant = Variant(
+    clone = Clone(
         model="text_embedder",
         suffix="__bad",
         batcher=(("image_preprocess", "max_queue_delay_microseconds: 1"),),
     )
     with pytest.raises(ValueError, match="image_preprocess, which text_embedder does not call"):
-        build_repository(SOURCE, tmp_path / "repo", [variant], total_threads=2)
+        build_repository(SOURCE, tmp_path / "repo", [clone], total_threads=2)
 
 
 @pytest.fixture
@@ -267,9 +259,9 @@ def small_source(tmp_path: Path) -> Path:
 
 
 NATIVE_VARIANTS = [
-    Variant(model="text_embedder"),
-    Variant(model="text_embedder", suffix="__nobatch", batching=False),
-    Variant(model="text_embedder", suffix="__x1", instances=1),
+    Clone(model="text_embedder"),
+    Clone(model="text_embedder", suffix="__nobatch", batching=False),
+    Clone(model="text_embedder", suffix="__x1", instances=1),
 ]
 
 
@@ -332,12 +324,12 @@ def test_a_native_fp32_clone_serves_the_kept_file_under_the_configs_file_name(
     kept = tmp_path / "precision" / "minilm_onnx" / "onnx-fp32.onnx"
     kept.parent.mkdir(parents=True)
     kept.write_bytes(b"the kept fp32 file")
-    fp32 = Variant(
+    fp32 = Clone(
         model="text_embedder", suffix="__fp32", parameters=(("minilm_onnx", "model_filename", str(kept)),)
     )
     target = tmp_path / "bench"
     build_repository(
-        small_source, target, [Variant(model="text_embedder"), fp32], total_threads=2, derive=False
+        small_source, target, [Clone(model="text_embedder"), fp32], total_threads=2, derive=False
     )
     assert (target / "minilm_onnx__fp32" / "1" / "model.onnx").read_bytes() == b"the kept fp32 file"
     assert (target / "minilm_onnx" / "1" / "model.onnx").read_bytes() == b"the served file"
@@ -350,7 +342,7 @@ def test_a_native_fp32_clone_serves_the_kept_file_under_the_configs_file_name(
     source_manifest = json.loads((small_source / "minilm_onnx" / "1" / ".export.json").read_text())
     assert "copied_from" not in source_manifest, "the source's manifest is left as it was"
     assert (small_source / "minilm_onnx" / "1" / "model.onnx").read_bytes() == b"the served file"
-    derived = tmp_path / "derived"  # the local flavour of the same variant: the runner reads the parameter
+    derived = tmp_path / "derived"  # the local flavour of the same clone: the runner reads the parameter
     build_repository(small_source, derived, [fp32], total_threads=2)
     runner = parse_config(derived / "minilm_onnx__fp32" / "config.pbtxt")
     assert runner.backend == "python" and runner.parameters["model_filename"].string_value == str(kept)

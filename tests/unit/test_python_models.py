@@ -14,9 +14,10 @@ import pytest
 from PIL import Image
 
 from tritonrepo.configs import load_repository
-from tritonrepo.container_cpu import write_variant
-from tritonrepo.derive import NATIVE_RUNNER, derive_repository
+from tritonrepo.container_cpu import write_cpu_copy
+from tritonrepo.derive import derive_repository
 from tritonrepo.served_code import load_served_module
+from tritonrepo.writer import NATIVE_RUNNER
 
 DEPLOYABLE = Path(__file__).resolve().parents[2] / "model_repository"
 HELPER = DEPLOYABLE / "pybackend_batching.py"
@@ -177,7 +178,7 @@ def test_the_container_variant_copies_the_helper_into_each_model_as_a_plain_file
     (source / "scaler" / "config.pbtxt").write_text('name: "scaler"\nbackend: "python"\n')
     (source / "pybackend_batching.py").write_text("# the helper\n")
     (source / "scaler" / "1" / "pybackend_batching.py").symlink_to("../../pybackend_batching.py")
-    write_variant(source, tmp_path / "cpu")  # mounted on its own: a link back would dangle
+    write_cpu_copy(source, tmp_path / "cpu")  # mounted on its own: a link back would dangle
     copied = tmp_path / "cpu" / "scaler" / "1" / "pybackend_batching.py"
     assert not copied.is_symlink() and copied.read_text() == "# the helper\n"
 

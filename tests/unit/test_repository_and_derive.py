@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 
 from tritonrepo.configs import exported_step, load_model_config, load_repository, parse_config
-from tritonrepo.derive import EXPORTED_RUNTIME, NATIVE_RUNNER, derive_local_config, derive_repository
+from tritonrepo.derive import derive_local_config, derive_repository
 from tritonrepo.errors import RepositoryError
 from tritonrepo.files import EXPORT_OUTPUTS, exported_file
 from tritonrepo.served_code import BATCHING_HELPER, PARAMETERS_HELPER, load_served_module
+from tritonrepo.writer import EXPORTED_RUNTIME, NATIVE_RUNNER
 
 REPOSITORY = Path(__file__).resolve().parents[2] / "model_repository"
 RUNNER = NATIVE_RUNNER

@@ -321,14 +321,14 @@ def test_a_release_that_changes_client_shared_memory_gets_a_note(tmp_path: Path)
 
 def test_model_repository_and_every_repository_derived_from_it_pass(tmp_path: Path) -> None:
     from loadtest.bench.gpu.plan import INSTANCES, NOBATCH, TEXT_MODEL
-    from tritonrepo.container_cpu import write_variant
+    from tritonrepo.clones import Clone, build_repository
+    from tritonrepo.container_cpu import write_cpu_copy
     from tritonrepo.derive import derive_repository
-    from tritonrepo.variants import Variant, build_repository
 
     derive_repository(REPOSITORY, tmp_path / "local")
-    write_variant(REPOSITORY, tmp_path / "cpu", cores=2)
-    clones = [Variant(model=TEXT_MODEL), Variant(model=TEXT_MODEL, suffix=NOBATCH, batching=False)]
-    clones += [Variant(model=TEXT_MODEL, suffix=INSTANCES.format(2), instances=2)]
+    write_cpu_copy(REPOSITORY, tmp_path / "cpu", cores=2)
+    clones = [Clone(model=TEXT_MODEL), Clone(model=TEXT_MODEL, suffix=NOBATCH, batching=False)]
+    clones += [Clone(model=TEXT_MODEL, suffix=INSTANCES.format(2), instances=2)]
     for derive in (True, False):
         build_repository(REPOSITORY, tmp_path / f"bench-{derive}", clones, total_threads=2, derive=derive)
     for repository in (REPOSITORY, *(tmp_path / f for f in ("local", "cpu", "bench-True", "bench-False"))):

@@ -13,8 +13,7 @@ import torch
 
 from export import onnx_graph, timing
 from export.pipeline import local_threads
-from tritonrepo.configs import load_model_config
-from tritonrepo.container_cpu import threads_per_instance
+from tritonrepo.configs import instance_count, load_model_config, threads_per_instance
 from tritonrepo.paths import REPOSITORY
 
 # Milliseconds per call of a small TorchScript network at batch 1 as the profiling executor warms it up:
@@ -91,4 +90,4 @@ def test_torch_and_onnxruntime_get_the_servers_threads_inside_and_their_own_afte
 def test_the_export_times_with_the_threads_the_local_server_gives_each_instance(model: str) -> None:
     config = load_model_config(REPOSITORY / model)
     cores = os.cpu_count() or 1
-    assert local_threads(REPOSITORY / model, config) == threads_per_instance(config, cores=cores)
+    assert local_threads(REPOSITORY / model, config) == threads_per_instance(cores, instance_count(config))

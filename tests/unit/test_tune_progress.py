@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from loadtest.progress import Progress
 from loadtest.tune import analyzer
 from loadtest.tune.plan import SWEEPS, make_plan
 from loadtest.tune.progress import AnalyzerProgress, follow
+from tritonrepo.progress import Progress
 
 REPOSITORY = Path(__file__).resolve().parents[2] / "model_repository"
 # Lines as Model Analyzer 1.58 writes them (model_analyzer/config/generate/base_model_config_generator.py,

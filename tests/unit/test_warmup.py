@@ -8,10 +8,11 @@ from google.protobuf import text_format
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from tritonrepo.configs import ModelEntry, load_repository
-from tritonrepo.container_cpu import write_variant
-from tritonrepo.derive import derive_local_config, write_local_model
+from tritonrepo.container_cpu import write_cpu_copy
+from tritonrepo.derive import derive_local_config
 from tritonrepo.warmup import BatchShape, batcher_shapes, uncovered_shapes, warmup_shapes
 from tritonrepo.warmup_samples import largest_warmup_tokens, warmup_problems
+from tritonrepo.writer import LINK, DerivedModel, write_model
 
 REPOSITORY = Path(__file__).resolve().parents[2] / "model_repository"
 MODELS = load_repository(REPOSITORY)
@@ -216,13 +217,13 @@ def test_local_cpu_repository_keeps_the_one_sentence_warmup_with_its_file_and_a_
     on_gpu = derive_local_config(entry, gpu_available=True, intra_op_threads=None)
     assert [sample.name for sample in on_cpu.model_warmup] == ["one_sentence"]
     assert list(on_gpu.model_warmup) == list(entry.config.model_warmup)
-    write_local_model(entry, tmp_path / name, on_cpu, header="")
+    write_model(DerivedModel(entry=entry, config=on_cpu), tmp_path / name, placement=LINK, made_by="a test")
     bounds = _vocabulary_bounds()
     assert warmup_problems(on_cpu, tmp_path / name, input_bounds=bounds) == []
 
 
 def test_cpu_variant_for_the_container_carries_the_warmup_files(tmp_path: Path) -> None:
-    write_variant(REPOSITORY, tmp_path / "cpu", cores=2)
+    write_cpu_copy(REPOSITORY, tmp_path / "cpu", cores=2)
     for name in RAGGED_NATIVE:
         variant = load_repository(tmp_path / "cpu")[name]
         assert [sample.batch_size for sample in variant.config.model_warmup] == [1]

@@ -1,4 +1,4 @@
-"""What the GPU benchmark measures, and the variants it serves side by side.
+"""What the GPU benchmark measures, and the clones it serves side by side.
 
 One plan, two sizes: :data:`GPU` for a CUDA machine (the export runs there, instances are KIND_GPU) and
 :data:`DRY_RUN`, the same steps on the CPU with tiny counts, which the test suite runs: KIND_CPU, and the
@@ -16,9 +16,9 @@ from export.common import ExportError, sha256_file
 from export.records import kept_file, served_variant
 from loadtest.experiments.budget_stage import BudgetPlan
 from loadtest.load.perf import PerfSettings
-from tritonrepo.configs import exported_step, load_repository
+from tritonrepo.clones import Clone, build_repository
+from tritonrepo.configs import closure, exported_step, load_repository
 from tritonrepo.files import exported_filename
-from tritonrepo.variants import Variant, build_repository, closure
 
 ROUTES = {"onnx": "text_embedder", "torchscript": "text_embedder_torchscript"}  # route -> ensemble
 TEXT_MODEL = ROUTES["onnx"]
@@ -100,19 +100,17 @@ def encoder_of(source: Path, route: str) -> str:
     return exported_step(load_repository(source), ROUTES[route])
 
 
-def variants(
+def served_clones(
     plan: GpuPlan, source: Path, records: Path, unavailable: Collection[str] = ()
-) -> tuple[list[Variant], dict[str, dict[str, str]]]:
-    """The variants served side by side, and per experiment its arms (label -> served model).
+) -> tuple[list[Clone], dict[str, dict[str, str]]]:
+    """The clones served side by side, and per experiment its arms (label -> served model).
 
     ``records``: the export's precision records (the fp32 file it kept beside a reduced precision).
     ``unavailable``: models the server did not load; an optional route among them, or one whose export
     left no servable file, is left out (:func:`lost_routes` says why)."""
-    served = [Variant(model=TEXT_MODEL), Variant(model=TEXT_MODEL, suffix=NOBATCH, batching=False)]
-    served += [Variant(model=service) for service in plan.budget.services if service != TEXT_MODEL]
-    served += [
-        Variant(model=TEXT_MODEL, suffix=INSTANCES.format(n), instances=n) for n in plan.instance_counts
-    ]
+    served = [Clone(model=TEXT_MODEL), Clone(model=TEXT_MODEL, suffix=NOBATCH, batching=False)]
+    served += [Clone(model=service) for service in plan.budget.services if service != TEXT_MODEL]
+    served += [Clone(model=TEXT_MODEL, suffix=INSTANCES.format(n), instances=n) for n in plan.instance_counts]
     arms: dict[str, dict[str, str]] = {
         "batching": {"batching on": TEXT_MODEL, "batching off": TEXT_MODEL + NOBATCH},
         "instances": {
@@ -128,12 +126,12 @@ def variants(
         encoder = encoder_of(source, route)
         chosen = served_variant(encoder, records)
         if route in OPTIONAL_ROUTES:
-            served.append(Variant(model=ensemble))
+            served.append(Clone(model=ensemble))
         arms["precision"][f"{route}: {chosen} (served)"] = ensemble
         fp32, _ = fp32_arm(source, records, route)
         if fp32 is not None:
             parameters = ((encoder, "model_filename", str(fp32.resolve())),)
-            served.append(Variant(model=ensemble, suffix=FP32, parameters=parameters))
+            served.append(Clone(model=ensemble, suffix=FP32, parameters=parameters))
             arms["precision"][f"{route}: fp32"] = ensemble + FP32
     return served, arms
 
@@ -141,7 +139,7 @@ def variants(
 def fp32_arm(source: Path, records: Path, route: str) -> tuple[Path | None, str | None]:
     """The fp32 file the export kept beside a route's served file, to serve as the precision experiment's
     fp32 arm; or None, and why not where that file is the served one byte for byte. Its clone differs
-    from the served model only by that file (same config, the variant changes nothing else), so the same
+    from the served model only by that file (same config, the clone changes nothing else), so the same
     bytes would be one configuration presented as two precisions: the arm is left out and the report
     says so (``None`` reason: no kept file, fp32 itself served)."""
     encoder = encoder_of(source, route)
@@ -196,17 +194,17 @@ def measured_models(arms: dict[str, dict[str, str]]) -> list[str]:
     return list(dict.fromkeys(model for experiment in arms.values() for model in experiment.values()))
 
 
-def served_models(served: list[Variant], source: Path) -> list[str]:
-    """Every model the variants serve (each clone's steps included), each once."""
+def served_models(served: list[Clone], source: Path) -> list[str]:
+    """Every model the clones serve (each clone's steps included), each once."""
     models = load_repository(source)
     names = (name + v.suffix for v in served for name in closure(models, v.model))
     return list(dict.fromkeys(names))
 
 
 def write_repository(target: Path, *, source: Path, records: Path, plan: GpuPlan = GPU) -> dict[str, str]:
-    """The benchmark's variants of ``source`` for NVIDIA's container, in ``target``: each model's own
-    configuration with only its variant's change, files copied (compose mounts it into the container).
+    """The benchmark's clones of ``source`` for NVIDIA's container, in ``target``: each model's own
+    configuration with only its clone's change, files copied (compose mounts it into the container).
     ``records``: the export's precision records (the fp32 file it kept beside a reduced precision).
     Returns served model -> sha256 of its config."""
-    served, _ = variants(plan, source, records)
+    served, _ = served_clones(plan, source, records)
     return build_repository(source, target, served, total_threads=1, derive=False)

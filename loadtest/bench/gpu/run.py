@@ -2,7 +2,7 @@
 
 Without ``--url`` the run exports into a copy of the repository and measures the local tritonserver of
 the nvidia-pytriton wheel (the mode for a machine without Docker; its report says what that server
-runs). With ``--url`` it measures a running tritonserver that serves the benchmark's variants (the
+runs). With ``--url`` it measures a running tritonserver that serves the benchmark's clones (the
 compose profile ``bench``): no export, no server of its own, no Model Analyzer (which starts its own).
 
 Writes ``reports/<run id>/`` as the CPU benchmark does: ``report.md``, ``results.json`` and ``raw/``
@@ -33,7 +33,7 @@ from loadtest.bench.gpu.plan import (
     measured_models,
     optional_models,
     precision_notes,
-    variants,
+    served_clones,
 )
 from loadtest.bench.gpu.report import write_gpu_report
 from loadtest.bench.gpu.server import (
@@ -146,8 +146,8 @@ def check_served(
     plan: GpuPlan, urls: ServerUrls, source: Path, records: Path, admin_key: str | None
 ) -> list[str]:
     """The optional routes' models the server at ``urls`` does not serve (their arms are left out).
-    Refuses, naming each missing model and what serves it, a server without the other variants."""
-    _, arms = variants(plan, source, records)
+    Refuses, naming each missing model and what serves it, a server without the other clones."""
+    _, arms = served_clones(plan, source, records)
     try:
         missing = not_ready(urls.http_url, measured_models(arms))
     except OSError as e:

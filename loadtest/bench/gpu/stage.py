@@ -1,5 +1,5 @@
 """The GPU benchmark's steps, in one run: export on the GPU into a copy of the repository, serve the
-variants side by side with KIND_GPU instances, measure, stop the server, then let Model Analyzer search
+clones side by side with KIND_GPU instances, measure, stop the server, then let Model Analyzer search
 queue delay and instances. The dry run takes the same steps on the CPU (its export pinned to fp32).
 
 Every experiment is a function of the running server; one that fails is recorded with its message and
@@ -25,8 +25,8 @@ from loadtest.bench.gpu.plan import (
     GpuPlan,
     encoder_of,
     measured_models,
+    served_clones,
     served_models,
-    variants,
 )
 from loadtest.bench.gpu.server import ServerUrls
 from loadtest.experiments import inprocess, minimal
@@ -37,9 +37,9 @@ from loadtest.load import environment
 from loadtest.load.preprocessing import tokenizer_file
 from loadtest.load.stub_timings import server_environment
 from tritonlocal import LocalTritonServer, ServerConfig
+from tritonrepo.clones import build_repository
 from tritonrepo.configs import load_repository
 from tritonrepo.files import EXPORT_OUTPUTS
-from tritonrepo.variants import build_repository
 
 logger = logging.getLogger(__name__)
 
@@ -105,10 +105,10 @@ def prepare_repository(plan: GpuPlan, source: Path, work: Path, raw: Path) -> tu
 
 
 def serve_and_measure(plan: GpuPlan, repository: Path, records: Path, work: Path, raw: Path) -> dict:
-    """The variants derived into one local tritonserver (the nvidia-pytriton wheel's) and measured; a
+    """The clones derived into one local tritonserver (the nvidia-pytriton wheel's) and measured; a
     model that fails to load leaves the server serving the rest (its arm is left out, or fails)."""
     cores = os.cpu_count() or 1
-    served, arms = variants(plan, repository, records)
+    served, arms = served_clones(plan, repository, records)
     hashes = build_repository(
         repository, work / "served", served, total_threads=cores, gpu_available=plan.kind == "KIND_GPU"
     )
@@ -124,7 +124,7 @@ def serve_and_measure(plan: GpuPlan, repository: Path, records: Path, work: Path
     )
     with LocalTritonServer(config) as server:
         unavailable = [model for model in measured_models(arms) if model in server.failed_models]
-        _, arms = variants(plan, repository, records, unavailable)
+        _, arms = served_clones(plan, repository, records, unavailable)
         models = served_models(served, repository)
         result = {
             "server": server_facts.describe(server.http_url, models, label=server_facts.LOCAL_LABEL),
@@ -147,12 +147,12 @@ def measure_at(
     raw: Path,
     access: tuple[str | None, list[str]],
 ) -> dict:
-    """The plan measured against the running server at ``urls``, which serves the variants (checked by
+    """The plan measured against the running server at ``urls``, which serves the clones (checked by
     the caller) but the models ``access`` names after its admin key; ``repository`` holds the files it
     serves, for the in-process half and the alternative. The server's processes are not this machine's
     to sample: no server CPU figures."""
     admin_key, unavailable = access
-    served, arms = variants(plan, repository, records, unavailable)
+    served, arms = served_clones(plan, repository, records, unavailable)
     models = served_models(served, repository)
     label = server_facts.URL_LABEL.format(url=f"http://{urls.http_url}")
     result = {
