@@ -17,7 +17,7 @@ from loadtest.baselines.pipelines import ExportedEncoder, ExportedModel
 from loadtest.experiments.inprocess import alternating_median_ms, arms_for, ordered, run_batches
 from loadtest.experiments.plans import EXPORTED, exported_models
 from loadtest.load.preprocessing import TOKENIZER_MODEL, TextTokenizer
-from tritonrepo.configs import parse_config
+from tritonrepo.configs import exported_step, input_kind, load_repository, parse_config
 
 DEPLOYABLE = Path(__file__).resolve().parents[2] / "model_repository"
 
@@ -31,8 +31,21 @@ def test_each_runtime_runs_its_text_encoder_before_its_image_encoder() -> None:
     assert all(e.runtime == "torchscript" and e.threads == 2 for e in encoders)
 
 
-def test_the_profiles_cover_every_exported_encoder() -> None:
-    assert [e.model for e in exported_models(Path("repo"), 1)] == list(EXPORTED)
+RUNTIMES = {"onnxruntime_onnx": "onnxruntime", "pytorch_libtorch": "torchscript"}
+
+
+def test_each_profiled_encoder_has_the_runtime_and_pipeline_its_served_config_gives_it() -> None:
+    repository = load_repository(DEPLOYABLE)
+    pipelines = {  # exported step -> the pipeline of the ensemble that feeds it
+        exported_step(repository, name): input_kind(entry.config)
+        for name, entry in repository.items()
+        if entry.config.platform == "ensemble"
+    }
+    profiled = exported_models(DEPLOYABLE, 1)
+    assert len(profiled) == len(EXPORTED) == 4
+    for encoder in profiled:
+        platform = repository[encoder.model].config.platform
+        assert (encoder.runtime, encoder.pipeline) == (RUNTIMES[platform], pipelines[encoder.model]), encoder
 
 
 def test_an_exported_model_refuses_a_pipeline_it_cannot_feed() -> None:
