@@ -14,7 +14,6 @@
 - :mod:`tritonrepo.container_cpu`: the copy for NVIDIA's container on a CPU host.
 - :mod:`tritonrepo.cpu_overlay`: CPU settings a tuning adopted, applied by the derivations.
 - :mod:`tritonrepo.variants`: the benchmark's clones, each changing one field.
-- :mod:`tritonrepo.warmup`, :mod:`tritonrepo.warmup_samples`: warm-up shapes and their data files.
 - :mod:`tritonrepo.access`: the APIs every server restricts and the header that carries their key.
 
 Export, the launcher (tritonlocal), the clients, loadtest and the demo build on this package, which

@@ -28,10 +28,9 @@ from tritonrepo.container_cpu import (
     set_default_parameters,
     threads_per_instance,
 )
-from tritonrepo.files import EXPORT_OUTPUTS, NATIVE_RUNTIMES
+from tritonrepo.files import EXPORT_OUTPUTS, NATIVE_RUNTIMES, WARMUP_FOLDER
 from tritonrepo.paths import REPOSITORY
 from tritonrepo.served_code import BATCHING_HELPER, PARAMETERS_HELPER
-from tritonrepo.warmup_samples import WARMUP_FOLDER
 
 # The model.py that serves an exported file in the Python backend: linked, with the runtime it runs the
 # file in and both helpers beside it, into each native model's version folder of a derived repository. They
