@@ -69,7 +69,7 @@ demo: $(EXPORTED) ## main job: start a local tritonserver, send real requests, s
 test: $(EXPORTED) system-tools ## run the test suite against a real local tritonserver
 	$(PY) -m pytest
 
-test-unit: $(STAMP) $(SERVING_STAMP) ## tests that need no server and no system tool (no root) and start no process
+test-unit: $(STAMP) $(SERVING_STAMP) ## tests that need no server and no system tool (no root), no process of their own
 	$(PY) -m pytest tests/unit
 
 test-checks: $(STAMP) $(SERVING_STAMP) ## the commands and tools run as processes (git, mypy, pip, deploy scripts), no server

@@ -1,4 +1,4 @@
-"""The unit tier starts no process: no file of tests/unit imports a way to start one (subprocess,
+"""The unit tier starts no process of its own: no file of tests/unit imports a way to start one (subprocess,
 multiprocessing, pty, os's spawn, exec and fork calls, asyncio's subprocesses, a process pool) or asks for
 the ``run_python`` fixture. A test that runs a command or a tool belongs in tests/checks (tests/conftest.py
 says what each tier holds)."""
