@@ -13,7 +13,7 @@ SERVING_STAMP := $(SERVING_RUNTIME)/.installed
 comma := ,
 
 .DEFAULT_GOAL := help
-.PHONY: help venv system-tools export derive demo test test-unit test-integration serve bench bench-full bench-gpu budget tune lint lock clean
+.PHONY: help venv system-tools export derive demo test test-unit test-checks test-integration serve bench bench-full bench-gpu budget tune lint lock clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-17s %s\n", $$1, $$2}'
@@ -69,8 +69,11 @@ demo: $(EXPORTED) ## main job: start a local tritonserver, send real requests, s
 test: $(EXPORTED) system-tools ## run the test suite against a real local tritonserver
 	$(PY) -m pytest
 
-test-unit: $(STAMP) $(SERVING_STAMP) ## tests that need no server and no system tool (no root)
+test-unit: $(STAMP) $(SERVING_STAMP) ## tests that need no server and no system tool (no root), no process of their own
 	$(PY) -m pytest tests/unit
+
+test-checks: $(STAMP) $(SERVING_STAMP) ## the commands and tools run as processes (git, mypy, pip, deploy scripts), no server
+	$(PY) -m pytest tests/checks
 
 test-integration: $(EXPORTED) system-tools ## tests against the real server, the system tools and the Python images' environments
 	$(PY) -m pytest tests/integration tests/images

@@ -156,8 +156,8 @@ def _zeros_warmup(config: ModelConfig, inputs: Sequence[TensorSpec]) -> str:
             sample.zero_data = True
     return (
         f"Every batch size the batcher forms (1 to {config.max_batch_size}), zeros, before the model is "
-        "ready: the first client batch of any size finds the backend warm (tritonrepo/warmup.py). The CPU "
-        "copies (the local server, the CPU variant) keep only the batch-1 sample "
+        "ready: the first client batch of any size finds the backend warm (tests/unit/test_warmup.py). "
+        "The CPU copies (the local server, the CPU variant) keep only the batch-1 sample "
         "(tritonrepo/container_cpu.py)."
     )
 

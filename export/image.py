@@ -267,7 +267,7 @@ def export_onnx(
     """Write ONNX (opset 17, dynamic batch axis) and return an onnxruntime runner for it.
 
     ``fold_pads=False`` keeps the exporter's ``Pad`` nodes (the file as served before the fold, which the
-    benchmark serves as the previous configuration: :func:`export_unfolded_onnx`)."""
+    benchmark serves in its unoptimised arm: :func:`export_unfolded_onnx`)."""
     example = torch.zeros((1, *pixels.dims), dtype=torch.float32)
     # The TorchScript-based exporter (dynamo=False) takes dynamic_axes directly and matches eager to ~1e-6.
     with warnings.catch_warnings():

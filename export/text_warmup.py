@@ -1,7 +1,7 @@
 """Write the warm-up token ids of the ragged text encoders (minilm_onnx, minilm_torchscript).
 
 Each encoder's ``model_warmup`` names, per sample, a data file in its ``warmup/`` folder and the dims
-of one request (tritonrepo/warmup_samples.py says how Triton reads them). This fills every such file
+of one request (tests/unit/warmup_checks.py says how Triton reads them). This fills every such file
 with real token ids: the sentence corpus (samples/data/sentences.txt) tokenised by the shipped
 tokenizer and truncated to the sample's length, so every id lies inside the vocabulary and the sequence
 starts with [CLS] and ends with [SEP] as the tokenizer model sends it. ``random_data`` would draw int64
@@ -25,8 +25,8 @@ from export.minilm import load_tokenizer
 from samples import sentences
 from tritonrepo.commands import command_parser
 from tritonrepo.configs import load_model_config
+from tritonrepo.files import WARMUP_FOLDER
 from tritonrepo.paths import REPOSITORY
-from tritonrepo.warmup_samples import WARMUP_FOLDER
 
 ENCODERS = ("minilm_onnx", "minilm_torchscript")
 

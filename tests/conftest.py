@@ -1,7 +1,10 @@
-"""Test tiers by folder: tests/unit needs no server and no system tool (no root to install one);
-tests/integration runs a real local tritonserver, or the system tools the deploy files are written for;
-tests/images runs the commands of the deploy images built on the Python image, in environments built from
-exactly what each image installs (tritonlocal/image_envs.py), against a real local tritonserver."""
+"""Test tiers by folder: tests/unit needs no server and no system tool (no root to install one) and starts
+no process of its own (tests/unit/test_no_process.py; an export it runs still gates ONNX files in
+build/serving-runtime's Python); tests/checks runs the project's commands and tools as
+processes (git, mypy, pip's resolver, the deploy scripts), no server; tests/integration runs a real local
+tritonserver, or the system tools the deploy files are written for; tests/images runs the commands of the
+deploy images built on the Python image, in environments built from exactly what each image installs
+(tritonlocal/image_envs.py), against a real local tritonserver."""
 
 from __future__ import annotations
 
@@ -19,7 +22,12 @@ from tritonrepo.paths import ROOT
 
 pytest_plugins = ["tritonlocal.pytest_plugin"]
 
-_TIERS = {"unit": pytest.mark.unit, "integration": pytest.mark.integration, "images": pytest.mark.images}
+_TIERS = {
+    "unit": pytest.mark.unit,
+    "checks": pytest.mark.checks,
+    "integration": pytest.mark.integration,
+    "images": pytest.mark.images,
+}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

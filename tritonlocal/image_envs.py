@@ -45,7 +45,7 @@ IMAGES = {
     "locust": ("locust",),
 }
 # What the image's torch (EXPORT_TORCH_VERSION, a CUDA build) installs besides itself that its commands
-# use outside torch: perf_analyzer's libcudart (tests/unit/test_deploy_images_resolve.py checks the pin).
+# use outside torch: perf_analyzer's libcudart (tests/checks/test_deploy_images_resolve.py checks the pin).
 TORCH_CUDA_RUNTIME = "nvidia-cuda-runtime-cu12==12.4.127"
 # The slim Debian image's basic tools a command may call; git, curl and compilers are not among them.
 BASE_TOOLS = (

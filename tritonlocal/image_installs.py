@@ -1,6 +1,6 @@
 """What each image of deploy/ pip-installs, read from its Dockerfile and the files it names.
 
-One list serves both checks of the images: tests/unit/test_deploy_images_resolve.py resolves every install
+One list serves both checks of the images: tests/checks/test_deploy_images_resolve.py resolves every install
 for its image's Python and glibc, and :mod:`tritonlocal.image_envs` builds the Python images' environments
 here from the same installs and runs their commands. Python and glibc come from the base: ``PYTHON_IMAGE``'s
 tag (``python:3.11.10-slim-bookworm`` is Python 3.11 on Debian 12, glibc 2.36), or ``TRITON_PYTHON`` and

@@ -18,7 +18,6 @@
 - :mod:`tritonrepo.clones`: the benchmark's clones, each changing one field.
 - :mod:`tritonrepo.writer`: the one writer of every derived repository above (files linked or copied,
   one header, one rule for what is left out).
-- :mod:`tritonrepo.warmup`, :mod:`tritonrepo.warmup_samples`: warm-up shapes and their data files.
 - :mod:`tritonrepo.access`: the APIs every server restricts and the header that carries their key.
 - :mod:`tritonrepo.progress`: the one progress display of every long command (export, load tests, batch job).
 

@@ -16,6 +16,7 @@ ONNX_FILENAME = "model.onnx"
 TORCHSCRIPT_FILENAME = "model.pt"
 # The manifest `python -m export` writes beside each exported file (what it was built from, where gated).
 EXPORT_MANIFEST = ".export.json"
+WARMUP_FOLDER = "warmup"  # Triton's kWarmupDataFolder, beside config.pbtxt: the data model_warmup reads
 # What the export writes into a repository beside the committed configs and code (and Python's caches):
 # left out where a copy of a repository's configs is made.
 EXPORT_OUTPUTS = ("*.onnx", "*.pt", "tokenizer.json", EXPORT_MANIFEST, "__pycache__")

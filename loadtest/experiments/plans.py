@@ -46,9 +46,9 @@ EQUAL_SHAPE_BUCKETS = "8,16,24,32,48,64,96,128,256"
 # The `ragged` experiment runs the served text file in this process between its rounds at the targets'
 # concurrency, in batches of these sizes.
 RAGGED_INPROCESS_BATCHES = (8, 32)
-# The image baseline arm of the `ragged` experiment: the ONNX file with the exporter's Pad nodes (not
+# The image's unoptimised arm in the `ragged` experiment: the ONNX file with the exporter's Pad nodes (not
 # folded into its convolutions), behind batchers that wait for more requests on a CPU.
-PAD_NODES_AND_DELAYS_ARM = "previous (image): fp32 file with the exporter's Pad nodes, 1-2 ms queue delays"
+PAD_NODES_AND_DELAYS_ARM = "unoptimised (image): fp32 file with the exporter's Pad nodes, 1-2 ms queue delays"
 QUEUE_DELAY_IMAGE_BATCHERS = (
     (IMAGE_ENCODER, "preferred_batch_size: [16, 32, 64] max_queue_delay_microseconds: 2000"),
     ("image_preprocess", "max_queue_delay_microseconds: 1000"),
@@ -160,7 +160,9 @@ def with_models(plan: Plan, models: tuple[str, ...], source: Path) -> Plan:
     return replace(plan, sweep_models=models, batching_models=batching)
 
 
-def served_clones(plan: Plan, source: Path, previous_image: Path, skip: tuple[str, ...] = ()) -> list[Clone]:
+def served_clones(
+    plan: Plan, source: Path, pad_nodes_image: Path, skip: tuple[str, ...] = ()
+) -> list[Clone]:
     """What the served stage serves for the experiments ``skip`` leaves in: the plan's models and their
     clones without batching, and where an experiment on the shipped models runs, the shipped ensembles
     and that experiment's clones (a run of the --models experiments alone serves nothing else)."""
@@ -170,7 +172,7 @@ def served_clones(plan: Plan, source: Path, previous_image: Path, skip: tuple[st
     clones = [Clone(model=m) for m in dict.fromkeys((*plan.sweep_models, *shipped, *budget))]
     clones += [Clone(model=m, suffix=NOBATCH, batching=False) for m in plan.batching_models]
     if "ragged" in runs:
-        arms = ragged_arms(source) | image_arms(previous_image)
+        arms = ragged_arms(source) | image_arms(pad_nodes_image)
         clones += [clone for clone, _ in arms.values()]
     if "instances" in runs:
         clones += [
@@ -182,7 +184,7 @@ def served_clones(plan: Plan, source: Path, previous_image: Path, skip: tuple[st
 
 def ragged_arms(source: Path) -> dict[str, tuple[Clone, str]]:
     """The `ragged` experiment: arm label -> (clone, served model). On the default route's encoder: the
-    previous configuration (its fp32 file behind length buckets, equal-shape batches: what text_embedder
+    unoptimised configuration (its fp32 file behind length buckets, equal-shape batches: what text_embedder
     served before), ragged batching alone (the fp32 file, ragged), the served precision alone (equal shapes),
     and as shipped; then the TorchScript route as shipped. The fp32 file is the one the export keeps
     beside its precision record (:mod:`export.records`); where the served file is fp32 already, the
@@ -193,8 +195,8 @@ def ragged_arms(source: Path) -> dict[str, tuple[Clone, str]]:
     fp32_file = ((encoder, "model_filename", str(fp32.resolve())),) if fp32 is not None else ()
     equal_shapes = ((TEXT_TOKENIZER, "length_buckets", EQUAL_SHAPE_BUCKETS),)
     arms = {
-        "previous: fp32, buckets, equal shapes": Clone(
-            model=TEXT_MODEL, suffix="__previous", ragged=False, parameters=equal_shapes + fp32_file
+        "unoptimised: fp32, buckets, equal shapes": Clone(
+            model=TEXT_MODEL, suffix="__unoptimised", ragged=False, parameters=equal_shapes + fp32_file
         ),
     }
     if fp32_file:
@@ -208,18 +210,21 @@ def ragged_arms(source: Path) -> dict[str, tuple[Clone, str]]:
     return {label: (clone, clone.served_name) for label, clone in arms.items()}
 
 
-def image_arms(previous_file: Path) -> dict[str, tuple[Clone, str]]:
-    """The `ragged` experiment, images: the previous configuration (``previous_file``, the fp32 file as
+def image_arms(pad_nodes_file: Path) -> dict[str, tuple[Clone, str]]:
+    """The `ragged` experiment, images: the unoptimised configuration (``pad_nodes_file``, the fp32 file as
     exported before its ``Pad`` nodes were folded into the convolutions, behind the batchers it was served
     with), that file alone behind today's batchers, the clone serving the fp32 file where the export serves a
     reduced precision, and as shipped."""
     served = records.served_variant(IMAGE_ENCODER)
-    previous = ((IMAGE_ENCODER, "model_filename", str(previous_file.resolve())),)
+    pad_nodes = ((IMAGE_ENCODER, "model_filename", str(pad_nodes_file.resolve())),)
     arms = {
         PAD_NODES_AND_DELAYS_ARM: Clone(
-            model=IMAGE_MODEL, suffix="__previous", parameters=previous, batcher=QUEUE_DELAY_IMAGE_BATCHERS
+            model=IMAGE_MODEL,
+            suffix="__unoptimised",
+            parameters=pad_nodes,
+            batcher=QUEUE_DELAY_IMAGE_BATCHERS,
         ),
-        registry.PAD_NODES_FILE_ARM: Clone(model=IMAGE_MODEL, suffix="__padnodes", parameters=previous),
+        registry.PAD_NODES_FILE_ARM: Clone(model=IMAGE_MODEL, suffix="__padnodes", parameters=pad_nodes),
     }
     fp32 = records.kept_file(IMAGE_ENCODER, "fp32") if served != "fp32" else None
     if fp32 is not None:

@@ -50,7 +50,7 @@ logger = logging.getLogger(__name__)
 
 
 def ragged_experiment(
-    plan: Plan, session: PerfSession, source: Path, previous_image: Path, cores: int
+    plan: Plan, session: PerfSession, source: Path, pad_nodes_image: Path, cores: int
 ) -> dict[str, list]:
     """The `ragged` experiment: the text arms at each concurrency, then the image arms at 32, every arm once
     per round.
@@ -79,7 +79,7 @@ def ragged_experiment(
                     rounds=1,
                     arms=beside_arms,
                 )
-    image = {label: served for label, (_, served) in image_arms(previous_image).items()}
+    image = {label: served for label, (_, served) in image_arms(pad_nodes_image).items()}
     # The image target is at c=32 only: spare the quick run the c=1 image arms.
     points += arms_experiment(
         session,
@@ -93,11 +93,11 @@ def ragged_experiment(
 
 
 def served_stage(plan: Plan, source: Path, work: Path, raw: Path, cores: int, skip: tuple[str, ...]) -> dict:
-    previous_image = work / "previous" / f"{IMAGE_ENCODER}.onnx"
+    pad_nodes_image = work / "pad_nodes" / f"{IMAGE_ENCODER}.onnx"
     runs = registry.in_stage("served", skip)
     if "ragged" in runs:
-        export_image.export_unfolded_onnx(source / IMAGE_ENCODER, previous_image)
-    clones = served_clones(plan, source, previous_image, skip)
+        export_image.export_unfolded_onnx(source / IMAGE_ENCODER, pad_nodes_image)
+    clones = served_clones(plan, source, pad_nodes_image, skip)
     hashes = build_repository(source, work / "served", clones, total_threads=cores)
     result: dict = {"served_config_sha256": hashes}
     if set(runs) - set(registry.MODEL_KEYS):  # an experiment on the shipped models: what they serve
@@ -128,7 +128,7 @@ def served_stage(plan: Plan, source: Path, work: Path, raw: Path, cores: int, sk
             server,
             session,
             source=source,
-            previous_image=previous_image,
+            pad_nodes_image=pad_nodes_image,
             cores=cores,
             raw=raw,
             result=result,
@@ -188,7 +188,7 @@ def _served_experiments(
     session: PerfSession,
     *,
     source: Path,
-    previous_image: Path,
+    pad_nodes_image: Path,
     cores: int,
     raw: Path,
     result: dict,
@@ -197,7 +197,7 @@ def _served_experiments(
     grpc_url = f"grpc://{server.grpc_url}"
     return {
         **_arms_experiments(plan, session),
-        "ragged": lambda: ragged_experiment(plan, session, source, previous_image, cores),
+        "ragged": lambda: ragged_experiment(plan, session, source, pad_nodes_image, cores),
         "minimal": lambda: minimal.compare(
             triton_http_url=server.http_url,
             model=TEXT_MODEL,

@@ -1,6 +1,6 @@
 """The measured causes the report gives for where the text ensemble stands: where the CPU went, how full
 the encoder's batches were, queueing against compute in each step, what a batch buys the file in one
-process, and the shipped ensembles against their previous configurations in one sentence each.
+process, and the shipped ensembles against their unoptimised configurations in one sentence each.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from loadtest.report.cpu import cost_line, cpu_per_item, per_core_line
 from loadtest.report.figures import (
     IMAGE_MODEL,
     TEXT_MODEL,
-    against_previous,
+    against_unoptimised,
     batching_arms,
     inprocess_reference,
     ragged_arm,
@@ -155,21 +155,21 @@ def batching_ceiling_line(results: dict, batch: int = 8) -> str | None:
 
 
 def image_line(results: dict) -> str | None:
-    """One sentence: the shipped image classifier against its previous configuration at c=32, and
-    against the previous file alone where that arm ran."""
-    shipped, previous = against_previous(results, IMAGE_MODEL)
-    if not shipped or not previous:
+    """One sentence: the shipped image classifier against its unoptimised configuration at c=32, and
+    against the Pad-node file alone where that arm ran."""
+    shipped, unoptimised = against_unoptimised(results, IMAGE_MODEL)
+    if not shipped or not unoptimised:
         return None
     line = (
         f"The image classifier served {number_text(shipped.throughput_per_s, '.1f')} img/s at "
-        f"c={TARGET_CONCURRENCY}, its previous configuration "
-        f"{number_text(previous.throughput_per_s, '.1f')}: "
-        f"{ratio_text(shipped.throughput_per_s, previous.throughput_per_s)}"
+        f"c={TARGET_CONCURRENCY}, its unoptimised configuration "
+        f"{number_text(unoptimised.throughput_per_s, '.1f')}: "
+        f"{ratio_text(shipped.throughput_per_s, unoptimised.throughput_per_s)}"
     )
     file_alone = ragged_arm(results, TARGET_CONCURRENCY, PAD_NODES_FILE_ARM, IMAGE_MODEL)
     if file_alone:
         line += (
-            f"; against the previous file alone behind today's batchers "
+            f"; against the Pad-node file alone behind today's batchers "
             f"({number_text(file_alone.throughput_per_s, '.1f')} img/s): "
             f"{ratio_text(shipped.throughput_per_s, file_alone.throughput_per_s)}"
         )
@@ -177,15 +177,15 @@ def image_line(results: dict) -> str | None:
 
 
 def ragged_line(results: dict) -> str | None:
-    """One sentence: the shipped text ensemble against the previous configuration at c=32."""
-    shipped, previous = against_previous(results)
-    if not shipped or not previous:
+    """One sentence: the shipped text ensemble against the unoptimised configuration at c=32."""
+    shipped, unoptimised = against_unoptimised(results)
+    if not shipped or not unoptimised:
         return None
     return (
         f"At c={TARGET_CONCURRENCY} (mean of {shipped.runs} alternating runs) the shipped text ensemble "
         f"served {number_text(shipped.throughput_per_s, '.1f')} req/s with encoder batches of "
-        f"{number_text(shipped.encoder_batch)}, the previous configuration "
-        f"{number_text(previous.throughput_per_s, '.1f')} req/s with batches of "
-        f"{number_text(previous.encoder_batch)}: "
-        f"{ratio_text(shipped.throughput_per_s, previous.throughput_per_s)}."
+        f"{number_text(shipped.encoder_batch)}, the unoptimised configuration "
+        f"{number_text(unoptimised.throughput_per_s, '.1f')} req/s with batches of "
+        f"{number_text(unoptimised.encoder_batch)}: "
+        f"{ratio_text(shipped.throughput_per_s, unoptimised.throughput_per_s)}."
     )

@@ -1,13 +1,13 @@
 """From results.json to the verdicts: targets met or missed, and the published claims beside this run.
 
 Targets, each a ratio inside one run where it can be: the text ensemble at concurrency 32 at least 2x
-the previous configuration (the `ragged` experiment) and 2x the simplest alternative deployed as a user
+the unoptimised configuration (the `ragged` experiment) and 2x the simplest alternative deployed as a user
 would, one worker process per core (the `minimal` experiment, which also measures it as one process),
 with a p99 of at most 250 ms; at concurrency 1 a median of at most 10 ms; dynamic batching on vs off at
 least 2x with encoder batches of 8 or more (the `batching` experiment); served throughput at least 85%
 of the in-process figure of the served file (the `ragged` experiment's in-process rounds, between its served
 ones, where the run has them; else the `inprocess` experiment); the image classifier at least 1.3x its
-previous configuration (the `ragged` experiment), serving a file that passed its gate. The measured
+unoptimised configuration (the `ragged` experiment), serving a file that passed its gate. The measured
 causes of where the run stands are :mod:`loadtest.report.causes`.
 """
 
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from loadtest.experiments.registry import TARGET_CONCURRENCY
 from loadtest.report.figures import (
     IMAGE_MODEL,
-    against_previous,
+    against_unoptimised,
     arm_summary,
     batching_arms,
     inprocess_reference,
@@ -39,7 +39,7 @@ from loadtest.report.rounds import (
     up,
 )
 
-TARGET_GAIN = 2.0  # over the previous configuration, over the simplest alternative, batching on vs off
+TARGET_GAIN = 2.0  # over the unoptimised configuration, over the simplest alternative, batching on vs off
 TARGET_P99_MS = 250.0
 TARGET_LONE_P50_MS = 10.0
 TARGET_BATCH = 8.0
@@ -85,9 +85,9 @@ def _ratio(numerator: float | None, denominator: float | None) -> float | None:
 
 
 def verdicts(results: dict) -> list[Verdict]:
-    (shipped, previous), lone = against_previous(results), shipped_arm(results, 1)
+    (shipped, unoptimised), lone = against_unoptimised(results), shipped_arm(results, 1)
     return [
-        _previous_verdict(shipped, previous),
+        _unoptimised_verdict(shipped, unoptimised),
         _at_most_ms("text c=32 p99", TARGET_P99_MS, shipped.p99_ms if shipped else None, 0),
         _alternative_verdict(results),
         _at_most_ms("text c=1 median latency", TARGET_LONE_P50_MS, lone.p50_ms if lone else None, 1),
@@ -97,14 +97,14 @@ def verdicts(results: dict) -> list[Verdict]:
     ]
 
 
-def _previous_verdict(shipped: ArmSummary | None, previous: ArmSummary | None) -> Verdict:
-    gain = _ratio(rate(shipped), rate(previous))
+def _unoptimised_verdict(shipped: ArmSummary | None, unoptimised: ArmSummary | None) -> Verdict:
+    gain = _ratio(rate(shipped), rate(unoptimised))
     return _verdict(
-        "text c=32 vs the previous configuration",
+        "text c=32 vs the unoptimised configuration",
         f">= {TARGET_GAIN:.0f}x (experiment `ragged`)",
         gain,
         f"{times_text(gain)} ({number_text(rate(shipped), '.1f')} vs "
-        f"{number_text(rate(previous), '.1f')} req/s)",
+        f"{number_text(rate(unoptimised), '.1f')} req/s)",
         _at_least(gain, TARGET_GAIN),
     )
 
@@ -178,16 +178,16 @@ def _share_verdict(results: dict, shipped: ArmSummary | None) -> Verdict:
 
 
 def _image_verdict(results: dict) -> Verdict:
-    image, image_previous = against_previous(results, IMAGE_MODEL)
-    image_gain = _ratio(rate(image), rate(image_previous))
+    image, image_unoptimised = against_unoptimised(results, IMAGE_MODEL)
+    image_gain = _ratio(rate(image), rate(image_unoptimised))
     served_precision = results.get("image_precision", "fp32")
     image_text = (
         f"{times_text(image_gain)} ({number_text(rate(image), '.1f')} vs "
-        f"{number_text(rate(image_previous), '.1f')} img/s), serving {served_precision}"
+        f"{number_text(rate(image_unoptimised), '.1f')} img/s), serving {served_precision}"
         + (": no reduced precision passed its gate" if served_precision == "fp32" else ", gate passed")
     )
     return _verdict(
-        "image c=32 vs the previous configuration",
+        "image c=32 vs the unoptimised configuration",
         f">= {TARGET_IMAGE_GAIN}x, served file gated (experiment `ragged`)",
         image_gain,
         image_text,

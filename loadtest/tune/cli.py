@@ -125,18 +125,39 @@ def main(argv: list[str] | None = None) -> int:
             f"interrupted; the same command resumes from the checkpoint in {workspace.root}", file=sys.stderr
         )
         return EXIT_INTERRUPTED
+    return _report(args, plan, workspace, measured, command=command, output=output, started=started)
+
+
+def _report(
+    args: argparse.Namespace,
+    plan: TunePlan,
+    workspace: analyzer.Workspace,
+    measured: list[results.Measurement],
+    *,
+    command: str,
+    output: Path,
+    started: float,
+) -> int:
+    """Pick each model's winner, adopt it when asked, and write and print the report."""
     outcomes = results.outcomes(measured, list(plan.targets.values()), min_gain=plan.min_gain)
-    adopted = (
-        adopt(outcomes, plan.source, command=command, latency_budget_ms=plan.latency_budget_ms)
-        if args.adopt
-        else []
-    )
+    refused = ""
+    try:
+        adopted = (
+            adopt(outcomes, plan.source, command=command, latency_budget_ms=plan.latency_budget_ms)
+            if args.adopt
+            else []
+        )
+    except ValueError as e:  # a winner Triton would refuse to load: reported, nothing written
+        adopted, refused = [], str(e)
     output.mkdir(parents=True, exist_ok=True)
     copied = report.copy_model_analyzer_outputs(workspace.export, output)
     facts = report.RunFacts(command=command, elapsed_s=time.monotonic() - started, adopted=adopted)
     summary = report.write_summary(output, plan, outcomes, facts, copied)
     print(summary.read_text())
     print(f"report: {summary}")
+    if refused:
+        print(f"error: {refused}", file=sys.stderr)
+        return EXIT_FAILED
     return EXIT_OK
 
 

@@ -252,22 +252,35 @@ def test_a_model_refuses_bad_content_with_invalid_argument_naming_input_and_prob
     _assert_still_serving(triton_server)
 
 
+TOKEN_LIMIT = 256  # the tokenizer's max_length, [CLS] and [SEP] included
+SENTENCE = b"The quick brown fox jumps over the lazy dog. "  # 10 tokens
+
+
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 @pytest.mark.parametrize("model_name", [m for m, f in sorted(FAMILIES.items()) if f == "text"])
 def test_text_far_over_the_token_limit_is_truncated_and_succeeds(
     triton_server: LocalTritonServer, models: dict[str, Model], model_name: str, protocol: str
 ) -> None:
     model = models[model_name]
-    long_text = b"The quick brown fox jumps over the lazy dog. " * 300  # ~2,700 tokens, 13.5 KB
-    result = _send(
-        triton_server,
-        protocol,
-        model_name,
-        [(model.inputs[0].name, "BYTES", np.array([[long_text]], object))],
-    )
-    _check_output(model, result, rows=1)
-    lengths = {result.as_numpy(t.name).shape[-1] for t in model.outputs if t.datatype == "INT64"}
-    assert lengths <= {256}, f"token outputs must be cut at the 256-token limit, got {lengths}"
+
+    def send(text: bytes) -> Any:
+        result = _send(
+            triton_server, protocol, model_name, [(model.inputs[0].name, "BYTES", np.array([[text]], object))]
+        )
+        _check_output(model, result, rows=1)
+        return result
+
+    answer = send(SENTENCE * 300)  # 3,002 tokens, 13.5 KB
+    tokens = [t.name for t in model.outputs if t.datatype == "INT64"]
+    if tokens:  # the tokenizer: every token output is cut at the limit
+        assert {answer.as_numpy(name).shape[-1] for name in tokens} == {TOKEN_LIMIT}
+        return
+    # An embedder: the long text embeds as its first TOKEN_LIMIT tokens do. 26 sentences (262 tokens) are
+    # cut at the same place; 25 (252 tokens) are not cut, so they embed otherwise.
+    (output,) = [t.name for t in model.outputs if t.datatype == "FP32"]
+    long, cut, whole = (x.as_numpy(output) for x in (answer, send(SENTENCE * 26), send(SENTENCE * 25)))
+    np.testing.assert_allclose(long, cut, rtol=0, atol=1e-5)
+    assert np.abs(long - whole).max() > 1e-4, "the text was not cut at the token limit"
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)

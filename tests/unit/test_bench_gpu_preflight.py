@@ -4,7 +4,6 @@ onnxruntime, names what is missing and gives the one command that runs the bench
 from __future__ import annotations
 
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -96,8 +95,8 @@ def test_the_command_to_run_instead_is_the_compose_service_on_the_export_images_
     env_files = [words[i + 1] for i, word in enumerate(words) if word == "--env-file"]
     assert env_files == ["deploy/versions.env", "deploy/secrets.env"]
     assert (ROOT / env_files[0]).is_file()
-    ignored = subprocess.run(["git", "check-ignore", "-q", env_files[1]], cwd=ROOT, check=False)
-    assert ignored.returncode == 0, "the secrets file must never be committed"
+    ignored = (ROOT / "deploy" / ".gitignore").read_text().splitlines()
+    assert Path(env_files[1]).name in ignored, "the secrets file must never be committed"
     assert words[-3:-1] == ["run", "--rm"]
     service = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"][words[-1]]
     assert (

@@ -82,7 +82,7 @@ def test_models_replace_the_sweep_and_the_batching_experiment_takes_those_that_b
     plan = experiments_plan.with_models(experiments_plan.PLANS["quick"], models, root)
     assert plan.sweep_models == models
     assert plan.batching_models == ("see", "rows_onnx")  # a step's batcher or its own; words_onnx has none
-    variants = experiments_plan.served_clones(plan, REPOSITORY, tmp_path / "previous.onnx")
+    variants = experiments_plan.served_clones(plan, REPOSITORY, tmp_path / "pad_nodes.onnx")
     nobatch = [v for v in variants if not v.batching]
     assert [v.served_name for v in nobatch] == [m + experiments_plan.NOBATCH for m in ("see", "rows_onnx")]
 
@@ -184,7 +184,7 @@ def test_a_run_with_models_serves_them_and_their_clones_and_nothing_shipped(
     models = ("see", "words_onnx", "rows_onnx")
     plan = experiments_plan.with_models(experiments_plan.PLANS["quick"], models, repository)
     skip = skipped("", "", models)
-    variants = experiments_plan.served_clones(plan, repository, tmp_path / "previous.onnx", skip)
+    variants = experiments_plan.served_clones(plan, repository, tmp_path / "pad_nodes.onnx", skip)
     assert [v.served_name for v in variants] == [*models, "see__nobatch", "rows_onnx__nobatch"]
 
 

@@ -3,18 +3,19 @@ declared durations; plain lines off a terminal, a bar on one, nothing with --qui
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import logging
+from pathlib import Path
 
 import pytest
 
 from loadtest.bench import progress as bench_progress
 from loadtest.bench.progress import EXPECTED_S, POINT_LOGGERS, BenchProgress, expected_stage_s
-from loadtest.experiments import plans, registry
+from loadtest.experiments import inprocess, plans, registry, served
 from tritonrepo.progress import Progress, duration
 
 SERVED = logging.getLogger(POINT_LOGGERS[0])
+REPOSITORY = Path(__file__).resolve().parents[2] / "model_repository"
 
 
 def test_every_mode_declares_how_long_each_experiment_takes() -> None:
@@ -24,9 +25,21 @@ def test_every_mode_declares_how_long_each_experiment_takes() -> None:
         assert all(seconds > 0 for seconds in table.values()), mode
 
 
-def test_the_point_loggers_are_modules_of_the_experiments() -> None:
-    for name in POINT_LOGGERS:
-        assert importlib.util.find_spec(name) is not None, f"{name} is no module: its points go uncounted"
+def test_the_point_loggers_are_the_loggers_the_experiments_write_their_points_to() -> None:
+    assert {served.logger.name, inprocess.logger.name} == set(POINT_LOGGERS)
+
+
+def test_each_in_process_point_measured_is_counted_once(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="loadtest.experiments")
+    (encoder,) = [e for e in plans.exported_models(REPOSITORY, 1, "onnxruntime") if e.pipeline == "text"]
+    stream = io.StringIO()
+    run = BenchProgress(Progress(stream=stream, bars=False), {"inprocess": 10.0})
+    with run.stage("inprocess"):
+        points = inprocess.measure(
+            encoder, batch_sizes=(1, 2), items=4, rounds=1, arms=[inprocess.Arm(workers=1, threads=1)]
+        )
+    assert len(points) == 2
+    assert stream.getvalue().splitlines()[-1].endswith(", 2 points")
 
 
 def test_only_the_stages_left_in_are_expected_and_left_out_experiments_cost_nothing() -> None:

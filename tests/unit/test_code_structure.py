@@ -1,17 +1,14 @@
 """Structure checked on the source, the code Triton runs included: no import cycles between the project's
 modules (imports made only for type checking count, since they couple two modules as much for a reader as
 any other), imports only downwards through the layers docs/architecture.md draws, no function longer than
-MAX_FUNCTION_LINES, docstring included, without a reason a reader would accept, and every Python model
-type-checked against Triton's API."""
+MAX_FUNCTION_LINES, docstring included, without a reason a reader would accept. Type checks run mypy, a
+process: tests/checks/test_type_checks.py."""
 
 from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Callable
 from pathlib import Path
-
-import pytest
 
 try:
     import tomllib
@@ -29,11 +26,6 @@ LONG_FUNCTIONS_ALLOWED: dict[str, str] = {}
 def packages() -> list[str]:
     """The project's top-level Python packages."""
     return sorted(init.parent.name for init in ROOT.glob("*/__init__.py"))
-
-
-def served_models() -> list[Path]:
-    """Each Python model's model.py once, as its real file (a version folder may link another model's)."""
-    return sorted({path.resolve() for path in REPOSITORY.glob("*/[0-9]*/model.py")})
 
 
 def modules() -> dict[str, Path]:
@@ -214,15 +206,6 @@ def test_mypy_checks_every_package_and_every_served_helper() -> None:
     assert sorted(settings["packages"]) == packages()
     helpers = {path.stem for path in REPOSITORY.glob("*.py")}
     assert helpers | {"triton_python_backend_utils"} <= set(settings["modules"])
-
-
-@pytest.mark.parametrize("model_py", served_models(), ids=lambda path: path.parent.parent.name)
-def test_every_python_model_type_checks_against_tritons_api(
-    model_py: Path, run_python: Callable[..., object]
-) -> None:
-    """mypy with the project's settings (pyproject.toml), which check the packages and the served helpers
-    in one run; a model.py needs a run of its own, since every one of them is a module named `model`."""
-    run_python("-m", "mypy", model_py.relative_to(ROOT).as_posix())
 
 
 def test_no_two_test_files_share_a_name_across_tiers() -> None:

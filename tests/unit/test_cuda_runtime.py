@@ -66,13 +66,6 @@ def test_libtorch_runs_tf32_convolutions_and_strict_products_and_onnx_what_its_c
         serving_mode("plan")
 
 
-def test_libtorchs_mode_is_torchs_own_default(run_python) -> None:
-    """The libtorch backend sets neither switch, so it runs with torch's defaults: checked in a fresh
-    process of this torch (the 24.10 container's libtorch 2.5 has the same defaults)."""
-    probe = "import torch; print(torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)"
-    assert run_python("-c", probe).stdout.split() == [str(LIBTORCH.matmul), str(LIBTORCH.cudnn)]
-
-
 def test_parameters_override_the_cuda_accelerators_options_as_the_backend_applies_them() -> None:
     config = _config(
         "parameters { key: 'arena_extend_strategy' value: { string_value: '1' } }\n"

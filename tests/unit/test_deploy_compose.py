@@ -332,7 +332,7 @@ def test_every_path_a_dockerfile_copies_exists_in_its_build_context(compose: dic
 def test_the_locust_image_has_everything_the_locustfile_imports(compose: dict, import_closure) -> None:
     """Every project package the locustfile reaches is mounted, and every distribution it imports is
     installed by deploy/locust/Dockerfile at the version requirements.lock pins (the versions of its
-    dependencies: tests/unit/test_deploy_images_resolve.py)."""
+    dependencies: tests/checks/test_deploy_images_resolve.py)."""
     from importlib import metadata
 
     packages, third_party = import_closure("loadtest.load.locustfile")

@@ -10,8 +10,8 @@ from __future__ import annotations
 import ast
 import copy
 import re
-import subprocess
 import sys
+from fnmatch import fnmatch
 from importlib import metadata
 from pathlib import Path
 
@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from tritonrepo.configs import load_repository
+from tritonrepo.files import EXPORT_OUTPUTS
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "deploy" / "k8s"
@@ -142,11 +143,21 @@ def test_the_export_job_and_the_server_pods_select_the_same_gpu_class() -> None:
     assert set(selectors["Job", job]) == {"nvidia.com/gpu.product"}
 
 
-def test_the_export_image_carries_every_repository_file_under_git_and_no_exported_file() -> None:
+def _repository_sources() -> list[str]:
+    """model_repository's files as a clone holds them: every file but the export's outputs (which
+    .gitignore leaves out) and Python's caches."""
+    generated = (*EXPORT_OUTPUTS, "*.pyc", ".*.tmp")
+    return sorted(
+        path.relative_to(ROOT).as_posix()
+        for path in (ROOT / "model_repository").rglob("*")
+        if path.is_file()
+        and not any(fnmatch(part, g) for part in path.relative_to(ROOT).parts for g in generated)
+    )
+
+
+def test_the_export_image_carries_every_repository_file_of_a_clone_and_no_exported_file() -> None:
     rules = _dockerignore(ROOT / "deploy" / "export" / "Dockerfile.dockerignore")
-    tracked = subprocess.run(
-        ["git", "ls-files", "model_repository"], cwd=ROOT, capture_output=True, text=True, check=True
-    ).stdout.split()
+    tracked = _repository_sources()
     assert any(path.endswith("model.py") for path in tracked) and any(p.endswith(".txt") for p in tracked)
     left_out = [path for path in tracked if not _included(path, rules)]
     assert not left_out, f"the export image would lack {left_out}"

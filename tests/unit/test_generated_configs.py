@@ -11,6 +11,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from warmup_checks import uncovered_shapes
 
 from export import __main__ as export_cli
 from export.common import ExportError
@@ -20,7 +21,6 @@ from export.module_kind import KIND
 from export.module_spec import InstanceGroup
 from tritonrepo.configs import ModelEntry, load_model_config, parse_config
 from tritonrepo.derive import derive_local_config
-from tritonrepo.warmup import uncovered_shapes
 
 ROOT = Path(__file__).resolve().parents[2]
 REPOSITORY = ROOT / "model_repository"

@@ -292,18 +292,18 @@ def test_the_noise_floor_flips_only_inputs_whose_top_classes_are_closer_than_the
         image_variants.noise_floor(runner, pixels, reference, std_rgb=(0.5, 0.5, 0.5), levels=0.0)
 
 
-def test_the_previous_onnx_file_keeps_the_exporters_pad_nodes_and_the_same_logits(
+def test_the_unfolded_onnx_file_keeps_the_exporters_pad_nodes_and_the_same_logits(
     exported, served_preprocess, settings, real_images, tmp_path: Path
 ) -> None:
     repository, _ = exported
-    previous = tmp_path / "previous.onnx"
-    run_previous = image.export_unfolded_onnx(repository / "efficientnet_lite0_onnx", previous)
-    ops = [node.op_type for node in onnx.load(str(previous)).graph.node]
+    unfolded = tmp_path / "unfolded.onnx"
+    run_unfolded = image.export_unfolded_onnx(repository / "efficientnet_lite0_onnx", unfolded)
+    ops = [node.op_type for node in onnx.load(str(unfolded)).graph.node]
     assert ops.count("Pad") == 5
     pixels = served_preprocess.preprocess(list(real_images.values()), settings)
     shipped = onnxruntime.InferenceSession(str(repository / "efficientnet_lite0_onnx/1/model.onnx"))
     np.testing.assert_allclose(
-        run_previous(pixels), shipped.run(["LOGITS__0"], {"PIXELS__0": pixels})[0], rtol=0, atol=1e-4
+        run_unfolded(pixels), shipped.run(["LOGITS__0"], {"PIXELS__0": pixels})[0], rtol=0, atol=1e-4
     )
 
 

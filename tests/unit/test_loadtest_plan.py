@@ -17,7 +17,7 @@ from loadtest.baselines.pipelines import ExportedEncoder, ExportedModel
 from loadtest.experiments.inprocess import alternating_median_ms, arms_for, ordered, run_batches
 from loadtest.experiments.plans import EXPORTED, exported_models
 from loadtest.load.preprocessing import TOKENIZER_MODEL, TextTokenizer
-from tritonrepo.configs import parse_config
+from tritonrepo.configs import exported_step, input_kind, load_repository, parse_config
 
 DEPLOYABLE = Path(__file__).resolve().parents[2] / "model_repository"
 
@@ -31,8 +31,21 @@ def test_each_runtime_runs_its_text_encoder_before_its_image_encoder() -> None:
     assert all(e.runtime == "torchscript" and e.threads == 2 for e in encoders)
 
 
-def test_the_profiles_cover_every_exported_encoder() -> None:
-    assert [e.model for e in exported_models(Path("repo"), 1)] == list(EXPORTED)
+RUNTIMES = {"onnxruntime_onnx": "onnxruntime", "pytorch_libtorch": "torchscript"}
+
+
+def test_each_profiled_encoder_has_the_runtime_and_pipeline_its_served_config_gives_it() -> None:
+    repository = load_repository(DEPLOYABLE)
+    pipelines = {  # exported step -> the pipeline of the ensemble that feeds it
+        exported_step(repository, name): input_kind(entry.config)
+        for name, entry in repository.items()
+        if entry.config.platform == "ensemble"
+    }
+    profiled = exported_models(DEPLOYABLE, 1)
+    assert len(profiled) == len(EXPORTED) == 4
+    for encoder in profiled:
+        platform = repository[encoder.model].config.platform
+        assert (encoder.runtime, encoder.pipeline) == (RUNTIMES[platform], pipelines[encoder.model]), encoder
 
 
 def test_an_exported_model_refuses_a_pipeline_it_cannot_feed() -> None:
@@ -130,7 +143,7 @@ def test_torchscript_runners_each_run_with_their_own_thread_count(tmp_path: Path
 
 
 @pytest.mark.parametrize(("served", "arms"), [("fp32", 3), ("int8", 4)])
-def test_the_image_arms_serve_the_previous_configuration_and_its_file_alone_beside_the_shipped_one(
+def test_the_image_arms_serve_the_unoptimised_configuration_and_its_file_alone_beside_the_shipped_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, served: str, arms: int
 ) -> None:
     from export import records
@@ -140,32 +153,32 @@ def test_the_image_arms_serve_the_previous_configuration_and_its_file_alone_besi
     fp32 = tmp_path / "kept-fp32.onnx"
     monkeypatch.setattr(records, "served_variant", lambda model: served)
     monkeypatch.setattr(records, "kept_file", lambda model, kind: fp32 if kind == "fp32" else None)
-    previous = tmp_path / "previous.onnx"
-    found = plans.image_arms(previous)
+    pad_nodes = tmp_path / "pad_nodes.onnx"
+    found = plans.image_arms(pad_nodes)
     assert len(found) == arms and list(found)[0] == plans.PAD_NODES_AND_DELAYS_ARM
     assert list(found.values())[-1][1] == plans.IMAGE_MODEL  # the shipped classifier, under its own name
     source = Path(__file__).resolve().parents[2] / "model_repository"
     build_repository(source, tmp_path / "served", [v for v, _ in found.values()], total_threads=2)
     served_repository = tmp_path / "served"
-    for clone in ("efficientnet_lite0_onnx__previous", "efficientnet_lite0_onnx__padnodes"):
-        assert str(previous.resolve()) in (served_repository / clone / "config.pbtxt").read_text()
-    # the previous configuration waits as it did then; the file-alone arm batches as shipped
+    for clone in ("efficientnet_lite0_onnx__unoptimised", "efficientnet_lite0_onnx__padnodes"):
+        assert str(pad_nodes.resolve()) in (served_repository / clone / "config.pbtxt").read_text()
+    # the unoptimised configuration waits as it did then; the file-alone arm batches as shipped
     delays = {
         name: parse_config(
             served_repository / name / "config.pbtxt"
         ).dynamic_batching.max_queue_delay_microseconds
         for name in (
-            "efficientnet_lite0_onnx__previous",
-            "image_preprocess__previous",
-            "image_postprocess__previous",
+            "efficientnet_lite0_onnx__unoptimised",
+            "image_preprocess__unoptimised",
+            "image_postprocess__unoptimised",
             "efficientnet_lite0_onnx__padnodes",
             "efficientnet_lite0_onnx",
         )
     }
     assert delays == {
-        "efficientnet_lite0_onnx__previous": 2000,
-        "image_preprocess__previous": 1000,
-        "image_postprocess__previous": 1000,
+        "efficientnet_lite0_onnx__unoptimised": 2000,
+        "image_preprocess__unoptimised": 1000,
+        "image_postprocess__unoptimised": 1000,
         "efficientnet_lite0_onnx__padnodes": delays["efficientnet_lite0_onnx"],
         "efficientnet_lite0_onnx": delays["efficientnet_lite0_onnx"],
     }

@@ -116,11 +116,25 @@ def recorded_results(served_c32: float) -> dict:
             _point("ragged", arm, served, c, rate, batch, p99)
             for _ in range(2)
             for arm, served, c, rate, batch, p99 in (
-                ("previous: buckets, equal shapes, fp32", "text_embedder__previous", 32, 90.0, 1.5, 400.0),
+                (
+                    "unoptimised: buckets, equal shapes, fp32",
+                    "text_embedder__unoptimised",
+                    32,
+                    90.0,
+                    1.5,
+                    400.0,
+                ),
                 ("ragged, bf16 (shipped)", "text_embedder", 32, served_c32, 12.0, 200.0),
-                ("previous: buckets, equal shapes, fp32", "text_embedder__previous", 1, 60.0, 1.0, 30.0),
+                (
+                    "unoptimised: buckets, equal shapes, fp32",
+                    "text_embedder__unoptimised",
+                    1,
+                    60.0,
+                    1.0,
+                    30.0,
+                ),
                 ("ragged, bf16 (shipped)", "text_embedder", 1, 110.0, 1.0, 16.0),
-                ("previous (image): Pad nodes", "image_classifier__previous", 32, 50.0, 6.0, 600.0),
+                ("unoptimised (image): Pad nodes", "image_classifier__unoptimised", 32, 50.0, 6.0, 600.0),
                 ("image, fp32", "image_classifier__fp32", 32, 60.0, 6.0, 500.0),
                 ("image, int8 (shipped)", "image_classifier", 32, 70.0, 6.0, 400.0),
             )
@@ -287,8 +301,8 @@ def test_the_report_has_every_section_table_and_plot(tmp_path: Path) -> None:
 
 
 TARGETS_MET = (
-    "| text c=32 vs the previous configuration | >= 2x (experiment `ragged`) | 2.11x (190.0 vs 90.0 req/s) "
-    "| met |",
+    "| text c=32 vs the unoptimised configuration | >= 2x (experiment `ragged`) "
+    "| 2.11x (190.0 vs 90.0 req/s) | met |",
     "| text c=32 vs the simplest alternative | >= 2x vs one worker process per core (experiment `minimal`) "
     f"| 2.00x against {PER_CORE} (190.0 vs 95.0 req/s, medians of 3 rounds; 1.71x to 2.32x by round); "
     "against one process, one request at a time: 2.50x | met |",
@@ -300,12 +314,12 @@ TARGETS_MET = (
     "in the served layout (2 x 1 thread, arrival order), the served file ran 180.0/s in batches of 8 "
     "against 120.0/s one at a time: 1.50x; with every sentence of one length (the inputs' mean length; "
     "nothing ragged, no padding) 240.0/s against 150.0/s: 1.60x; served batching on vs off at c=32: 2.00x.",
-    "| image c=32 vs the previous configuration | >= 1.3x, served file gated (experiment `ragged`) "
+    "| image c=32 vs the unoptimised configuration | >= 1.3x, served file gated (experiment `ragged`) "
     "| 1.40x (70.0 vs 50.0 img/s), serving int8, gate passed | met |",
 )
 TARGETS_MISSED = (
-    "| text c=32 vs the previous configuration | >= 2x (experiment `ragged`) | 1.33x (120.0 vs 90.0 req/s) "
-    "| **missed** |",
+    "| text c=32 vs the unoptimised configuration | >= 2x (experiment `ragged`) "
+    "| 1.33x (120.0 vs 90.0 req/s) | **missed** |",
     "| text c=32 vs the simplest alternative | >= 2x vs one worker process per core (experiment `minimal`) "
     f"| 1.26x against {PER_CORE} (120.0 vs 95.0 req/s, medians of 3 rounds; 1.08x to 1.46x by round); "
     "against one process, one request at a time: 1.57x | **missed** |",
@@ -542,14 +556,14 @@ def test_the_arm_summary_averages_the_rounds_of_each_arm(tmp_path: Path) -> None
     results = recorded_results(served_c32=190.0)
     rows = [r for r in figures.arm_summary(results, "ragged") if r.concurrency == 32]
     assert [(r.arm, r.runs, r.throughput_per_s, r.encoder_batch) for r in rows] == [
-        ("previous: buckets, equal shapes, fp32", 2, 90.0, 1.5),
+        ("unoptimised: buckets, equal shapes, fp32", 2, 90.0, 1.5),
         ("ragged, bf16 (shipped)", 2, 190.0, 12.0),
-        ("previous (image): Pad nodes", 2, 50.0, 6.0),
+        ("unoptimised (image): Pad nodes", 2, 50.0, 6.0),
         ("image, fp32", 2, 60.0, 6.0),
         ("image, int8 (shipped)", 2, 70.0, 6.0),
     ]
     assert causes.image_line(results) == (
-        "The image classifier served 70.0 img/s at c=32, its previous configuration 50.0: 1.40x."
+        "The image classifier served 70.0 img/s at c=32, its unoptimised configuration 50.0: 1.40x."
     )
     line = causes.ragged_line(results)
     assert line is not None and "190.0 req/s with encoder batches of 12.00" in line and "2.11x" in line
@@ -661,7 +675,7 @@ def test_cpu_per_request_needs_the_served_models_count_and_pools_rounds() -> Non
     assert cpu_per_item([run({"minilm_onnx": 1.0}, 0, 1.0)]) is None
 
 
-def test_the_image_line_also_sets_the_shipped_classifier_against_the_previous_file_alone() -> None:
+def test_the_image_line_also_sets_the_shipped_classifier_against_the_pad_node_file_alone() -> None:
     from loadtest.experiments.registry import PAD_NODES_FILE_ARM
 
     results = recorded_results(served_c32=190.0)
@@ -669,12 +683,21 @@ def test_the_image_line_also_sets_the_shipped_classifier_against_the_previous_fi
         _point("ragged", PAD_NODES_FILE_ARM, "image_classifier__padnodes", 32, 56.0, 6.0) for _ in range(2)
     ]
     assert causes.image_line(results) == (
-        "The image classifier served 70.0 img/s at c=32, its previous configuration 50.0: 1.40x; against the "
-        "previous file alone behind today's batchers (56.0 img/s): 1.25x."
+        "The image classifier served 70.0 img/s at c=32, its unoptimised configuration 50.0: 1.40x; "
+        "against the Pad-node file alone behind today's batchers (56.0 img/s): 1.25x."
     )
-    # the target stays against the previous configuration, not against the file alone
+    # the target stays against the unoptimised configuration, not against the file alone
     verdict = next(v for v in findings.verdicts(results) if v.name.startswith("image"))
     assert verdict.measured.startswith("1.40x")
+
+
+def test_a_record_that_labels_the_unoptimised_arms_previous_is_read_as_before() -> None:
+    results = recorded_results(served_c32=190.0)
+    for point in results["ragged"]:
+        point["arm"] = point["arm"].replace("unoptimised", "previous")
+    shipped, unoptimised = figures.against_unoptimised(results)
+    assert shipped is not None and unoptimised is not None and unoptimised.throughput_per_s == 90.0
+    assert causes.image_line(results) is not None
 
 
 def test_re_rendering_a_folder_without_a_run_is_a_usage_error_naming_it(

@@ -139,33 +139,33 @@ def test_an_unchanged_variant_divides_the_threads_between_the_configured_instanc
     assert config.parameters["intra_op_threads"].string_value == str(max(1, 4 // configured))
 
 
-PREVIOUS = Clone(
+UNOPTIMISED = Clone(
     model="text_embedder",
-    suffix="__previous",
+    suffix="__unoptimised",
     ragged=False,
     parameters=(("text_tokenizer", "length_buckets", "8,16,32,64,128,256"),),
 )
 
 
 def test_a_parameter_override_changes_that_parameter_of_that_model_only(models: dict) -> None:
-    tokenizer = clone_config(models["text_tokenizer"], PREVIOUS, total_threads=2)
+    tokenizer = clone_config(models["text_tokenizer"], UNOPTIMISED, total_threads=2)
     original = models["text_tokenizer"].config.parameters
     assert tokenizer.parameters["length_buckets"].string_value == "8,16,32,64,128,256"
     assert {k: v.string_value for k, v in tokenizer.parameters.items() if k != "length_buckets"} == {
         k: v.string_value for k, v in original.items() if k != "length_buckets"
     }
-    assert tokenizer.HasField("dynamic_batching") and tokenizer.name == "text_tokenizer__previous"
-    encoder = clone_config(models["minilm_onnx"], PREVIOUS, total_threads=2)
+    assert tokenizer.HasField("dynamic_batching") and tokenizer.name == "text_tokenizer__unoptimised"
+    encoder = clone_config(models["minilm_onnx"], UNOPTIMISED, total_threads=2)
     plain = clone_config(models["minilm_onnx"], Clone(model="text_embedder"), total_threads=2)
     assert dict(encoder.parameters) == dict(plain.parameters)
 
 
 def test_the_ragged_off_variant_makes_the_batcher_merge_equal_shapes_only(models: dict) -> None:
-    encoder = clone_config(models["minilm_onnx"], PREVIOUS, total_threads=2)
+    encoder = clone_config(models["minilm_onnx"], UNOPTIMISED, total_threads=2)
     assert models["minilm_onnx"].config.input[0].allow_ragged_batch
     assert not any(tensor.allow_ragged_batch for tensor in encoder.input)
     assert list(encoder.batch_input) == list(models["minilm_onnx"].config.batch_input)  # same graph inputs
-    assert "ragged batching off" in PREVIOUS.describe()
+    assert "ragged batching off" in UNOPTIMISED.describe()
 
 
 def test_an_override_of_a_parameter_the_model_does_not_have_is_refused(models: dict) -> None:
@@ -182,16 +182,16 @@ def test_an_override_of_a_model_outside_the_clone_is_refused(tmp_path: Path) -> 
 
 def test_a_built_clone_writes_the_override_into_its_tokenizer(tmp_path: Path) -> None:
     hashes = build_repository(
-        SOURCE, tmp_path / "repo", [Clone(model="text_embedder"), PREVIOUS], total_threads=2
+        SOURCE, tmp_path / "repo", [Clone(model="text_embedder"), UNOPTIMISED], total_threads=2
     )
-    clone = parse_config(tmp_path / "repo" / "text_tokenizer__previous" / "config.pbtxt")
+    clone = parse_config(tmp_path / "repo" / "text_tokenizer__unoptimised" / "config.pbtxt")
     original = parse_config(tmp_path / "repo" / "text_tokenizer" / "config.pbtxt")
     assert clone.parameters["length_buckets"].string_value == "8,16,32,64,128,256"
     assert original.parameters["length_buckets"].string_value == ""
-    assert hashes["text_tokenizer"] != hashes["text_tokenizer__previous"]
+    assert hashes["text_tokenizer"] != hashes["text_tokenizer__unoptimised"]
     assert (
         "text_tokenizer.length_buckets = 8,16"
-        in (tmp_path / "repo" / "text_tokenizer__previous" / "config.pbtxt").read_text()
+        in (tmp_path / "repo" / "text_tokenizer__unoptimised" / "config.pbtxt").read_text()
     )
 
 

@@ -1,5 +1,5 @@
 """The repository toolkit's command line: derive and the CPU copy, run without a server (every
-command's --help, its defaults and exit codes: tests/unit/test_paths_from_any_folder.py)."""
+command's --help, its defaults and exit codes: tests/checks/test_paths_from_any_folder.py)."""
 
 from __future__ import annotations
 

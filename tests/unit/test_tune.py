@@ -41,7 +41,13 @@ def _model(tmp_path: Path, overlay: str | None = None) -> Path:
 
 
 def _measurement(
-    variant: str, throughput: float, p99: float, *, within: bool, instances: int = 1
+    variant: str,
+    throughput: float,
+    p99: float,
+    *,
+    within: bool,
+    instances: int = 1,
+    preferred: tuple[int, ...] = (8, 16),
 ) -> Measurement:
     return Measurement(
         model="classifier",
@@ -52,7 +58,7 @@ def _measurement(
         within_budget=within,
         instances=instances,
         max_queue_delay_us=4000,
-        preferred_batch_sizes=(16, 32),
+        preferred_batch_sizes=preferred,
         max_batch_size=16,
     )
 
@@ -210,7 +216,25 @@ def test_an_adopted_winner_is_what_derive_then_serves(tmp_path: Path) -> None:
     config = derive_local_config(entry, gpu_available=False, intra_op_threads=None)
     assert [g.count for g in config.instance_group] == [1]
     assert config.dynamic_batching.max_queue_delay_microseconds == 4000
-    assert list(config.dynamic_batching.preferred_batch_size) == [16, 32]
+    assert list(config.dynamic_batching.preferred_batch_size) == [8, 16]
+
+
+def test_a_winner_preferring_a_batch_over_max_batch_size_is_refused_and_nothing_is_written(
+    tmp_path: Path,
+) -> None:
+    folder = _model(tmp_path)
+    rows = [
+        _measurement("classifier_config_default", 50.0, 300, within=True),
+        _measurement("classifier_config_3", 70.0, 350, within=True, preferred=(16, 32)),
+    ]
+    with pytest.raises(ValueError, match=r"prefers batch sizes \[32\], above the model's max_batch_size 16"):
+        adopt(
+            outcomes(rows, ["classifier"], min_gain=0.05),
+            tmp_path / "repo",
+            command="t",
+            latency_budget_ms=500,
+        )
+    assert not (folder / cpu_overlay.FILENAME).exists()
 
 
 def test_a_gain_smaller_than_min_gain_is_a_tie_that_keeps_the_shipped_configuration() -> None:

@@ -6,12 +6,18 @@ import numpy as np
 import pytest
 from google.protobuf import text_format
 from tritonclient.grpc.model_config_pb2 import ModelConfig
+from warmup_checks import (
+    BatchShape,
+    batcher_shapes,
+    largest_warmup_tokens,
+    uncovered_shapes,
+    warmup_problems,
+    warmup_shapes,
+)
 
 from tritonrepo.configs import ModelEntry, load_repository
 from tritonrepo.container_cpu import write_cpu_copy
 from tritonrepo.derive import derive_local_config
-from tritonrepo.warmup import BatchShape, batcher_shapes, uncovered_shapes, warmup_shapes
-from tritonrepo.warmup_samples import largest_warmup_tokens, warmup_problems
 from tritonrepo.writer import LINK, DerivedModel, write_model
 
 REPOSITORY = Path(__file__).resolve().parents[2] / "model_repository"
@@ -107,7 +113,7 @@ def test_a_ragged_input_is_refused_because_no_warmup_list_covers_it() -> None:
         batcher_shapes(_config(ragged), variable_dims={"INPUT_IDS": [(8,)], "ATTENTION_MASK": [(8,)]})
 
 
-# Ragged text encoders: the warm-up reads token ids from files (tritonrepo/warmup_samples.py).
+# Ragged text encoders: the warm-up reads token ids from files (warmup_checks.py).
 RAGGED_NATIVE = sorted(
     name
     for name, entry in MODELS.items()

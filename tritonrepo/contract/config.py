@@ -10,7 +10,7 @@ from pathlib import Path
 from tritonclient.grpc.model_config_pb2 import BatchInput, DataType, ModelConfig, ModelInput
 
 from tritonrepo.contract.finding import Finding, dims_text, error, warning
-from tritonrepo.warmup_samples import WARMUP_FOLDER
+from tritonrepo.files import WARMUP_FOLDER
 
 # Batch input kinds that take exactly one source input (every kind r24.10 knows).
 _ONE_SOURCE = {

@@ -1,6 +1,7 @@
 """Every commit after the history this rule starts from has a scannable message (CONTRIBUTING.md): a
 subject of at most 72 characters in the imperative mood, a blank line, then a body. Merge commits follow
-the same rule. Commits up to FIRST_CHECKED_AFTER landed before the rule and are never rewritten."""
+the same rule. Commits up to FIRST_CHECKED_AFTER landed before the rule and are never rewritten; a shallow
+clone checks the commits it holds."""
 
 from __future__ import annotations
 
@@ -41,23 +42,36 @@ def problems(message: str) -> list[str]:
     return found
 
 
-def _commits_after(base: str) -> list[tuple[str, str]]:
-    def git(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False)
+def _git(root: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=False)
 
-    if git("cat-file", "-e", f"{base}^{{commit}}").returncode != 0:
-        pytest.fail(f"commit {base} is not in this clone's history; fetch it (git fetch --unshallow)")
-    log = git("log", "--format=%h%x00%B%x1e", f"{base}..HEAD")
+
+def commits_after(base: str, root: Path = ROOT) -> list[tuple[str, str]]:
+    """(short sha, message) of every commit of HEAD's history after ``base``. A shallow clone that stops
+    before ``base`` holds only commits after it: all of them are returned."""
+    present = _git(root, "cat-file", "-e", f"{base}^{{commit}}").returncode == 0
+    if not present and _git(root, "rev-parse", "--is-shallow-repository").stdout.strip() != "true":
+        pytest.fail(f"commit {base} is not in this clone's full history: was the history rewritten?")
+    log = _git(root, "log", "--format=%h%x00%B%x1e", f"{base}..HEAD" if present else "HEAD")
     assert log.returncode == 0, log.stderr
     entries = [entry.strip("\n") for entry in log.stdout.split("\x1e") if entry.strip()]
     return [tuple(entry.split("\x00", 1)) for entry in entries]  # type: ignore[misc]
 
 
 def test_every_commit_after_the_rule_has_a_short_imperative_subject_and_a_body() -> None:
-    bad = {sha: found for sha, message in _commits_after(FIRST_CHECKED_AFTER) if (found := problems(message))}
+    bad = {sha: found for sha, message in commits_after(FIRST_CHECKED_AFTER) if (found := problems(message))}
     assert not bad, "commit messages that do not follow CONTRIBUTING.md:\n" + "\n".join(
         f"  {sha}: {'; '.join(found)}" for sha, found in bad.items()
     )
+
+
+def test_a_shallow_clone_checks_the_commits_it_holds(tmp_path: Path) -> None:
+    clone = tmp_path / "shallow"
+    done = _git(tmp_path, "clone", "--quiet", "--depth", "3", "--no-checkout", ROOT.as_uri(), str(clone))
+    assert done.returncode == 0, done.stderr
+    assert _git(clone, "cat-file", "-e", f"{FIRST_CHECKED_AFTER}^{{commit}}").returncode != 0
+    held = _git(clone, "log", "--format=%h", "HEAD").stdout.split()
+    assert held and [sha for sha, _ in commits_after(FIRST_CHECKED_AFTER, clone)] == held
 
 
 @pytest.mark.parametrize(
