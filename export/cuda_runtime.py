@@ -6,7 +6,7 @@ tensor cores. Each variant is gated in the mode the server will run it in (:func
 
 - An ONNX file runs with its config's CUDA provider options (:func:`provider_options`, read as Triton's
   onnxruntime backend reads them); ``use_tf32`` among them, onnxruntime's default 1 where the config is
-  silent. The generated configs state it (export/config_rules.py), so the config is the one switch: its
+  silent. The generated configs state it (description/config_rules.py), so the config is the one switch: its
   float32 variant is ``tf32`` or ``fp32`` by what the config serves, and every ONNX variant on CUDA is
   gated and timed in sessions with exactly those options.
 - A TorchScript file runs in the libtorch backend, which has no TF32 switch (:data:`LIBTORCH`): torch's

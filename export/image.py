@@ -21,21 +21,19 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
 
 import numpy as np
 import onnx
 import torch
-from google.protobuf import json_format
 
+from description.generated_configs import generate, refresh_command, step_config
+from description.model import ModelDescription, description_serving
 from export import cuda_runtime, efficientnet_lite, image_variants, onnx_graph
 from export.common import ExportError, ModelConfig, single_io
-from export.description import ModelDescription, description_serving
 from export.gates import GateResult, image_gate
-from export.generated_configs import generate, refresh_command, step_config
-from export.kinds import Parity, Plan, Target
+from export.kinds import Made, Parity, Plan, Target
 from tritonrepo.configs import load_model_config
-from tritonrepo.served_code import load_served_module
+from tritonrepo.served_code import load_preprocess_module, preprocess_settings
 from tritonrepo.tensors import TensorSpec
 
 logger = logging.getLogger(__name__)
@@ -96,19 +94,6 @@ def check_data(repository: Path, model: torch.nn.Module, preprocess_model: str) 
     )
 
 
-def load_preprocess_module(repository: Path, preprocess_model: str = "image_preprocess") -> ModuleType:
-    """``<preprocess_model>/1/model.py`` as a module: its pure functions need no Triton."""
-    path = Path(repository) / preprocess_model / "1" / "model.py"
-    return load_served_module(path, name=f"_served_{preprocess_model}")
-
-
-def preprocess_settings(repository: Path, module: ModuleType, preprocess_model: str = "image_preprocess"):
-    """The preprocessing settings from the model's config.pbtxt, read as Triton hands them over."""
-    config = load_model_config(Path(repository) / preprocess_model)
-    as_json = json_format.MessageToDict(config, preserving_proto_field_name=True)
-    return module.PreprocessSettings.from_model_config(as_json)
-
-
 def sample_image_paths() -> list[Path]:
     """The real photographs shipped in scikit-image's wheel (skimage/data)."""
     spec = importlib.util.find_spec("skimage")
@@ -131,8 +116,11 @@ class Prepared:
     gates: dict[str, float]
 
 
-def load_model(description: ModelDescription, repository: Path) -> efficientnet_lite.EfficientNetLite:
-    """The described classifier with its weights, at the input size its preprocessing model produces."""
+def load_model(
+    description: ModelDescription, repository: Path, made: Made | None = None
+) -> efficientnet_lite.EfficientNetLite:
+    """The described classifier with its weights, at the input size its preprocessing model produces
+    (``made``: the description's configs, generated once by the export; generated here when not given)."""
     architecture = dict(description.architecture)
     family = architecture.pop("family", None)
     if family not in ARCHITECTURES or set(architecture) - {"width", "depth"}:
@@ -140,7 +128,8 @@ def load_model(description: ModelDescription, repository: Path) -> efficientnet_
             f"model {description.name!r}: architecture {description.architecture} is not supported; "
             f"family must be one of {ARCHITECTURES}, with width and depth multipliers"
         )
-    size = _preprocessed_dims(repository, description)[-1]
+    made = generate(description, repository) if made is None else made
+    size = _preprocessed_dims(repository, description, made)[-1]
     state = _state_dict(description.weights_path())
     return efficientnet_lite.load_model(state, **architecture, image_size_px=size)
 
@@ -154,10 +143,9 @@ def weights_class_count(path: Path) -> int:
     return efficientnet_lite.class_count(_state_dict(path))
 
 
-def check_class_count(description: ModelDescription, repository: Path, classes: int) -> None:
+def check_class_count(description: ModelDescription, repository: Path, made: Made, classes: int) -> None:
     """Every served file's logits, and the step each ensemble feeds them to, have the weights' ``classes``;
     ExportError naming both counts and the fix if not."""
-    made = generate(description, repository)
     served = {s.model for s in description.served}
     for model in sorted(served):
         dims = list(made[model].config.output[0].dims)
@@ -190,16 +178,18 @@ def _preprocess_model(description: ModelDescription) -> str:
     return description.preprocessing["model"]
 
 
-def _preprocessed_dims(repository: Path, description: ModelDescription) -> tuple[int, ...]:
-    return tuple(load_model_config(Path(repository) / _preprocess_model(description)).output[0].dims)
+def _preprocessed_dims(repository: Path, description: ModelDescription, made: Made) -> tuple[int, ...]:
+    return tuple(step_config(_preprocess_model(description), repository, made).output[0].dims)
 
 
 class ImageClassifierKind:
     """EfficientNet-Lite classifiers behind a Python preprocessing model (export/kinds.py)."""
 
-    def check_config(self, description: ModelDescription, repository: Path, config: ModelConfig) -> None:
+    def check_config(
+        self, description: ModelDescription, repository: Path, config: ModelConfig, made: Made
+    ) -> None:
         pixels, _ = single_io(config)
-        produced = _preprocessed_dims(repository, description)
+        produced = _preprocessed_dims(repository, description, made)
         if pixels.dims != produced:
             raise ExportError(
                 f"{config.name}: input {pixels.name} has dims {list(pixels.dims)}, but "
@@ -210,9 +200,9 @@ class ImageClassifierKind:
         modules = (efficientnet_lite, image_variants, onnx_graph, cuda_runtime)
         return [description.weights_path(), Path(__file__), *(Path(m.__file__ or "") for m in modules)]
 
-    def prepare(self, description: ModelDescription, repository: Path) -> Prepared:
-        model = load_model(description, repository)
-        check_class_count(description, repository, model.num_classes)
+    def prepare(self, description: ModelDescription, repository: Path, made: Made) -> Prepared:
+        model = load_model(description, repository, made)
+        check_class_count(description, repository, made, model.num_classes)
         check = check_data(repository, model, _preprocess_model(description))
         return Prepared(model=model, check=check, tolerance=description.tolerance, gates=description.gates)
 
@@ -262,7 +252,7 @@ class ImageClassifierKind:
         )
         return plan
 
-    def support_files(self, description: ModelDescription, repository: Path) -> dict[Path, Path]:
+    def support_files(self, description: ModelDescription, repository: Path, made: Made) -> dict[Path, Path]:
         return {}
 
 

@@ -1,5 +1,5 @@
 """What a ``torch_module`` is checked against: the user's check inputs, eager PyTorch, and one metric per
-output (export/module_spec.py).
+output (description/module_spec.py).
 
 - :func:`check_groups`: the rows ``check_inputs()`` returned, checked against the declared inputs (names,
   datatypes, dims, ranges) and cut into batches of at most ``max_batch_size`` rows;
@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from description.module_spec import DTYPES, InputDecl, ModuleSpec, OutputDecl
 from export.common import ExportError
 from export.gates import GateResult
-from export.module_spec import DTYPES, InputDecl, ModuleSpec, OutputDecl
 
 Batch = tuple[np.ndarray, ...]  # one array per declared input (or output), in declared order
 

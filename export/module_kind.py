@@ -1,12 +1,12 @@
 """The ``torch_module`` kind of the export pipeline: any ``torch.nn.Module`` the user's own code returns.
 
-Its description (export/module_spec.py) names a function that returns the model, in eval mode with its
+Its description (description/module_spec.py) names a function that returns the model, in eval mode with its
 weights loaded (called with the weights' path), and a function that returns real check inputs. Before
 anything is written (:meth:`TorchModuleKind.prepare`), the model is loaded and run on the check inputs,
 and every declared input and output is checked against what it takes and returns (names, count,
 datatypes, dims), and the served module is traced (or scripted) and compared with eager PyTorch: an error
 names the model, the field and the fix. Its configs are generated from the description
-(export/generated_configs.py). A description may name the Python model that prepares its inputs
+(description/generated_configs.py). A description may name the Python model that prepares its inputs
 (``preprocessing: {model: NAME}``, the image preprocessing for a classifier): that model's outputs must
 be the module's inputs (count, datatypes, dims, in order), and ``check_inputs`` is called with its folder,
 to make the check rows with the served code and parameters. Each fp32 file is verified against eager
@@ -28,24 +28,23 @@ import torch
 from torch import nn
 from tritonclient.grpc.model_config_pb2 import DataType
 
-from export import (
+from description import (
     config_rules,
     config_spec,
-    cuda_runtime,
     generated_configs,
-    module_checks,
     module_code,
     module_spec,
-    module_variants,
     produced_weights,
 )
-from export.common import ExportError, ModelConfig, sha256_file
-from export.description import ModelDescription
+from description.model import ModelDescription
+from description.module_spec import ModuleSpec
+from export import cuda_runtime, module_checks, module_variants
+from export.common import ExportError, ModelConfig
 from export.gates import GateResult
-from export.kinds import Parity, Plan, Target
+from export.kinds import Made, Parity, Plan, Target
 from export.module_checks import Batch, eager, measure
-from export.module_spec import ModuleSpec
 from export.precision import Runner
+from tritonrepo.atomic_files import sha256_file
 from tritonrepo.configs import load_model_config
 from tritonrepo.errors import RepositoryError
 
@@ -255,15 +254,10 @@ def timing_workload(prepared: Prepared) -> dict[int, list[tuple[Batch, int]]]:
 class TorchModuleKind:
     """Any torch.nn.Module, served as it is, with generated configs (export/kinds.py)."""
 
-    def check_config(self, description: ModelDescription, repository: Path, config: ModelConfig) -> None:
+    def check_config(
+        self, description: ModelDescription, repository: Path, config: ModelConfig, made: Made
+    ) -> None:
         preprocessing_model(description, repository)
-        served = next(s for s in description.served if s.model == config.name)
-        if config != generated_configs.model_config(description, served.model, repository):
-            raise ExportError(
-                f"{config.name}: config.pbtxt differs from what the description {description.name} "
-                f"generates; run `{generated_configs.refresh_command(description)}` (edit the description, "
-                "not the config)"
-            )
 
     def fingerprint_files(self, description: ModelDescription) -> list[Path]:
         spec, folder = _spec(description), description.folder
@@ -292,7 +286,7 @@ class TorchModuleKind:
         )
         return [*files, Path(__file__), *(Path(m.__file__ or "") for m in modules)]
 
-    def prepare(self, description: ModelDescription, repository: Path) -> Prepared:
+    def prepare(self, description: ModelDescription, repository: Path, made: Made) -> Prepared:
         spec = _spec(description)
         model = load_model(description)
         batches = check_batches(description, repository)
@@ -343,7 +337,7 @@ class TorchModuleKind:
         )
         return plan
 
-    def support_files(self, description: ModelDescription, repository: Path) -> dict[Path, Path]:
+    def support_files(self, description: ModelDescription, repository: Path, made: Made) -> dict[Path, Path]:
         return {}
 
 

@@ -27,11 +27,11 @@ import onnx
 import torch
 from torch import nn
 
+from description.module_spec import ModuleSpec
 from export import onnx_graph
 from export.common import ExportError
 from export.cuda_runtime import LIBTORCH, serving_mode, with_tf32
 from export.module_checks import Batch, torch_dtype
-from export.module_spec import ModuleSpec
 from export.placement import require_cuda_placement
 from export.precision import Runner, Variant
 

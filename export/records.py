@@ -20,7 +20,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from export import serving_runtime
-from export.common import ExportError, write_text_atomically
+from export.common import ExportError
+from tritonrepo.atomic_files import write_text_atomically
 from tritonrepo.paths import PRECISION_RECORDS
 
 RECORD_FORMAT = 1

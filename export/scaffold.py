@@ -24,8 +24,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from description.errors import DescriptionError
+from description.model import MODULE_KIND, PYTHON_KIND
 from export.common import ExportError, shown
-from export.description import MODULE_KIND, PYTHON_KIND
 from export.scaffold_files import check_name, local_weights, parse_tensor
 from export.scaffold_module import callable_entry, configs_only_main, module_main, parse_output
 from export.scaffold_python import python_main
@@ -136,7 +137,7 @@ def _add_module_options(parser: argparse.ArgumentParser) -> None:
 def _name_argument(text: str) -> str:
     try:
         return check_name(text)
-    except ExportError as e:
+    except (DescriptionError, ExportError) as e:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
@@ -203,7 +204,7 @@ def tensors_problem(args: argparse.Namespace) -> str | None:
         for text in (args.model, args.check_inputs):
             if text is not None:
                 callable_entry(text, args.models)
-    except ExportError as e:
+    except (DescriptionError, ExportError) as e:
         return str(e)
     return None
 
@@ -240,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
                 models_dir=args.models,
             )
         )
-    except ExportError as e:
+    except (DescriptionError, ExportError) as e:
         print(f"scaffold failed: {e}", file=sys.stderr)
         return EXIT_FAILED
     for path in written:

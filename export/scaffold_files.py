@@ -21,16 +21,16 @@ from typing import Any
 
 import yaml
 
+from description.generated_configs import generate
+from description.model import ModelDescription, weights_sha256
 from export.common import ExportError
-from export.description import ModelDescription, weights_sha256
-from export.generated_configs import generate
 from tritonrepo.served_code import BATCHING_HELPER, PARAMETERS_HELPER
 from tritonrepo.tensors import TensorSpec
 
 COLUMNS = 104  # the width a description's YAML wraps at
 KEEP = ".gitkeep"  # keeps an ensemble's empty version folder in git
 # The starting point: 1 ms of queueing buys batches of the requests that arrive together, and two
-# instances (at least two behind the bounded queue, export/config_rules.py) let one batch run while the
+# instances (at least two behind the bounded queue, description/config_rules.py) let one batch run while the
 # next forms. Tune them in the description once the model is real.
 BATCHING = {"max_queue_delay_us": 1000, "preferred_batch_sizes": [8, 16, 32]}
 

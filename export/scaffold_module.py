@@ -4,8 +4,8 @@
 --input NAME:DTYPE:DIMS ... --output NAME:DTYPE:DIMS[:METRIC] ... [--preprocess MODEL] [--postprocess MODEL]``
 writes, and never overwrites:
 
-- ``model_descriptions/NAME.yaml``: a ``torch_module`` description (export/module_spec.py) naming your two
-  functions (relative to the description, as it reads them) and stating your tensors once, each output
+- ``model_descriptions/NAME.yaml``: a ``torch_module`` description (description/module_spec.py) naming your
+  two functions (relative to the description, as it reads them) and stating your tensors once, each output
   compared with eager PyTorch by its metric (``max_abs_diff`` unless named) at fp32's usual tolerance;
   batches of up to 64, fp32 only, served as ONNX (``NAME_onnx``) and TorchScript (``NAME_torchscript``);
 - the config.pbtxt of every model it generates, by the generator of every shipped config.
@@ -29,15 +29,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
 from tritonclient.grpc import model_config_pb2
 from tritonclient.grpc.model_config_pb2 import DataType
 
+from description.generated_configs import config_path, generate, model_config, refresh_command, write_configs
+from description.model import (
+    MODULE_KIND,
+    ModelDescription,
+    load_description,
+    parse_description,
+    raw_description,
+)
+from description.module_spec import METRICS
 from export.common import ExportError, shown
-from export.description import MODULE_KIND, ModelDescription, load_description, parse_description
-from export.generated_configs import config_path, generate, model_config, refresh_command, write_configs
 from export.module_kind import preprocessing_model
-from export.module_spec import METRICS
 from export.scaffold_files import (
     BATCHING,
     check_name,
@@ -196,7 +201,7 @@ def image_preprocessing_section(models_dir: Path, model: str) -> dict[str, Any] 
     """The ``configs.image_preprocessing`` section of the description in ``models_dir`` that configures
     ``model``; None where none does."""
     for path in sorted(Path(models_dir).glob("*.yaml")):
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        data = raw_description(path)
         configs, preprocessing = data.get("configs") or {}, data.get("preprocessing") or {}
         if preprocessing.get("model") == model and "image_preprocessing" in configs:
             return dict(configs["image_preprocessing"])
@@ -213,11 +218,11 @@ def scaffold_module(request: ModuleRequest) -> tuple[ModelDescription, list[Path
         preprocessing_model(description, request.repository)  # a shared step must make the inputs
     if request.postprocess:
         _check_postprocess(request)
-    models = list(generate(description, request.repository))
-    targets = [source, *(config_path(request.repository, model) for model in models)]
+    made = generate(description, request.repository)
+    targets = [source, *(config_path(request.repository, model) for model in made)]
     refuse_existing(targets)
     write_description(source, HEADER.format(command=refresh_command(description)), data)
-    write_configs(description, request.repository)  # the generator of every shipped config
+    write_configs(description, request.repository, made)  # the generator of every shipped config
     lay_out(description, request.repository, code_of(description, request.repository))
     return description, targets
 
@@ -245,7 +250,7 @@ def configs_only(kind: str, name: str, *, repository: Path, models_dir: Path) ->
             f"{source} describes {description.kind} {description.name!r}; run "
             f"`python -m export.scaffold {description.kind} {description.name} --configs-only`"
         )
-    written = write_configs(description, repository)
+    written = write_configs(description, repository, generate(description, repository))
     return written, lay_out(description, repository, code_of(description, repository))
 
 

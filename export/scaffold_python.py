@@ -23,9 +23,10 @@ from pathlib import Path
 from string import Template
 from typing import Any
 
+from description.errors import DescriptionError
+from description.generated_configs import config_path, generate, refresh_command, write_configs
+from description.model import PYTHON_KIND, parse_description
 from export.common import ExportError, shown
-from export.description import PYTHON_KIND, parse_description
-from export.generated_configs import config_path, generate, refresh_command, write_configs
 from export.scaffold_files import BATCHING, lay_out, parse_tensor, refuse_existing, write_description
 from tritonrepo.commands import EXIT_FAILED, EXIT_OK
 from tritonrepo.served_code import BATCHING_HELPER, PARAMETERS_HELPER
@@ -78,7 +79,8 @@ def scaffold_python(request: PythonRequest) -> list[Path]:
     description = parse_description(data, source=source)  # fails early when invalid
     version = request.repository / name / "1"
     test = request.tests_dir / f"test_{name}_model.py"
-    configs = [config_path(request.repository, model) for model in generate(description, request.repository)]
+    made = generate(description, request.repository)
+    configs = [config_path(request.repository, model) for model in made]
     targets = [source, *configs, version / "model.py", test]
     refuse_existing(targets)
     missing = [h for h in (BATCHING_HELPER, PARAMETERS_HELPER) if not (request.repository / h).is_file()]
@@ -88,7 +90,7 @@ def scaffold_python(request: PythonRequest) -> list[Path]:
             "repository holding them (the project's model_repository does)"
         )
     write_description(source, HEADER.format(name=name, command=refresh_command(description)), data)
-    write_configs(description, request.repository)  # the generator of every shipped config
+    write_configs(description, request.repository, made)  # the generator of every shipped config
     lay_out(description, request.repository, {})  # its version folder, with the helpers linked
     (version / "model.py").write_text(_filled("model.py.template", name=name), encoding="utf-8")
     request.tests_dir.mkdir(parents=True, exist_ok=True)
@@ -129,7 +131,7 @@ def python_main(args: argparse.Namespace) -> int:
                 tests_dir=args.tests,
             )
         )
-    except ExportError as e:
+    except (DescriptionError, ExportError) as e:
         print(f"scaffold failed: {e}", file=sys.stderr)
         return EXIT_FAILED
     for path in written:

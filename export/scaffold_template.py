@@ -8,7 +8,7 @@ writes, taking the shipped description of the same kind as the starting point:
   the weights change (an image classifier's input size and class count: export/scaffold_image.py; a
   sentence encoder's width: export/scaffold_text.py);
 - the config.pbtxt of every model that section generates, written by the generator of every shipped
-  config (export/generated_configs.py), never copied: ``NAME_onnx``, the exported model; for image
+  config (description/generated_configs.py), never copied: ``NAME_onnx``, the exported model; for image
   classifiers ``NAME_preprocess`` (a Python model running image_preprocess's code at the model's size)
   and the ensemble ``NAME_classifier`` (preprocess -> NAME_onnx -> image_postprocess, ImageNet's labels;
   for other classes, ``--labels LABELS.txt``, one a line, line index = class id: -> ``NAME_postprocess``,
@@ -29,12 +29,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from description.generated_configs import config_path, generate, refresh_command, write_configs
+from description.model import ModelDescription, Weights, parse_description, raw_description
 from export import scaffold_image, scaffold_text
 from export.common import ExportError
-from export.description import ModelDescription, Weights, parse_description
-from export.generated_configs import config_path, generate, model_config, refresh_command, write_configs
 from export.scaffold_files import check_name, lay_out, refuse_existing, write_description
 from export.text_warmup import encoder_warmup_files, write_files
 from tritonrepo.errors import RepositoryError
@@ -111,7 +109,7 @@ def scaffold(request: Request) -> list[Path]:
     data = _described(request, template, template_data, old, new)
     description = parse_description(data, source=source)  # fails early when invalid
     try:
-        models = list(generate(description, request.repository))
+        made = generate(description, request.repository)
     except RepositoryError as e:  # an ensemble step the new model shares, missing from the repository
         raise ExportError(
             f"{e}; scaffold into a repository that holds {template.description}'s models"
@@ -119,18 +117,18 @@ def scaffold(request: Request) -> list[Path]:
     tokenizer = None  # a sentence encoder's, for its warm-up samples
     if request.kind == "sentence_encoder":
         tokenizer = scaffold_text.tokenizer(Weights(**request.weights).locate(request.models_dir))
-    targets = [source, *(config_path(request.repository, model) for model in models)]
+    targets = [source, *(config_path(request.repository, model) for model in made)]
     if request.labels is not None:  # copied beside the model's own post-processing
         targets.append(request.repository / new.postprocess / "1" / scaffold_image.LABELS_FILE)
     refuse_existing(targets)
-    write_description(source, _header(description, template, models), data)
-    write_configs(description, request.repository)  # the generator of every shipped config
+    write_description(source, _header(description, template, list(made)), data)
+    write_configs(description, request.repository, made)  # the generator of every shipped config
     code = {new.python: old.python, new.postprocess: old.postprocess}  # each model -> the code it runs
     lay_out(description, request.repository, {model: origin for model, origin in code.items() if model})
     if request.labels is not None:
         shutil.copyfile(request.labels, targets[-1])
     if tokenizer is not None:  # the ragged encoder warms up with the new tokenizer's ids
-        config = model_config(description, new.encoder, request.repository)
+        config = made[new.encoder].config
         targets += write_files(encoder_warmup_files(config, request.repository / new.encoder, tokenizer))
     return targets
 
@@ -140,7 +138,7 @@ def _template_data(request: Request, template: Template) -> dict[str, Any]:
     path = request.models_dir / f"{template.description}.yaml"
     if not path.is_file():
         path = DESCRIPTIONS / f"{template.description}.yaml"
-    return yaml.safe_load(path.read_text(encoding="utf-8"))
+    return raw_description(path)
 
 
 def _template_models(template: Template, data: dict[str, Any]) -> Models:

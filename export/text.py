@@ -31,15 +31,16 @@ import torch
 from tokenizers import Tokenizer
 from tritonclient.grpc import model_config_pb2
 
+from description.generated_configs import step_config
+from description.model import ModelDescription
 from export import cuda_runtime, onnx_graph, per_token_int8, text_variants
 from export.common import (
     ExportError,
     ModelConfig,
     tensor_specs,
 )
-from export.description import ModelDescription
 from export.gates import GateResult, text_gate
-from export.kinds import Parity, Plan, Target
+from export.kinds import Made, Parity, Plan, Target
 from export.minilm import (
     BertShape,
     MiniLMEncoder,
@@ -151,7 +152,9 @@ def gate_inputs(context: TextExportContext) -> dict:
 class SentenceEncoderKind:
     """BERT-family encoders behind a Python tokenizer model, served ragged (export/kinds.py)."""
 
-    def check_config(self, description: ModelDescription, repository: Path, config: ModelConfig) -> None:
+    def check_config(
+        self, description: ModelDescription, repository: Path, config: ModelConfig, made: Made
+    ) -> None:
         shape = BertShape.from_config_json(description.weights_path() / "config.json")
         encoder_io(config, shape.hidden_size)
         _tokenizer_model(description)
@@ -168,7 +171,7 @@ class SentenceEncoderKind:
             text_variants.CORPUS,
         ]
 
-    def prepare(self, description: ModelDescription, repository: Path) -> TextExportContext:
+    def prepare(self, description: ModelDescription, repository: Path, made: Made) -> TextExportContext:
         return build_context(Path(repository), description)
 
     def plan(self, context: TextExportContext, target: Target) -> Plan:
@@ -224,10 +227,10 @@ class SentenceEncoderKind:
         )
         return plan
 
-    def support_files(self, description: ModelDescription, repository: Path) -> dict[Path, Path]:
+    def support_files(self, description: ModelDescription, repository: Path, made: Made) -> dict[Path, Path]:
         """The weights' tokenizer.json, into the tokenizer model's folder under the name its config reads."""
         tokenizer_model = _tokenizer_model(description)
-        params = load_model_config(Path(repository) / tokenizer_model).parameters
+        params = step_config(tokenizer_model, repository, made).parameters
         destination = Path(repository) / tokenizer_model / "1" / params["tokenizer_file"].string_value
         return {destination: description.weights_path() / "tokenizer.json"}
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from export.description import ModelDescription, load_descriptions
+from description.model import ModelDescription, load_descriptions
 from export.pipeline import Options, export_model
 from export.precision import Capabilities
 from tritonrepo.configs import load_repository

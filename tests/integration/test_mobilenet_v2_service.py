@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from clients import Classification, TritonClient
-from export.description import load_description
+from description.model import load_description
 from export.module_kind import check_batches, load_model
 from samples import photograph_paths
 from tritonlocal import LocalTritonServer

@@ -14,11 +14,16 @@ import pytest
 import torch
 
 from clients import TritonClient
+from description.model import load_description
 from export import image, scaffold
-from export.description import load_description
 from tritonlocal import LocalTritonServer, ServerConfig
 from tritonrepo.paths import DESCRIPTIONS, REPOSITORY
-from tritonrepo.served_code import BATCHING_HELPER, PARAMETERS_HELPER
+from tritonrepo.served_code import (
+    BATCHING_HELPER,
+    PARAMETERS_HELPER,
+    load_preprocess_module,
+    preprocess_settings,
+)
 
 CATS = {"tabby", "tiger cat", "Egyptian cat"}  # chelsea.png's classes among own_classes' (tests/conftest.py)
 
@@ -77,9 +82,9 @@ def test_a_classifier_of_its_own_classes_serves_eager_pytorchs_top_1_with_its_la
     assert kept == ["pets_classifier", "pets_onnx", "pets_postprocess", "pets_preprocess"]
 
     paths = image.sample_image_paths()
-    module = image.load_preprocess_module(repository, "pets_preprocess")
+    module = load_preprocess_module(repository, "pets_preprocess")
     pixels = module.preprocess(
-        [p.read_bytes() for p in paths], image.preprocess_settings(repository, module, "pets_preprocess")
+        [p.read_bytes() for p in paths], preprocess_settings(repository, module, "pets_preprocess")
     )
     with torch.no_grad():
         eager = image.load_model(description, repository)(torch.from_numpy(pixels)).numpy()

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from clients import TritonClient
+from description.model import load_description
 from export import scaffold
-from export.description import load_description
 from export.minilm import load_encoder, load_tokenizer, reference_embeddings
 from tritonlocal import LocalTritonServer, ServerConfig
 from tritonrepo.configs import load_model_config

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from description.model import load_description
 from export import timing
-from export.description import load_description
 from export.device import Capabilities, CudaDevice
 from export.pipeline import Options, export_model
 from tritonrepo.paths import DESCRIPTIONS

@@ -182,7 +182,7 @@ def test_the_export_image_carries_every_package_the_export_imports(import_closur
     assert '"torch==$TORCH_VERSION" "$ONNXRUNTIME_PACKAGE==$ONNXRUNTIME_VERSION"' in export_stage
     local = {path.stem for path in (ROOT / "examples").rglob("*.py")}
     for path in (ROOT / "examples").rglob("*.py"):  # the user code descriptions name, run at export time
-        third_party |= _top_level_imports(path) - local - {"export", "tritonrepo", "samples"}
+        third_party |= _top_level_imports(path) - local - {"description", "export", "tritonrepo", "samples"}
     distributions = metadata.packages_distributions()
     for module in sorted(third_party - set(sys.stdlib_module_names)):
         (distribution,) = {_normalise(name) for name in distributions[module]}

@@ -13,10 +13,10 @@ import pytest
 import torch
 from torch import nn
 
+from description.module_spec import ModuleSpec, parse_module
 from export import module_checks, module_kind, module_variants, serving_runtime
 from export.common import ExportError
 from export.device import Capabilities
-from export.module_spec import ModuleSpec, parse_module
 from export.precision import Variant, select_and_write
 from tritonrepo.paths import SERVING_RUNTIME
 

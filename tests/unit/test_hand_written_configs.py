@@ -1,5 +1,5 @@
 """No config of the repository is a copy of another: a model whose config would repeat another's is stated in
-a description and generated (export/generated_configs.py); only the configs no description generates are
+a description and generated (description/generated_configs.py); only the configs no description generates are
 written by hand, and no two of those share most of their lines. The duplicate finder skips .pbtxt files,
 so the lines are counted here."""
 
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from export.description import load_descriptions
-from export.generated_configs import generate
+from description.generated_configs import generate
+from description.model import load_descriptions
 from tritonrepo.configs import parse_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,7 +53,7 @@ def test_no_two_hand_written_configs_share_most_of_their_lines() -> None:
             copies.append(f"{first.parent.name} and {second.parent.name} share {shared} of {shorter} lines")
     assert not copies, (
         f"hand-written configs copied from each other: {copies}; state the models in a description's "
-        "configs section and generate them (export/config_spec.py, docs/your-model.md)"
+        "configs section and generate them (description/config_spec.py, docs/your-model.md)"
     )
 
 

@@ -12,8 +12,8 @@ import pytest
 import torch
 import yaml
 
+from description.model import load_description
 from export import timing
-from export.description import load_description
 from export.device import Capabilities
 from export.pipeline import Options, export_model
 

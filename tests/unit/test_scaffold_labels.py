@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from description.generated_configs import generate, stale_configs
+from description.model import load_description
 from export import image, scaffold, scaffold_files, scaffold_template
 from export.common import ExportError
-from export.description import load_description
-from export.generated_configs import stale_configs
 from tritonrepo.configs import load_repository
 from tritonrepo.served_code import BATCHING_HELPER
 
@@ -76,7 +76,9 @@ def test_an_image_classifier_with_its_labels_gets_its_own_postprocessing_model_o
     assert (code / "model.py").resolve() == shipped.resolve()
     assert (code / BATCHING_HELPER).resolve() == (project / "model_repository" / BATCHING_HELPER).resolve()
     assert (code / "labels.txt").read_text() == labels.read_text()
-    assert not stale_configs(description, project / "model_repository")  # each as generated
+    assert not stale_configs(
+        description, project / "model_repository", generate(description, project / "model_repository")
+    )  # each as generated
     text = (project / "model_descriptions" / "pets.yaml").read_text()
     assert "image_postprocess:" not in text.split("name: pets")[0]  # no step shared with the template
 
@@ -194,4 +196,6 @@ def test_the_export_refuses_served_logits_that_disagree_with_the_weights_classes
     _edit_pets(project, edit)
     description = load_description(project / "model_descriptions" / "pets.yaml")
     with pytest.raises(ExportError, match=message):
-        image.KIND.prepare(description, project / "model_repository")  # before any config is rewritten
+        image.KIND.prepare(
+            description, project / "model_repository", generate(description, project / "model_repository")
+        )  # before any config is rewritten

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from description.generated_configs import config_text, generate
+from description.model import load_description
+from description.module_code import load_callable
 from export import scaffold
-from export.description import load_description
-from export.generated_configs import config_text, generate
-from export.module_code import load_callable
 from tritonrepo.configs import load_model_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,7 +38,7 @@ def _generated_equal_written(project: Path, name: str) -> list[str]:
     models = list(generate(description, repository))
     for model in models:
         written = (repository / model / "config.pbtxt").read_text()
-        assert written == config_text(description, model, repository), model
+        assert written == config_text(description, generate(description, repository)[model]), model
     return models
 
 

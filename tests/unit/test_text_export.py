@@ -16,9 +16,9 @@ from onnxruntime.quantization import QuantType, quantize_dynamic
 from safetensors.torch import load_file
 
 import export.text as text_export
+from description.model import ModelDescription, load_description
 from export import text_variants
 from export.common import ExportError
-from export.description import ModelDescription, load_description
 from export.minilm import (
     UNK_ID,
     BertShape,

@@ -12,10 +12,11 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
-from export.common import ExportError, sha256_file
+from export.common import ExportError
 from export.records import kept_file, served_variant
 from loadtest.experiments.budget_stage import BudgetPlan
 from loadtest.load.perf import PerfSettings
+from tritonrepo.atomic_files import sha256_file
 from tritonrepo.configs import exported_step, load_repository
 from tritonrepo.files import exported_filename
 from tritonrepo.variants import Variant, build_repository, closure

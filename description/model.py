@@ -3,13 +3,13 @@
 A description names the model's kind (``image_classifier``, ``sentence_encoder``, ``torch_module``),
 where its weights come from (an installed package and the function in it that returns their path, a
 local file or folder with its sha256, or a local file a committed script produces:
-export/produced_weights.py), its architecture parameters, which repository models hold its preprocessing,
+description/produced_weights.py), its architecture parameters, which repository models hold its preprocessing,
 its fp32 parity tolerance, the gate thresholds it sets for its reduced precisions (``gates``, replacing
 export/gates.py's), the served files the export writes (a repository model and its format each) and
 the precisions it allows per device. It also states, once, what Triton serves: the served files'
-tensors and batching (a ``torch_module``'s ``module`` section, export/module_spec.py; ``configs.native``
-for the other kinds) and its Python models and ensembles (``configs``, export/config_spec.py); their
-config.pbtxt files are generated from it (export/generated_configs.py). :func:`load_descriptions` reads
+tensors and batching (a ``torch_module``'s ``module`` section, description/module_spec.py; ``configs.native``
+for the other kinds) and its Python models and ensembles (``configs``, description/config_spec.py); their
+config.pbtxt files are generated from it (description/generated_configs.py). :func:`load_descriptions` reads
 every description under a folder; ``python -m export`` runs each through the one pipeline
 (export/pipeline.py).
 """
@@ -24,10 +24,11 @@ from typing import Any
 
 import yaml
 
-from export.common import ExportError, sha256_file
-from export.config_spec import ConfigsSpec, check_configs, parse_configs
-from export.module_spec import ModuleSpec, parse_module
-from export.produced_weights import produced
+from description.config_spec import ConfigsSpec, check_configs, parse_configs
+from description.errors import DescriptionError
+from description.module_spec import ModuleSpec, parse_module
+from description.produced_weights import produced
+from tritonrepo.atomic_files import sha256_file
 from tritonrepo.paths import DESCRIPTIONS
 
 KINDS = ("image_classifier", "sentence_encoder", "torch_module", "python_model")
@@ -53,18 +54,18 @@ class Weights:
 
     def __post_init__(self) -> None:
         if bool(self.loader) == bool(self.path):
-            raise ExportError("weights: give either package and loader, or path and sha256")
+            raise DescriptionError("weights: give either package and loader, or path and sha256")
         if self.loader and (not self.package or ":" not in self.loader):
-            raise ExportError(
+            raise DescriptionError(
                 f"weights: loader {self.loader!r} must read 'module:function' and name its package"
             )
         if self.produced_by and (not self.path or self.sha256):
-            raise ExportError(
+            raise DescriptionError(
                 f"weights: produced_by {self.produced_by!r} needs the path it writes and no sha256 (the "
-                "production record holds it: export/produced_weights.py)"
+                "production record holds it: description/produced_weights.py)"
             )
         if self.path and not self.produced_by and len(self.sha256) != 64:
-            raise ExportError(f"weights: path {self.path!r} needs its sha256 (64 hex digits)")
+            raise DescriptionError(f"weights: path {self.path!r} needs its sha256 (64 hex digits)")
 
     def locate(self, base: Path) -> Path:
         """The weights' file or folder; a local one is checked against its sha256."""
@@ -76,7 +77,7 @@ class Weights:
         try:
             target: Any = importlib.import_module(module_name)
         except ImportError as e:
-            raise ExportError(
+            raise DescriptionError(
                 f"the weights come from the package {self.package!r}; install it, pinned in requirements.lock"
             ) from e
         for part in attribute.split("."):
@@ -93,13 +94,13 @@ def weights_sha256(path: Path) -> str:
         return digest.hexdigest()
     if path.is_file():
         return sha256_file(path)
-    raise ExportError(f"weights: {path} does not exist")
+    raise DescriptionError(f"weights: {path} does not exist")
 
 
 def _checked_local(path: Path, expected: str) -> Path:
     actual = weights_sha256(path)
     if actual != expected:
-        raise ExportError(f"weights: {path} has sha256 {actual}, the description says {expected}")
+        raise DescriptionError(f"weights: {path} has sha256 {actual}, the description says {expected}")
     return path
 
 
@@ -112,7 +113,9 @@ class ServedFile:
 
     def __post_init__(self) -> None:
         if self.format not in FORMATS:
-            raise ExportError(f"served model {self.model!r}: format {self.format!r} is not one of {FORMATS}")
+            raise DescriptionError(
+                f"served model {self.model!r}: format {self.format!r} is not one of {FORMATS}"
+            )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -132,16 +135,16 @@ class ModelDescription:
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
-            raise ExportError(f"model {self.name!r}: kind {self.kind!r} is not one of {KINDS}")
+            raise DescriptionError(f"model {self.name!r}: kind {self.kind!r} is not one of {KINDS}")
         if (self.kind == MODULE_KIND) != (self.module is not None):
-            raise ExportError(
+            raise DescriptionError(
                 f"model {self.name!r}: a {MODULE_KIND} description has a module section and no other kind "
                 "has one (docs/your-model-module.md)"
             )
         if self.kind == PYTHON_KIND:
             _check_python_only(self)
         elif not self.served or self.weights is None:
-            raise ExportError(f"model {self.name!r}: lists no served files or no weights")
+            raise DescriptionError(f"model {self.name!r}: lists no served files or no weights")
         if self.configs is not None:
             check_configs(
                 self.name,
@@ -152,7 +155,7 @@ class ModelDescription:
             )
         for device, allowed in self.precisions.items():
             if device not in DEVICE_PRECISIONS or not set(allowed) <= set(DEVICE_PRECISIONS[device]):
-                raise ExportError(
+                raise DescriptionError(
                     f"model {self.name!r}: precisions {device}: {list(allowed)}; allowed devices and "
                     f"precisions are {DEVICE_PRECISIONS}"
                 )
@@ -162,19 +165,19 @@ class ModelDescription:
 
     def weights_path(self) -> Path:
         if self.weights is None:
-            raise ExportError(f"model {self.name!r}: a {self.kind} has no weights")
+            raise DescriptionError(f"model {self.name!r}: a {self.kind} has no weights")
         return self.weights.locate(self.folder)
 
 
 def _check_python_only(description: ModelDescription) -> None:
     """A python_model states its Python models and nothing to export."""
     if description.served or description.weights is not None or description.preprocessing:
-        raise ExportError(
+        raise DescriptionError(
             f"model {description.name!r}: a {PYTHON_KIND} has no weights, served or preprocessing; "
             "its models are configs.python_models, their code the model.py beside each config"
         )
     if description.configs is None or not description.configs.python_models:
-        raise ExportError(f"model {description.name!r}: a {PYTHON_KIND} needs configs.python_models")
+        raise DescriptionError(f"model {description.name!r}: a {PYTHON_KIND} needs configs.python_models")
 
 
 def parse_description(data: dict, *, source: Path) -> ModelDescription:
@@ -182,11 +185,11 @@ def parse_description(data: dict, *, source: Path) -> ModelDescription:
     known = {f.name for f in fields(ModelDescription)} - {"folder"}
     if not isinstance(data, dict) or set(data) - known:
         extra = sorted(set(data) - known) if isinstance(data, dict) else data
-        raise ExportError(f"{source}: unknown keys {extra}; a description has {sorted(known)}")
+        raise DescriptionError(f"{source}: unknown keys {extra}; a description has {sorted(known)}")
     try:
         module = parse_module(data["module"], model=data["name"]) if "module" in data else None
         if data.get("kind") == MODULE_KIND and "tolerance" in data:
-            raise ExportError(
+            raise DescriptionError(
                 f"{source}: a {MODULE_KIND} states a tolerance per output (module.outputs), not tolerance"
             )
         python_only = data.get("kind") == PYTHON_KIND
@@ -205,24 +208,32 @@ def parse_description(data: dict, *, source: Path) -> ModelDescription:
             folder=source.parent,
         )
     except (KeyError, TypeError) as e:
-        raise ExportError(f"{source}: {e!r} (see docs/your-model.md for the keys)") from e
+        raise DescriptionError(f"{source}: {e!r} (see docs/your-model.md for the keys)") from e
+
+
+def raw_description(path: Path) -> dict[str, Any]:
+    """The YAML of the description at ``path``, unchecked: what a scaffold copies and edits before
+    :func:`parse_description` checks its result."""
+    data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+    if not isinstance(data, dict):
+        raise DescriptionError(f"{path}: a description is a mapping of keys, got {type(data).__name__}")
+    return data
 
 
 def load_description(path: Path) -> ModelDescription:
-    with open(path, encoding="utf-8") as handle:
-        return parse_description(yaml.safe_load(handle), source=Path(path))
+    return parse_description(raw_description(path), source=Path(path))
 
 
 def load_descriptions(folder: Path = DESCRIPTIONS) -> list[ModelDescription]:
     """Every ``*.yaml`` description in ``folder``, in name order; names must be unique."""
     descriptions = [load_description(path) for path in sorted(Path(folder).glob("*.yaml"))]
     if not descriptions:
-        raise ExportError(
+        raise DescriptionError(
             f"no model description (*.yaml) in {Path(folder).resolve()}; the project's live in {DESCRIPTIONS}"
         )
     names = [d.name for d in descriptions]
     if len(set(names)) != len(names):
-        raise ExportError(f"{folder}: two descriptions share a name: {names}")
+        raise DescriptionError(f"{folder}: two descriptions share a name: {names}")
     return descriptions
 
 
@@ -232,6 +243,6 @@ def description_serving(model: str, folder: Path = DESCRIPTIONS) -> ModelDescrip
     for description in descriptions:
         if any(served.model == model for served in description.served):
             return description
-    raise ExportError(
+    raise DescriptionError(
         f"no description in {folder} serves {model!r}; described: {[d.name for d in descriptions]}"
     )

@@ -1,7 +1,7 @@
 """The ``configs`` section of a description: what its generated config.pbtxt files state, once.
 
-Every model Triton serves for a description is generated from it (export/generated_configs.py), with
-the project's rules added by export/config_rules.py. The section::
+Every model Triton serves for a description is generated from it (description/generated_configs.py), with
+the project's rules added by description/config_rules.py. The section::
 
     configs:
       native:                       # the served files (a torch_module states them in ``module``)
@@ -31,18 +31,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from export.common import ExportError
-from export.module_spec import (
+from description.errors import DescriptionError
+from description.module_spec import (
     DTYPES,
     DynamicBatching,
     InstanceGroup,
     ModuleSpec,
-    Reader,
-    entries,
     parse_batching,
     parse_instances,
     parse_tensor,
 )
+from description.reader import Reader, entries
 from tritonrepo.tensors import TensorSpec
 
 CONFIG_DTYPES = (*DTYPES, "STRING")
@@ -118,8 +117,8 @@ def native_from_module(spec: ModuleSpec) -> NativeSpec:
 
 
 def parse_configs(data: Any, *, model: str) -> ConfigsSpec:
-    """The ``configs`` section of description ``model``; ExportError names the field and the fix."""
-    section = Reader(model, "configs", data, "; see export/config_spec.py")
+    """The ``configs`` section of description ``model``; DescriptionError names the field and the fix."""
+    section = Reader(model, "configs", data, "; see description/config_spec.py")
     native = section.get("native", None)
     preprocessing = section.get("image_preprocessing", None)
     spec = ConfigsSpec(
@@ -264,16 +263,16 @@ def check_configs(
     preprocessing names its model."""
     if python_only:
         if spec.native is not None or spec.image_preprocessing is not None:
-            raise ExportError(
+            raise DescriptionError(
                 f"model {model!r}: a python_model exports nothing; state its models in configs.python_models"
             )
         return
     if module == (spec.native is not None):
-        raise ExportError(
+        raise DescriptionError(
             f"model {model!r}: configs.native "
             + ("repeats the module section; state the tensors there" if module else "is missing")
         )
     if spec.image_preprocessing is not None and "model" not in preprocessing:
-        raise ExportError(
+        raise DescriptionError(
             f"model {model!r}: configs.image_preprocessing needs preprocessing.model, the model it configures"
         )

@@ -19,7 +19,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from export.common import ExportError
+from description.errors import DescriptionError
 
 _FILE_MODULE_PREFIX = "_torch_module_code_"
 
@@ -34,12 +34,12 @@ def is_file_reference(reference: str) -> bool:
 
 
 def code_file(reference: str, base: Path, *, where: str) -> Path:
-    """The Python file ``reference`` lives in (not run); ExportError when there is none."""
+    """The Python file ``reference`` lives in (not run); DescriptionError when there is none."""
     target, _ = _split(reference)
     if is_file_reference(reference):
         path = (base / target).resolve()
         if not path.is_file():
-            raise ExportError(
+            raise DescriptionError(
                 f"{where}: {target} does not exist (looked for {path}, relative to the description's "
                 "folder); correct the path"
             )
@@ -52,7 +52,7 @@ def code_file(reference: str, base: Path, *, where: str) -> Path:
     else:
         reason = "no such module"
     if spec is None or spec.origin is None or not spec.origin.endswith(".py"):
-        raise ExportError(
+        raise DescriptionError(
             f"{where}: cannot find the module {target!r} ({reason}); install its package (pinned in "
             "requirements.lock) or name a file as path/to/file.py:function"
         )
@@ -60,7 +60,7 @@ def code_file(reference: str, base: Path, *, where: str) -> Path:
 
 
 def load_callable(reference: str, base: Path, *, where: str) -> Callable[..., Any]:
-    """The function ``reference`` names, its module imported; ExportError naming the fix otherwise."""
+    """The function ``reference`` names, its module imported; DescriptionError naming the fix otherwise."""
     target, attribute = _split(reference)
     module = (
         _load_file(code_file(reference, base, where=where), where)
@@ -76,12 +76,12 @@ def load_callable(reference: str, base: Path, *, where: str) -> Callable[..., An
             and not name.startswith("_")
             and getattr(value, "__module__", "") == module.__name__
         )
-        raise ExportError(
+        raise DescriptionError(
             f"{where}: {target} has no {attribute!r}; it defines {', '.join(defined) or 'no functions'}; "
             "name one of them"
         )
     if not callable(found):
-        raise ExportError(f"{where}: {target}:{attribute} is a {type(found).__name__}, not a function")
+        raise DescriptionError(f"{where}: {target}:{attribute} is a {type(found).__name__}, not a function")
     return found
 
 
@@ -89,7 +89,7 @@ def _import(name: str, where: str) -> ModuleType:
     try:
         return importlib.import_module(name)
     except Exception as e:
-        raise ExportError(
+        raise DescriptionError(
             f"{where}: importing {name} failed: {type(e).__name__}: {e}; {_import_fix(e)}"
         ) from e
 
@@ -107,7 +107,7 @@ def _load_file(path: Path, where: str) -> ModuleType:
         spec.loader.exec_module(module)
     except Exception as e:
         del sys.modules[name]
-        raise ExportError(
+        raise DescriptionError(
             f"{where}: importing {path} failed: {type(e).__name__}: {e}; {_import_fix(e)}"
         ) from e
     return module

@@ -2,7 +2,7 @@
 
 A description of kind ``torch_module`` (model_descriptions/*.yaml) names the user's own code and states,
 once, what the served models look like; their config.pbtxt files are generated from it
-(export/generated_configs.py). Its section::
+(description/generated_configs.py). Its section::
 
     module:
       model: ../src/churn.py:load_model          # called with the weights' path
@@ -38,7 +38,8 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
-from export.common import ExportError
+from description.errors import DescriptionError
+from description.reader import Reader, entries
 from tritonrepo.tensors import TensorSpec
 
 # Triton datatype -> torch dtype name, for each datatype a module's tensors may have (their numpy dtype:
@@ -62,46 +63,6 @@ INSTANCE_KINDS = ("KIND_GPU", "KIND_CPU")
 DEFAULT_MAX_QUEUE_SIZE = 128
 DEFAULT_QUEUE_TIMEOUT_US = 1_000_000
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
-class Reader:
-    """One mapping of the description, read key by key; ``done()`` refuses the keys nobody read."""
-
-    def __init__(self, model: str, where: str, data: Any, fix: str = "") -> None:
-        if not isinstance(data, dict):
-            raise ExportError(f"model {model!r}: {where} must be a mapping, got {data!r}{fix}")
-        self.model, self.where, self.data = model, where, data
-        self.read: set[str] = set()
-
-    def error(self, key: str, problem: str, fix: str) -> ExportError:
-        return ExportError(f"model {self.model!r}: {self.where}.{key}: {problem}; {fix}")
-
-    def get(self, key: str, default: Any = ..., *, fix: str = "see docs/your-model.md") -> Any:
-        self.read.add(key)
-        if key in self.data:
-            return self.data[key]
-        if default is ...:
-            raise self.error(key, "missing", fix)
-        return default
-
-    def integer(self, key: str, default: Any = ..., *, minimum: int = 0) -> int:
-        value = self.get(key, default)
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise self.error(key, f"{value!r} is not an integer of at least {minimum}", "give a whole number")
-        return value
-
-    def number(self, key: str, default: Any = ...) -> float:
-        value = self.get(key, default)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
-            raise self.error(key, f"{value!r} is not a number", "give a number such as 1.0e-5")
-        return float(value)
-
-    def done(self) -> None:
-        unknown = sorted(set(self.data) - self.read)
-        if unknown:
-            raise ExportError(
-                f"model {self.model!r}: {self.where}: unknown keys {unknown}; it has {sorted(self.read)}"
-            )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -153,7 +114,7 @@ class ModuleSpec:
 
 
 def parse_module(data: Any, *, model: str) -> ModuleSpec:
-    """The ``module`` section of description ``model``; ExportError names the field and the fix."""
+    """The ``module`` section of description ``model``; DescriptionError names the field and the fix."""
     section = Reader(model, "module", data, "; see docs/your-model-module.md")
     spec = ModuleSpec(
         model=_callable(section, "model"),
@@ -194,13 +155,6 @@ def _flag(section: Reader, key: str) -> bool:
     value = section.get(key, False)
     if not isinstance(value, bool):
         raise section.error(key, f"{value!r} is not true or false", "write true or false")
-    return value
-
-
-def entries(section: Reader, key: str) -> list[Any]:
-    value = section.get(key)
-    if not isinstance(value, list) or not value:
-        raise section.error(key, f"{value!r} is not a non-empty list", "list one entry per item")
     return value
 
 
@@ -314,12 +268,14 @@ def _check_names(model: str, spec: ModuleSpec) -> None:
     names = [t.name for t in (*spec.inputs, *spec.outputs)]
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:
-        raise ExportError(f"model {model!r}: module: tensor names {repeated} repeat; give each its own name")
+        raise DescriptionError(
+            f"model {model!r}: module: tensor names {repeated} repeat; give each its own name"
+        )
     for role, tensors in (("inputs", spec.inputs), ("outputs", spec.outputs)):
         for position, tensor in enumerate(tensors):
             _, marker, suffix = tensor.name.rpartition("__")
             if marker and suffix.isdigit() and int(suffix) != position:
-                raise ExportError(
+                raise DescriptionError(
                     f"model {model!r}: module.{role}[{position}].name: {tensor.name} names position "
                     f"{suffix} (libtorch binds NAME__<index> by index); call it NAME__{position} or drop "
                     "the suffix"

@@ -14,7 +14,8 @@ the project-wide rules, and of the reasons the generated files give for them.
   next step's inputs in order, and its max_batch_size is the smallest of its steps'.
 
 Each builder returns the config (Triton's own protobuf) and its notes: comment text keyed by the line
-they stand above (``dynamic_batching``, ``parameters:KEY``, ...; export/generated_configs.py writes them).
+they stand above (``dynamic_batching``, ``parameters:KEY``, ...; description/generated_configs.py writes
+them).
 """
 
 from __future__ import annotations
@@ -26,9 +27,9 @@ from collections.abc import Sequence
 from tritonclient.grpc import model_config_pb2
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from export.common import ExportError
-from export.config_spec import ImagePreprocessingSpec, ModelSpec, NativeSpec, PythonSpec
-from export.module_spec import DynamicBatching, InstanceGroup
+from description.config_spec import ImagePreprocessingSpec, ModelSpec, NativeSpec, PythonSpec
+from description.errors import DescriptionError
+from description.module_spec import DynamicBatching, InstanceGroup
 from tritonrepo.files import ONNX_FILENAME, TORCHSCRIPT_FILENAME
 from tritonrepo.tensors import TensorSpec
 
@@ -165,7 +166,7 @@ def _zeros_warmup(config: ModelConfig, inputs: Sequence[TensorSpec]) -> str:
 def _ragged_warmup(config: ModelConfig, longest: int | None) -> str:
     (tensor,) = config.input
     if longest is None or tensor.data_type != model_config_pb2.TYPE_INT64:
-        raise ExportError(
+        raise DescriptionError(
             f"{config.name}: a ragged input warms up with token ids (INT64) up to the longest request its "
             "tokenizer sends; name the tokenizer model as preprocessing.tokenizer_model"
         )
@@ -243,7 +244,7 @@ def check_queue_instances(config: ModelConfig) -> None:
         return
     counts = [group.count for group in config.instance_group] or [1]
     if min(counts) < 2:
-        raise ExportError(
+        raise DescriptionError(
             f"{config.name}: an instance group of {min(counts)} instance(s) with a bounded queue. "
             f"{QUEUE_INSTANCES_NOTE} Set count: 2 (or more) in its instance_groups."
         )
@@ -258,7 +259,7 @@ def ensemble_config(name: str, steps: Sequence[ModelConfig], *, about: str) -> t
     feeding = {tensor.name: tensor.name for tensor in steps[0].input}
     for position, step in enumerate(steps):
         if position and len(step.input) != len(feeding):
-            raise ExportError(
+            raise DescriptionError(
                 f"ensemble {name}: {steps[position - 1].name} has {len(feeding)} outputs and the next step, "
                 f"{step.name}, {len(step.input)} inputs; chain models whose outputs are the next one's inputs"
             )

@@ -2,9 +2,9 @@
 
 A description (model_descriptions/*.yaml) states its models once: the served files in its ``module``
 section (a torch_module) or ``configs.native``, and in ``configs`` its image preprocessing model, other
-Python models and ensembles (export/config_spec.py). Each becomes Triton's own protobuf
+Python models and ensembles (description/config_spec.py). Each becomes Triton's own protobuf
 (``model_config_pb2.ModelConfig``), with what every model of the project has added
-(export/config_rules.py), written in its text format under a header naming the command that regenerates
+(description/config_rules.py), written in its text format under a header naming the command that regenerates
 it. The committed file is compared with what this module writes now (tests/unit/test_generated_configs.py),
 as a lock file is.
 """
@@ -19,10 +19,17 @@ from pathlib import Path
 from google.protobuf import text_format
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from export.common import ExportError, write_text_atomically
-from export.config_rules import Notes, ensemble_config, image_preprocess_config, native_config, python_config
-from export.config_spec import ConfigsSpec, NativeSpec, native_from_module
-from export.description import ModelDescription
+from description.config_rules import (
+    Notes,
+    ensemble_config,
+    image_preprocess_config,
+    native_config,
+    python_config,
+)
+from description.config_spec import ConfigsSpec, NativeSpec, native_from_module
+from description.errors import DescriptionError
+from description.model import ModelDescription
+from tritonrepo.atomic_files import write_text_atomically
 from tritonrepo.configs import load_model_config
 
 COMMENT_WIDTH = 108
@@ -65,7 +72,9 @@ def generate(description: ModelDescription, repository: Path) -> dict[str, Gener
             )
     if spec.image_preprocessing is not None:
         if native is None or len(native.inputs) != 1:
-            raise ExportError(f"model {description.name!r}: image preprocessing feeds a model of one input")
+            raise DescriptionError(
+                f"model {description.name!r}: image preprocessing feeds a model of one input"
+            )
         name = description.preprocessing["model"]
         made[name] = Generated(
             *image_preprocess_config(
@@ -88,7 +97,9 @@ def _longest_request(description: ModelDescription, repository: Path, made: dict
     """The most tokens one request carries: the max_length of the tokenizer model that sends them."""
     tokenizer = description.preprocessing.get("tokenizer_model")
     if tokenizer is None:
-        raise ExportError(f"model {description.name!r}: a ragged input needs preprocessing.tokenizer_model")
+        raise DescriptionError(
+            f"model {description.name!r}: a ragged input needs preprocessing.tokenizer_model"
+        )
     return int(step_config(tokenizer, repository, made).parameters["max_length"].string_value)
 
 
@@ -97,9 +108,9 @@ def model_config(description: ModelDescription, model: str, repository: Path) ->
     return generate(description, repository)[model].config
 
 
-def config_text(description: ModelDescription, model: str, repository: Path) -> str:
+def config_text(description: ModelDescription, generated: Generated) -> str:
     """The generated config.pbtxt: a header, the fields with their reasons, one warm-up sample a line."""
-    generated = generate(description, repository)[model]
+    model = generated.config.name
     config = ModelConfig()
     config.CopyFrom(generated.config)
     warmups = list(config.model_warmup)
@@ -151,12 +162,12 @@ def config_path(repository: Path, model: str) -> Path:
     return Path(repository) / model / "config.pbtxt"
 
 
-def stale_configs(description: ModelDescription, repository: Path) -> list[Path]:
-    """The models whose config.pbtxt differs from what the description generates now."""
+def stale_configs(description: ModelDescription, repository: Path, made: dict[str, Generated]) -> list[Path]:
+    """The models whose config.pbtxt differs from ``made``, what the description generates."""
     return [
         config_path(repository, model)
-        for model in generate(description, repository)
-        if not _same(config_path(repository, model), config_text(description, model, repository))
+        for model, generated in made.items()
+        if not _same(config_path(repository, model), config_text(description, generated))
     ]
 
 
@@ -168,15 +179,19 @@ def _same(path: Path, text: str) -> bool:
 
 
 def write_configs(
-    description: ModelDescription, repository: Path, *, check: Callable[[], object] | None = None
+    description: ModelDescription,
+    repository: Path,
+    made: dict[str, Generated],
+    *,
+    check: Callable[[], object] | None = None,
 ) -> list[Path]:
-    """Write each stale config of ``description``; returns those written.
+    """Write each stale config of ``made`` (generated once, by :func:`generate`); returns those written.
 
     ``check`` (loading and checking the model) runs first when anything is to be written, so that a
     broken model or description stops the export before any file changes."""
-    stale = stale_configs(description, repository)
+    stale = stale_configs(description, repository, made)
     if stale and check is not None:
         check()
     for path in stale:
-        write_text_atomically(path, config_text(description, path.parent.name, repository))
+        write_text_atomically(path, config_text(description, made[path.parent.name]))
     return stale

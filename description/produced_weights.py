@@ -27,7 +27,8 @@ import tempfile
 from importlib import metadata
 from pathlib import Path
 
-from export.common import ExportError, sha256_file, write_text_atomically
+from description.errors import DescriptionError
+from tritonrepo.atomic_files import sha256_file, write_text_atomically
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +44,7 @@ def record_path(weights: Path) -> Path:
 def production_inputs(script: Path) -> dict[str, str]:
     """What the weights depend on: the script, the Python files beside it, the library versions."""
     if not script.is_file():
-        raise ExportError(f"weights: produced_by {script} does not exist; name the training script")
+        raise DescriptionError(f"weights: produced_by {script} does not exist; name the training script")
     files = {f"code:{path.name}": sha256_file(path) for path in sorted(script.parent.glob("*.py"))}
     return {
         **files,
@@ -62,7 +63,7 @@ def produced(weights: Path, script: Path) -> Path:
     if weights.is_file() and record.get("inputs") == inputs:
         actual = sha256_file(weights)
         if actual != record.get("weights_sha256"):
-            raise ExportError(
+            raise DescriptionError(
                 f"weights: {weights} has sha256 {actual}, but {script.name} produced "
                 f"{record.get('weights_sha256')}: the file changed after it was produced; delete it and "
                 f"{record_path(weights).name} to produce it again"
@@ -99,7 +100,7 @@ def _run(script: Path, weights: Path) -> None:
         )
         if done.returncode != 0 or temporary.stat().st_size == 0:
             tail = (done.stderr or done.stdout)[-_TAIL_CHARS:]
-            raise ExportError(
+            raise DescriptionError(
                 f"weights: `python {script} WEIGHTS` exited {done.returncode} without writing WEIGHTS: "
                 f"{tail.strip() or '(no output)'}; fix the script, then export again"
             )
@@ -107,7 +108,7 @@ def _run(script: Path, weights: Path) -> None:
         os.chmod(temporary, 0o644)
         os.replace(temporary, weights)
     except subprocess.TimeoutExpired as e:
-        raise ExportError(
+        raise DescriptionError(
             f"weights: {script} ran past {PRODUCE_TIMEOUT_S} s; make the training shorter"
         ) from e
     finally:
