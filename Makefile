@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 EXPORTED := build/.exported
-# The onnxruntime of the Triton container (export/serving_runtime.py): every ONNX file is gated with it too.
+# The onnxruntime of the Triton container (export/precision/serving_runtime.py): every ONNX file is gated with it too.
 SERVING_ONNXRUNTIME := 1.19.2
 SERVING_RUNTIME := build/serving-runtime
 SERVING_STAMP := $(SERVING_RUNTIME)/.installed

@@ -7,7 +7,7 @@ the project-wide rules, and of the reasons the generated files give for them.
   sentence and the largest batch of the longest texts (real ids from its ``warmup/`` folder).
 - TorchScript runs with ``DISABLE_OPTIMIZED_EXECUTION`` (and without JIT profiling when ragged).
 - An ONNX file on a GPU states its TF32 mode (onnxruntime's ``use_tf32``): on where the description allows
-  tf32 on CUDA, off otherwise; the export gates the file in that mode (export/cuda_runtime.py).
+  tf32 on CUDA, off otherwise; the export gates the file in that mode (export/precision/cuda_runtime.py).
 - The image preprocessing model decodes on the host CPU, does not wait for a batch, guards against
   decompression bombs and oversized uploads, and holds at most 64 requests for 2 s.
 - An ensemble takes its first step's inputs and its last step's outputs; each step's outputs feed the

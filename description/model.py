@@ -5,7 +5,7 @@ where its weights come from (an installed package and the function in it that re
 local file or folder with its sha256, or a local file a committed script produces:
 description/produced_weights.py), its architecture parameters, which repository models hold its preprocessing,
 its fp32 parity tolerance, the gate thresholds it sets for its reduced precisions (``gates``, replacing
-export/gates.py's), the served files the export writes (a repository model and its format each) and
+export/precision/gates.py's), the served files the export writes (a repository model and its format each) and
 the precisions it allows per device. It also states, once, what Triton serves: the served files'
 tensors and batching (a ``torch_module``'s ``module`` section, description/module_spec.py; ``configs.native``
 for the other kinds) and its Python models and ensembles (``configs``, description/config_spec.py); their
@@ -127,7 +127,7 @@ class ModelDescription:
     preprocessing: dict[str, str]
     tolerance: float
     architecture: dict[str, float] = field(default_factory=dict)
-    gates: dict[str, float] = field(default_factory=dict)  # thresholds replacing export/gates.py's
+    gates: dict[str, float] = field(default_factory=dict)  # thresholds replacing export/precision/gates.py's
     precisions: dict[str, tuple[str, ...]] = field(default_factory=lambda: dict(DEVICE_PRECISIONS))
     module: ModuleSpec | None = None  # kind torch_module: the user's code, its tensors and batching
     configs: ConfigsSpec | None = None  # what the generated configs state beside the module section

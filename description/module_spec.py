@@ -24,7 +24,7 @@ it returns in order; ``dims`` exclude the batch axis and a variable axis is -1. 
 (tritonrepo/tensors.py: ``dtype`` is its ``datatype``), which an input extends with ``range``: it bounds an
 integer input (categorical ids inside an embedding's table). Where the description names the model that
 prepares the inputs (``preprocessing: {model: NAME}``), ``check_inputs`` is called with that model's
-folder (export/module_kind.py). Each output is checked against eager PyTorch with its ``metric``:
+folder (export/torch_module/kind.py). Each output is checked against eager PyTorch with its ``metric``:
 ``max_abs_diff`` (at most ``tolerance``), ``cosine`` (the lowest row's, at least ``tolerance``) or
 ``top1_agreement`` (the share of rows whose arg-max agrees, at least ``tolerance``);
 ``variant_tolerance`` (default: ``tolerance``) gates the reduced precisions. Every error names the

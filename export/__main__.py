@@ -41,7 +41,7 @@ from description.generated_configs import generate, write_configs
 from description.model import ModelDescription, load_descriptions
 from export.common import ExportError
 from export.pipeline import ExportResult, Options, estimated_variants, export_model
-from export.precision import CHOICES, Capabilities
+from export.precision.selection import CHOICES, Capabilities
 from export.progress import Progress, mode_for
 from export.required import REQUIRED_VARIABLE, required_models
 from tritonrepo.commands import EXIT_FAILED, EXIT_OK, EXIT_USAGE, command_parser

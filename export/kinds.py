@@ -1,9 +1,9 @@
 """What a kind of model gives the export pipeline (export/pipeline.py), and nothing more.
 
-A kind (export/image.py: image classifiers; export/text.py: BERT-family sentence encoders) knows how to
-load a described model, which real inputs check and gate it, how to write its fp32 file and each reduced
-precision (its :class:`~export.precision.Variant` s). The pipeline owns the order of the steps:
-fingerprint, up-to-date check, the plan below, selection, manifest and record.
+A kind (export/efficientnet_lite/kind.py: image classifiers; export/minilm/kind.py: BERT-family sentence
+encoders) knows how to load a described model, which real inputs check and gate it, how to write its fp32 file
+and each reduced precision (its :class:`~export.precision.selection.Variant` s). The pipeline owns the order
+of the steps: fingerprint, up-to-date check, the plan below, selection, manifest and record.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from typing import Any, Protocol
 from description.generated_configs import Generated
 from description.model import ModelDescription
 from export.common import ModelConfig
-from export.gates import GateResult
-from export.precision import Batch, Capabilities, Runner, Variant
+from export.precision.gates import GateResult
+from export.precision.selection import Batch, Capabilities, Runner, Variant
 
 # Every config a description generates, by model, made once per export (description/generated_configs.py).
 Made = dict[str, Generated]

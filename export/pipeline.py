@@ -5,15 +5,15 @@ that reads one; they are written before its files, once its model has been loade
 served file of a description (description/model.py): let the kind check its config, fingerprint
 everything the file depends on and stop there when it is up to date; otherwise
 load the model once, export and verify fp32, build the reduced precisions the description allows (and
-export/precision.py finds this machine can run), gate them, time the passing ones, serve the fastest,
-write the manifest beside the file and the record under build/precision/. Then the kind's support files.
-Every step is called from here; the kinds (export/image.py, export/text.py, export/module_kind.py) only
-provide them.
+export/precision/selection.py finds this machine can run), gate them, time the passing ones, serve the
+fastest, write the manifest beside the file and the record under build/precision/. Then the kind's support
+files. Every step is called from here; the kinds (export/efficientnet_lite/kind.py, export/minilm/kind.py,
+export/torch_module/kind.py) only provide them.
 
-Nothing one file does stops the others: a variant that fails is recorded and left out (export/precision.py),
-and a file that cannot be written (its config refused, its model not loadable, no variant passing) is
-returned as a failed :class:`ExportResult`, with its record saying why, while the next file and the next
-model go on.
+Nothing one file does stops the others: a variant that fails is recorded and left out
+(export/precision/selection.py), and a file that cannot be written (its config refused, its model not
+loadable, no variant passing) is returned as a failed :class:`ExportResult`, with its record saying why, while
+the next file and the next model go on.
 """
 
 from __future__ import annotations
@@ -33,12 +33,15 @@ import torch
 
 from description.generated_configs import Generated, generate, write_configs
 from description.model import PYTHON_KIND, ModelDescription, ServedFile
-from export import device, image, module_kind, text
 from export.common import ModelConfig, fingerprint, is_up_to_date, write_manifest
+from export.efficientnet_lite import kind as image
 from export.kinds import Kind, Parity, Plan, Target
-from export.precision import Capabilities, Selection, Variant, resized_workload, select_and_write
+from export.minilm import kind as text
+from export.precision import device
+from export.precision.records import write_record
+from export.precision.selection import Capabilities, Selection, Variant, resized_workload, select_and_write
 from export.progress import Progress
-from export.records import write_record
+from export.torch_module import kind as module_kind
 from tritonrepo.atomic_files import write_atomically
 from tritonrepo.configs import ModelEntry
 from tritonrepo.derive import derive_local_config
@@ -308,7 +311,7 @@ def estimated_variants(description: ModelDescription, options: Options) -> dict[
 
 
 def allowed_variants(variants: Sequence[Variant], description: ModelDescription) -> list[Variant]:
-    """The variants whose precision the description allows on their device; export/precision.py then
+    """The variants whose precision the description allows on their device; export/precision/selection.py then
     leaves out those this machine cannot run."""
     allowed = [v for v in variants if description.allows(v.precision, v.device)]
     left_out = sorted(v.name for v in variants if v not in allowed)

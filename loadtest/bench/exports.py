@@ -14,7 +14,7 @@ from pathlib import Path
 
 from description.model import ModelDescription, load_descriptions
 from export.pipeline import Options, export_model
-from export.precision import Capabilities
+from export.precision.selection import Capabilities
 from tritonrepo.configs import load_repository
 from tritonrepo.paths import DESCRIPTIONS, PRECISION_RECORDS
 from tritonrepo.variants import closure

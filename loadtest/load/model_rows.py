@@ -76,7 +76,7 @@ def described_rows(model: str, config: ModelConfig, folder: Path = DESCRIPTIONS)
     description = describing(model, folder)
     if description is None or description.module is None:
         return None
-    from export.module_checks import check_groups  # imports torch: only for a described model
+    from export.torch_module.checks import check_groups  # imports torch: only for a described model
 
     spec, where = description.module, f"{model} (description {description.name})"
     try:

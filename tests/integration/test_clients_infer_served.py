@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from description.model import load_description
-from export.module_kind import check_batches, load_model
+from export.torch_module.kind import check_batches, load_model
 from tritonlocal import LocalTritonServer
 from tritonrepo.paths import REPOSITORY
 

@@ -12,7 +12,7 @@ import torch
 
 from clients import Classification, InvalidInputError, TritonClient
 from description.model import load_description
-from export import image
+from export.efficientnet_lite import kind as image
 from tritonlocal import LocalTritonServer
 from tritonrepo.served_code import load_preprocess_module, preprocess_settings
 

@@ -16,7 +16,7 @@ import tritonclient.http as httpclient
 from PIL import Image
 from tritonclient.utils import InferenceServerException
 
-from export import image
+from export.efficientnet_lite import kind as image
 from tritonlocal import LocalTritonServer
 from tritonrepo.served_code import load_preprocess_module, preprocess_settings
 

@@ -13,7 +13,7 @@ import torch
 
 from clients import Classification, TritonClient
 from description.model import load_description
-from export.module_kind import check_batches, load_model
+from export.torch_module.kind import check_batches, load_model
 from samples import photograph_paths
 from tritonlocal import LocalTritonServer
 

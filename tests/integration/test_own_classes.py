@@ -15,7 +15,8 @@ import torch
 
 from clients import TritonClient
 from description.model import load_description
-from export import image, scaffold
+from export.efficientnet_lite import kind as image
+from export.scaffold import cli as scaffold
 from tritonlocal import LocalTritonServer, ServerConfig
 from tritonrepo.paths import DESCRIPTIONS, REPOSITORY
 from tritonrepo.served_code import (

@@ -17,7 +17,7 @@ import torch
 from clients import cli
 from description.model import load_description
 from description.module_code import load_callable
-from export import scaffold
+from export.scaffold import cli as scaffold
 from tritonlocal import LocalTritonServer, ServerConfig
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -18,8 +18,8 @@ import pytest
 
 from clients import TritonClient
 from description.model import load_description
-from export import scaffold
-from export.minilm import load_encoder, load_tokenizer, reference_embeddings
+from export.minilm.network import load_encoder, load_tokenizer, reference_embeddings
+from export.scaffold import cli as scaffold
 from tritonlocal import LocalTritonServer, ServerConfig
 from tritonrepo.configs import load_model_config
 

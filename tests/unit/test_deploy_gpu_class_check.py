@@ -15,9 +15,9 @@ import pytest
 import yaml
 
 from description.model import load_description
-from export import timing
-from export.device import Capabilities, CudaDevice
 from export.pipeline import Options, export_model
+from export.precision import timing
+from export.precision.device import Capabilities, CudaDevice
 from tritonrepo.paths import DESCRIPTIONS
 
 ROOT = Path(__file__).resolve().parents[2]

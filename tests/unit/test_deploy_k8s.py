@@ -189,7 +189,7 @@ def test_the_export_image_carries_every_package_the_export_imports(import_closur
         assert distribution in installed, (
             f"the export imports {module}: add {distribution} to its requirements"
         )
-    found_by_name = {"scikit-image"}  # export/image.py: the sample photographs
+    found_by_name = {"scikit-image"}  # export/efficientnet_lite/kind.py: the sample photographs
     for path in (ROOT / "model_descriptions").glob("*.yaml"):
         weights = yaml.safe_load(path.read_text()).get("weights", {})
         if "package" in weights:  # else a local file, or weights the description's own code produces

@@ -22,11 +22,14 @@ import torch
 from PIL import Image
 
 from description.model import load_description
-from export import efficientnet_lite, image, image_variants, onnx_graph
 from export.common import ExportError, is_up_to_date, write_manifest
-from export.gates import image_gate
+from export.efficientnet_lite import kind as image
+from export.efficientnet_lite import network as efficientnet_lite
+from export.efficientnet_lite import variants as image_variants
 from export.pipeline import ExportResult, Options, export_model
-from export.precision import Capabilities
+from export.precision import onnx_graph
+from export.precision.gates import image_gate
+from export.precision.selection import Capabilities
 from tritonrepo.atomic_files import write_atomically
 from tritonrepo.served_code import load_preprocess_module, preprocess_settings
 

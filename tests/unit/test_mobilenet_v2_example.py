@@ -14,7 +14,7 @@ from PIL import Image
 
 from description.model import load_description
 from description.module_code import load_callable
-from export.module_kind import load_model, preprocessing_model
+from export.torch_module.kind import load_model, preprocessing_model
 from samples import photograph_paths
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,10 +13,10 @@ import yaml
 
 from description.errors import DescriptionError
 from description.model import load_description, load_descriptions, parse_description
-from export import efficientnet_lite
-from export.gates import image_gate
+from export.efficientnet_lite import network as efficientnet_lite
 from export.pipeline import KINDS, allowed_variants
-from export.precision import Variant
+from export.precision.gates import image_gate
+from export.precision.selection import Variant
 from tritonrepo.configs import load_model_config
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -15,10 +15,10 @@ import torch
 import yaml
 
 from description.model import load_description
-from export import timing
-from export.device import Capabilities
-from export.module_kind import load_model
 from export.pipeline import Options, export_model
+from export.precision import timing
+from export.precision.device import Capabilities
+from export.torch_module.kind import load_model
 
 TOYS = '''
 import numpy as np

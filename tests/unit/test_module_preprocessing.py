@@ -13,9 +13,9 @@ import torch
 import yaml
 
 from description.model import load_description
-from export import timing
-from export.device import Capabilities
 from export.pipeline import Options, export_model
+from export.precision import timing
+from export.precision.device import Capabilities
 
 CODE = '''
 import numpy as np

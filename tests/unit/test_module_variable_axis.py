@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from description.module_spec import OutputDecl
-from export.module_checks import measure_all
+from export.torch_module.checks import measure_all
 
 
 def _output(name: str, dims: tuple[int, ...], metric: str) -> OutputDecl:

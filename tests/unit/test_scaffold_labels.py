@@ -11,8 +11,11 @@ import yaml
 
 from description.generated_configs import generate, stale_configs
 from description.model import load_description
-from export import image, scaffold, scaffold_files, scaffold_template
 from export.common import ExportError
+from export.efficientnet_lite import kind as image
+from export.scaffold import cli as scaffold
+from export.scaffold import files as scaffold_files
+from export.scaffold import template as scaffold_template
 from tritonrepo.configs import load_repository
 from tritonrepo.served_code import BATCHING_HELPER
 

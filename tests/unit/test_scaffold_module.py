@@ -14,7 +14,7 @@ import pytest
 from description.generated_configs import config_text, generate
 from description.model import load_description
 from description.module_code import load_callable
-from export import scaffold
+from export.scaffold import cli as scaffold
 from tritonrepo.configs import load_model_config
 
 ROOT = Path(__file__).resolve().parents[2]

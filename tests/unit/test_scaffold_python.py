@@ -21,12 +21,12 @@ from description.errors import DescriptionError
 from description.generated_configs import config_text, generate
 from description.model import PYTHON_KIND, load_description, parse_description
 from export import __main__ as export_cli
-from export import scaffold
 from export.common import ExportError
 from export.pipeline import Options, export_model
-from export.precision import Capabilities
-from export.scaffold_files import parse_tensor
-from export.scaffold_python import PythonRequest, scaffold_python
+from export.precision.selection import Capabilities
+from export.scaffold import cli as scaffold
+from export.scaffold.files import parse_tensor
+from export.scaffold.python import PythonRequest, scaffold_python
 from tritonrepo.configs import load_model_config
 from tritonrepo.served_code import BATCHING_HELPER, PARAMETERS_HELPER, load_served_module
 

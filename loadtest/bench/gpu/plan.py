@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from export.common import ExportError
-from export.records import kept_file, served_variant
+from export.precision.records import kept_file, served_variant
 from loadtest.experiments.budget_stage import BudgetPlan
 from loadtest.load.perf import PerfSettings
 from tritonrepo.atomic_files import sha256_file

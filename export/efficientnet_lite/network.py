@@ -10,9 +10,9 @@ repeats of every stage but the first and the last by the depth multiplier (round
 ``efficientnet_lite_builder`` does. Lite0 is width 1.0 and depth 1.0; each model's multipliers are in its
 description (model_descriptions/*.yaml).
 
-Conventions checked against real images (see export/image.py and the unit tests): TensorFlow "SAME"
-padding (a stride-2 convolution on an even-sized input pads one pixel on the bottom/right only, not one on
-each side) and batch-norm epsilon 1e-3, both inherited from the TensorFlow training.
+Conventions checked against real images (see export/efficientnet_lite/kind.py and the unit tests): TensorFlow
+"SAME" padding (a stride-2 convolution on an even-sized input pads one pixel on the bottom/right only, not one
+on each side) and batch-norm epsilon 1e-3, both inherited from the TensorFlow training.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ writes, and never overwrites:
 its crop the module's input size, its model.py linked to the same code. Any other repository model is
 shared as it is, and must produce the module's inputs. ``--postprocess MODEL`` ends the ensemble with a
 repository model that takes the module's outputs (``image_postprocess``: ImageNet's top-5 labels). The
-ensemble's version folder and the links are created (export/scaffold_files.py), as every scaffold does.
+ensemble's version folder and the links are created (export/scaffold/files.py), as every scaffold does.
 
 ``--configs-only`` takes a description written by hand instead: it (re)writes the configs it generates and
 creates the same folders and links.
@@ -42,8 +42,7 @@ from description.model import (
 )
 from description.module_spec import METRICS
 from export.common import ExportError, shown
-from export.module_kind import preprocessing_model
-from export.scaffold_files import (
+from export.scaffold.files import (
     BATCHING,
     check_name,
     code_origin,
@@ -53,6 +52,7 @@ from export.scaffold_files import (
     relative,
     write_description,
 )
+from export.torch_module.kind import preprocessing_model
 from tritonrepo.configs import load_model_config
 from tritonrepo.errors import RepositoryError
 from tritonrepo.tensors import TensorSpec

@@ -1,7 +1,7 @@
-"""An image classifier's scaffold (export/scaffold.py): its input size, its class count, read from its
+"""An image classifier's scaffold (export/scaffold/cli.py): its input size, its class count, read from its
 weights, and with ``--labels`` a post-processing model of its own that names its classes.
 
-The class count is the rows of the weights' classifier head (export/efficientnet_lite.py's
+The class count is the rows of the weights' classifier head (export/efficientnet_lite/network.py's
 ``class_count``); the description's native outputs say it. Without labels the new ensemble shares the
 template's post-processing model (image_postprocess, ImageNet's labels), so the weights must have as many
 classes as it takes. With labels (one per line, line index = class id, as many as the head's rows) the
@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from export.common import ExportError
-from export.efficientnet_lite import HEAD
-from export.image import weights_class_count
+from export.efficientnet_lite.kind import weights_class_count
+from export.efficientnet_lite.network import HEAD
 
 LABELS_FILE = "labels.txt"  # the labels' copy in the post-processing model's version folder
 SUFFIX = "postprocess"  # the post-processing model of its own: NAME_postprocess

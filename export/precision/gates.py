@@ -2,7 +2,7 @@
 
 Each gate compares a variant's outputs with eager float32 PyTorch on the same real inputs and returns
 every number it computed, the thresholds, and which of them failed. A variant that fails is reported with
-those numbers and never served (see :mod:`export.precision`).
+those numbers and never served (see :mod:`export.precision.selection`).
 
 - Text (sentence embeddings): mean and minimum cosine to fp32, and retrieval agreement: for each sentence,
   the share of its ``k`` nearest fp32 neighbours in the corpus that are still among its ``k`` nearest

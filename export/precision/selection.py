@@ -1,15 +1,15 @@
 """Precision variants of an exported model: what this machine can run, gated, timed, the fastest served.
 
-A pipeline (export/image.py, export/text.py) lists its :class:`Variant` s per served file, each on a
-device: for CPU serving fp32, bf16 where the CPU has bf16 instructions and int8 through onnxruntime's
-quantization; for GPU serving float32 (as the backend runs it: an ONNX file TF32 or strict by its config,
-a TorchScript file with libtorch's TF32 convolutions, export/cuda_runtime.py), fp16 and from compute
-capability 8.0 bf16 on the GPU, never int8 (:func:`export.device.why_unavailable`).
+A pipeline (export/efficientnet_lite/kind.py, export/minilm/kind.py) lists its :class:`Variant` s per served
+file, each on a device: for CPU serving fp32, bf16 where the CPU has bf16 instructions and int8 through
+onnxruntime's quantization; for GPU serving float32 (as the backend runs it: an ONNX file TF32 or strict by
+its config, a TorchScript file with libtorch's TF32 convolutions, export/precision/cuda_runtime.py), fp16 and
+from compute capability 8.0 bf16 on the GPU, never int8 (:func:`export.precision.device.why_unavailable`).
 :func:`select_and_write` builds each variant offered beside the destination, gates it against eager fp32
-on real inputs (:mod:`export.gates`), times every variant that passed in-process at each batch size of
-the pipeline's workload (:mod:`export.timing`: warmed up, on the server's threads; interleaved rounds,
-best round kept: this machine is shared and noisy), and moves the fastest onto the served file. A variant
-that fails its gate, or raises, is reported and never served. ``--precision fp32`` (or any one
+on real inputs (:mod:`export.precision.gates`), times every variant that passed in-process at each batch size
+of the pipeline's workload (:mod:`export.precision.timing`: warmed up, on the server's threads; interleaved
+rounds, best round kept: this machine is shared and noisy), and moves the fastest onto the served file. A
+variant that fails its gate, or raises, is reported and never served. ``--precision fp32`` (or any one
 precision) pins the choice.
 
 "Fastest" is the geometric mean of items/s over the measured batch sizes (1 and 32 by default), so a
@@ -17,7 +17,7 @@ variant must be quick for a lone request and for a full batch. ``--timing-batche
 instead (:func:`resized_workload`): a whole batch-cost curve per variant, recorded the same way. Every
 decision, with each gate's numbers and each timing, is returned as a :class:`Selection`, recorded beside
 the file (the manifest) and under ``build/precision/<model>.json`` (the fp32 file kept beside it when
-another precision is served) by :mod:`export.records`, which reads them back for the benchmark.
+another precision is served) by :mod:`export.precision.records`, which reads them back for the benchmark.
 """
 
 from __future__ import annotations
@@ -34,13 +34,13 @@ from typing import Any
 
 import numpy as np
 
-from export import device, serving_runtime, timing
 from export.common import ExportError
-from export.cuda_runtime import Tf32Mode
-from export.device import Capabilities
-from export.gates import GateResult
+from export.precision import device, serving_runtime, timing
+from export.precision.cuda_runtime import Tf32Mode
+from export.precision.device import Capabilities
+from export.precision.gates import GateResult
+from export.precision.records import RECORD_FORMAT
 from export.progress import Progress
-from export.records import RECORD_FORMAT
 
 logger = logging.getLogger(__name__)
 
@@ -100,7 +100,8 @@ class Variant:
     feed: Callable[[Any], dict[str, Any]] | None = None
     # An ONNX file for CUDA: the CUDA provider options its sessions get (the config's, as served).
     cuda_options: Mapping[str, str] | None = None
-    # On CUDA: the float32 work it runs as TF32, as the serving backend runs it (export/cuda_runtime.py).
+    # On CUDA: the float32 work it runs as TF32, as the serving backend runs it
+    # (export/precision/cuda_runtime.py).
     tf32: Tf32Mode | None = None
 
     @property
@@ -207,10 +208,10 @@ def select_and_write(
     A variant that raises while it is built, gated or timed is recorded as an error with the exception and
     left out; the others go on. When another precision is served, the passing fp32 file is kept in
     ``keep_dir`` (as ``<variant><suffix>``) so that the benchmark can serve it beside the chosen one
-    (:func:`export.records.kept_file`). When no requested variant passes, ``destination`` is left
+    (:func:`export.precision.records.kept_file`). When no requested variant passes, ``destination`` is left
     untouched and the selection serves nothing (``served`` None, ``failure`` saying why). ``threads``:
     the intra-op threads the server gives the file (None: the process's), which every variant is built,
-    gated and timed with (export/timing.py).
+    gated and timed with (export/precision/timing.py).
     """
     if choice not in CHOICES:
         raise ExportError(f"precision {choice!r} is not one of {CHOICES}; use --precision auto to measure")
@@ -372,8 +373,8 @@ def _time(
     progress: Progress,
     model: str = "",
 ) -> None:
-    """Items/s of each passing candidate at each batch size (export/timing.py): interleaved rounds, each
-    size warmed up in the first, the best round kept. A candidate whose runner raises becomes an error
+    """Items/s of each passing candidate at each batch size (export/precision/timing.py): interleaved rounds,
+    each size warmed up in the first, the best round kept. A candidate whose runner raises becomes an error
     (and is no longer timed)."""
     for round_ in range(1, timing.TIMING_ROUNDS + 1):
         for candidate in candidates:

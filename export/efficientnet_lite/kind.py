@@ -7,8 +7,8 @@ names
 compared with eager PyTorch on real photographs (skimage's sample images), preprocessed by the very
 functions the description's preprocessing model (``image_preprocess/1/model.py``) serves with, at
 several batch sizes: logits within the description's tolerance and identical top-5. Beside each fp32
-file, reduced-precision variants (export/image_variants.py) are gated on a few hundred real images; the
-pipeline (export/pipeline.py) times them and serves the fastest that passes.
+file, reduced-precision variants (export/efficientnet_lite/variants.py) are gated on a few hundred real
+images; the pipeline (export/pipeline.py) times them and serves the fastest that passes.
 """
 
 from __future__ import annotations
@@ -28,10 +28,12 @@ import torch
 
 from description.generated_configs import generate, refresh_command, step_config
 from description.model import ModelDescription, description_serving
-from export import cuda_runtime, efficientnet_lite, image_variants, onnx_graph
 from export.common import ExportError, ModelConfig, single_io
-from export.gates import GateResult, image_gate
+from export.efficientnet_lite import network as efficientnet_lite
+from export.efficientnet_lite import variants as image_variants
 from export.kinds import Made, Parity, Plan, Target
+from export.precision import cuda_runtime, onnx_graph
+from export.precision.gates import GateResult, image_gate
 from tritonrepo.configs import load_model_config
 from tritonrepo.served_code import load_preprocess_module, preprocess_settings
 from tritonrepo.tensors import TensorSpec
@@ -57,9 +59,9 @@ Runner = Callable[[np.ndarray], np.ndarray]
 class CheckData:
     """Real images through the served preprocessing, and eager logits for each check batch.
 
-    ``gate_*``: the photographs and their augmentations (export/image_variants.py), with eager fp32
-    logits, on which every reduced-precision variant is gated; ``noise_floor``: that gate applied to eager
-    fp32 itself on slightly noisy gate inputs (:func:`export.image_variants.noise_floor`).
+    ``gate_*``: the photographs and their augmentations (export/efficientnet_lite/variants.py), with eager
+    fp32 logits, on which every reduced-precision variant is gated; ``noise_floor``: that gate applied to
+    eager fp32 itself on slightly noisy gate inputs (:func:`export.efficientnet_lite.variants.noise_floor`).
     """
 
     image_names: list[str]

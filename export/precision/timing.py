@@ -1,6 +1,6 @@
 """Steady-state timing of an exported file in the export's own process, as the server will run it.
 
-Every variant that passes its gate is timed (export/precision.py) to choose the one served, and the
+Every variant that passes its gate is timed (export/precision/selection.py) to choose the one served, and the
 benchmark compares the server with these figures; so they must be the file's steady speed at the
 server's thread count, whatever ran just before (docs/measurements.md, "Steady-state timing in the
 export", has the case that called for it):
@@ -10,8 +10,8 @@ export", has the case that called for it):
   call and optimises it on the next ones. The calls go on until their time per item stops falling.
 - The threads are the server's (:func:`serving_threads`): the intra-op threads the local server gives each
   instance (tritonrepo/derive.py: the cores divided between the instances), for torch and for every
-  onnxruntime session the export opens while they are set (export/onnx_graph.py). A thread count is a
-  property of the speed: on cores that other processes also use, each of torch's OpenMP parallel
+  onnxruntime session the export opens while they are set (export/precision/onnx_graph.py). A thread count is
+  a property of the speed: on cores that other processes also use, each of torch's OpenMP parallel
   regions waits until all its threads are scheduled again, so a file timed on more threads than it is
   served with can read many times slower (or faster) than it serves.
 - The figure is the median over the timed calls of each call's items per second (:func:`items_per_second`),
@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from export import onnx_graph
+from export.precision import onnx_graph
 
 TIMING_ROUNDS = 3
 TIMING_MIN_S = 0.5

@@ -5,7 +5,8 @@ stated (the tests describe a CPU host, a compute capability 7.5 GPU and an 8.0 o
 variants an export offers follows from it alone (:func:`why_unavailable`):
 
 - served on a CPU: fp32, int8 and, where the CPU has bf16 instructions, bf16, all gated on this CPU;
-- served on a GPU: fp32, fp16 and, from compute capability 8.0, bf16 and TF32 (export/cuda_runtime.py),
+- served on a GPU: fp32, fp16 and, from compute capability 8.0, bf16 and TF32
+(export/precision/cuda_runtime.py),
   all gated on this GPU; never int8 (onnxruntime's CUDA provider multiplies int8 x int8 only, so a u8 x s8
   graph runs on the CPU) and never a file gated on the CPU.
 
@@ -130,7 +131,7 @@ class Capabilities:
     def as_dict(self) -> dict[str, object]:
         """What decides the variants and their gates (recorded, and part of the exported files'
         fingerprints, so that a file is re-exported when any of it changes)."""
-        from export.serving_runtime import SERVING_ONNXRUNTIME
+        from export.precision.serving_runtime import SERVING_ONNXRUNTIME
 
         gpu = self.cuda
         return {
@@ -146,11 +147,11 @@ class Capabilities:
         """Where this export gates its files, for each manifest (read back by the server's start-up
         check, deploy/tritonserver/gpu_class_check.py): the device; for a GPU its name, compute
         capability, CUDA and driver versions; the runtimes that gate (the local ones and the serving
-        onnxruntime, export/serving_runtime.py)."""
+        onnxruntime, export/precision/serving_runtime.py)."""
         import onnxruntime
         import torch
 
-        from export.serving_runtime import SERVING_ONNXRUNTIME
+        from export.precision.serving_runtime import SERVING_ONNXRUNTIME
 
         gpu = self.cuda if self.gpu_serves else None
         return {

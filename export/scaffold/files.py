@@ -1,4 +1,4 @@
-"""What every scaffold (export/scaffold.py, scaffold_module.py, scaffold_python.py) writes the same way.
+"""What every scaffold (export/scaffold/cli.py, scaffold_module.py, scaffold_python.py) writes the same way.
 
 - :func:`check_name`: a model name that can name a repository model and its Python module;
 - :func:`parse_tensor`: a tensor from the command line, ``NAME:DTYPE:DIMS``; ``BATCHING``, where a new

@@ -1,4 +1,5 @@
-"""Worker run by the serving onnxruntime's own Python (export/serving_runtime.py): one session on a file.
+"""Worker run by the serving onnxruntime's own Python (export/precision/serving_runtime.py): one session on a
+file.
 
 ``python -I serving_worker.py MODEL DEVICE [CUDA_OPTIONS_JSON]`` (the CUDA provider's options, as a JSON
 object). It imports only numpy and onnxruntime (it runs in build/serving-runtime, not in the project's
@@ -19,7 +20,7 @@ import sys
 import numpy as np
 import onnxruntime
 
-_HEADER = struct.Struct(">cQ")  # the same framing as export.serving_runtime
+_HEADER = struct.Struct(">cQ")  # the same framing as export.precision.serving_runtime
 
 
 def _send(payload: bytes, status: bytes = b"0") -> None:

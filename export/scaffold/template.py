@@ -5,8 +5,8 @@ writes, taking the shipped description of the same kind as the starting point:
 
 - ``model_descriptions/NAME.yaml``: the description (weights with their sha256, architecture, tolerance,
   precisions) with its ``configs`` section: the template's, renamed for NAME, with what the options and
-  the weights change (an image classifier's input size and class count: export/scaffold_image.py; a
-  sentence encoder's width: export/scaffold_text.py);
+  the weights change (an image classifier's input size and class count: export/scaffold/image.py; a
+  sentence encoder's width: export/scaffold/text.py);
 - the config.pbtxt of every model that section generates, written by the generator of every shipped
   config (description/generated_configs.py), never copied: ``NAME_onnx``, the exported model; for image
   classifiers ``NAME_preprocess`` (a Python model running image_preprocess's code at the model's size)
@@ -15,7 +15,7 @@ writes, taking the shipped description of the same kind as the starting point:
   image_postprocess's code with a copy of them); for sentence encoders ``NAME_tokenizer``
   (text_tokenizer's code; the export copies the weights' tokenizer.json beside it) and the ragged
   ensemble ``NAME_embedder`` (tokenizer -> NAME_onnx); and the folders and links they need
-  (export/scaffold_files.py).
+  (export/scaffold/files.py).
 
 A model of the template the new one shares (image_postprocess, without --labels) stays the template's:
 the new description names it only as an ensemble step, which the generator reads from the repository, so
@@ -31,9 +31,10 @@ from typing import Any
 
 from description.generated_configs import config_path, generate, refresh_command, write_configs
 from description.model import ModelDescription, Weights, parse_description, raw_description
-from export import scaffold_image, scaffold_text
 from export.common import ExportError
-from export.scaffold_files import check_name, lay_out, refuse_existing, write_description
+from export.scaffold import image as scaffold_image
+from export.scaffold import text as scaffold_text
+from export.scaffold.files import check_name, lay_out, refuse_existing, write_description
 from export.text_warmup import encoder_warmup_files, write_files
 from tritonrepo.errors import RepositoryError
 from tritonrepo.paths import DESCRIPTIONS, REPOSITORY

@@ -22,7 +22,7 @@ This rewrite quantizes each row (token) on its own:
 
 Every Gemm with a constant weight, and every MatMul of rows by one, is rewritten; an input shared by
 several (query, key and value read one tensor) is quantized once. The rewrite checks nothing about
-accuracy: the result goes through a gate (export/gates.py) like every variant.
+accuracy: the result goes through a gate (export/precision/gates.py) like every variant.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from export.onnx_graph import probe_session
+from export.precision.onnx_graph import probe_session
 
 Feed = dict[str, np.ndarray]
 

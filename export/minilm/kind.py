@@ -2,14 +2,14 @@
 
 Writes into the model repository, for the served models a description (model_descriptions/*.yaml) lists:
 - ``<model>/1/model.onnx`` or ``<model>/1/model.pt``: the sentence encoder for a
-  ragged batch (:class:`export.minilm.RaggedSentenceEncoder`: concatenated token ids and each
+  ragged batch (:class:`export.minilm.network.RaggedSentenceEncoder`: concatenated token ids and each
   sequence's length in, pooled embeddings out), with tensor names taken from each model's
   config.pbtxt (the ragged input, then the batch input that carries the lengths);
 - ``<tokenizer model>/1/tokenizer.json``: the tokenizer shipped with the weights, read by that model.
 
 Each float32 encoder file is loaded back and checked against the in-process reference embedding (one
 sentence at a time, unpadded) on real sentences of mixed lengths in one ragged batch, some padded
-with [PAD] as a multi-text request is. Beside it, reduced-precision variants (export/text_variants.py:
+with [PAD] as a multi-text request is. Beside it, reduced-precision variants (export/minilm/variants.py:
 bf16 and fp16 TorchScript, int8 ONNX) are gated on the sentence corpus; the pipeline
 (export/pipeline.py) times them and serves the fastest that passes.
 """
@@ -33,15 +33,15 @@ from tritonclient.grpc import model_config_pb2
 
 from description.generated_configs import step_config
 from description.model import ModelDescription
-from export import cuda_runtime, onnx_graph, per_token_int8, text_variants
 from export.common import (
     ExportError,
     ModelConfig,
     tensor_specs,
 )
-from export.gates import GateResult, text_gate
 from export.kinds import Made, Parity, Plan, Target
-from export.minilm import (
+from export.minilm import per_token_int8
+from export.minilm import variants as text_variants
+from export.minilm.network import (
     BertShape,
     MiniLMEncoder,
     RaggedSentenceEncoder,
@@ -49,7 +49,9 @@ from export.minilm import (
     load_tokenizer,
     reference_embeddings,
 )
-from export.precision import Runner
+from export.precision import cuda_runtime, onnx_graph
+from export.precision.gates import GateResult, text_gate
+from export.precision.selection import Runner
 from tritonrepo.configs import load_model_config
 
 logger = logging.getLogger(__name__)
@@ -166,7 +168,7 @@ class SentenceEncoderKind:
             weights / "model.safetensors",
             weights / "config.json",
             Path(__file__),
-            Path(__file__).with_name("minilm.py"),
+            Path(__file__).with_name("network.py"),
             *(Path(m.__file__ or "") for m in modules),
             text_variants.CORPUS,
         ]

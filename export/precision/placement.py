@@ -26,8 +26,8 @@ import onnx
 import onnxruntime
 from onnx import TensorProto
 
-from export import onnx_graph
 from export.common import ExportError
+from export.precision import onnx_graph
 
 GPU_PROVIDERS = frozenset({"CUDAExecutionProvider", "TensorrtExecutionProvider"})
 COMPUTE_OPS = frozenset(

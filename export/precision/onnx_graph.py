@@ -13,7 +13,7 @@ import onnx
 import onnxruntime
 
 # The intra-op threads of the sessions opened now (None: onnxruntime's default, every core), set while the
-# export builds, gates and times a served file at its server's thread count (export/timing.py).
+# export builds, gates and times a served file at its server's thread count (export/precision/timing.py).
 _INTRA_OP_THREADS: ContextVar[int | None] = ContextVar("intra_op_threads", default=None)
 
 

@@ -4,11 +4,11 @@
   passes them), written as QuantizeLinear/DequantizeLinear pairs that onnxruntime fuses into int8 kernels.
 - fp16: every float initializer and op in float16, graph inputs and outputs kept as they were (for GPUs).
 
-The text encoder's int8 is export/per_token_int8.py (activation ranges per token, not per batch).
+The text encoder's int8 is export/minilm/per_token_int8.py (activation ranges per token, not per batch).
 :func:`onnx_file_variants` lists an ONNX file's variants for every kind that serves one.
-None of these checks accuracy: every result goes through a gate (export/gates.py) before it may be served.
-On CPUs without VNNI, u8 x s8 products can saturate in AVX2 kernels, so ``reduce_range`` (7-bit weights)
-is used there, as onnxruntime's documentation advises.
+None of these checks accuracy: every result goes through a gate (export/precision/gates.py) before it may be
+served. On CPUs without VNNI, u8 x s8 products can saturate in AVX2 kernels, so ``reduce_range`` (7-bit
+weights) is used there, as onnxruntime's documentation advises.
 """
 
 from __future__ import annotations
@@ -30,10 +30,10 @@ from onnxruntime.quantization import (
 )
 from onnxruntime.quantization.shape_inference import quant_pre_process
 
-from export.cuda_runtime import serving_mode
-from export.device import Capabilities
-from export.placement import require_cuda_placement
-from export.precision import Runner, Variant
+from export.precision.cuda_runtime import serving_mode
+from export.precision.device import Capabilities
+from export.precision.placement import require_cuda_placement
+from export.precision.selection import Runner, Variant
 
 logger = logging.getLogger(__name__)
 
@@ -107,8 +107,8 @@ def onnx_file_variants(
 ) -> list[Variant]:
     """An ONNX file's variants: float32 and int8 for a CPU; float32 and fp16 for CUDA, each in sessions
     with ``cuda_options``, the CUDA provider options its config serves. The float32 one is ``tf32`` or
-    ``fp32`` by the ``use_tf32`` those options serve on this GPU (export/cuda_runtime.py): the config
-    decides, the export gates what it will serve.
+    ``fp32`` by the ``use_tf32`` those options serve on this GPU (export/precision/cuda_runtime.py): the
+    config decides, the export gates what it will serve.
 
     ``fp32(path)`` writes and verifies the float32 file; ``fp32_onnx_file()`` is the float32 graph the
     int8 and fp16 files are rewritten from; ``int8``: the int8 variant's name and its writer, called as

@@ -2,15 +2,15 @@
 
 The gate set is the project's corpus of realistic sentences (samples/data/sentences.txt): each variant's
 sentence embeddings must agree with eager float32 PyTorch, one sentence at a time, by cosine and by
-nearest-neighbour retrieval over the corpus (export/gates.py). The timing workload is the same corpus, one
-sentence at a time (batch 1) and in length-sorted batches of 32, fed as the ragged encoder takes them:
-all token ids concatenated, and each sentence's length.
+nearest-neighbour retrieval over the corpus (export/precision/gates.py). The timing workload is the same
+corpus, one sentence at a time (batch 1) and in length-sorted batches of 32, fed as the ragged encoder takes
+them: all token ids concatenated, and each sentence's length.
 
-Variants, each gated on the device that serves it (export/device.py): for a CPU, TorchScript fp32 and bf16
-(with bf16 instructions), ONNX fp32 and int8 with per-token activation ranges and smoothed channels
-(export/per_token_int8.py); for a GPU, TorchScript float32 and fp16, ONNX float32 and fp16 (float16
+Variants, each gated on the device that serves it (export/precision/device.py): for a CPU, TorchScript fp32
+and bf16 (with bf16 instructions), ONNX fp32 and int8 with per-token activation ranges and smoothed channels
+(export/minilm/per_token_int8.py); for a GPU, TorchScript float32 and fp16, ONNX float32 and fp16 (float16
 inside, float32 inputs and outputs), and from compute capability 8.0 TorchScript bf16, each run as its
-backend serves it (export/cuda_runtime.py: the ONNX file with its config's use_tf32, the TorchScript
+backend serves it (export/precision/cuda_runtime.py: the ONNX file with its config's use_tf32, the TorchScript
 files with libtorch's TF32 convolutions and strict products).
 onnxruntime's dynamic int8 is not a variant: its activation range is taken over the whole batch, so a
 sentence embedded in a batch differs from the same sentence alone, which the batch-invariance gate
@@ -31,12 +31,12 @@ import onnx
 from tokenizers import Tokenizer
 
 import samples
-from export import onnx_graph
 from export.common import ExportError
-from export.cuda_runtime import LIBTORCH, with_tf32
-from export.onnx_variants import OnnxRunner, onnx_file_variants
-from export.per_token_int8 import Feed, rewrite
-from export.precision import Batch, Capabilities, Runner, Variant
+from export.minilm.per_token_int8 import Feed, rewrite
+from export.precision import onnx_graph
+from export.precision.cuda_runtime import LIBTORCH, with_tf32
+from export.precision.onnx_variants import OnnxRunner, onnx_file_variants
+from export.precision.selection import Batch, Capabilities, Runner, Variant
 
 logger = logging.getLogger(__name__)
 
@@ -147,7 +147,7 @@ def onnx_encoder_variants(
     capabilities: Capabilities,
     cuda_options: Mapping[str, str],
 ) -> list[Variant]:
-    """The ONNX encoder's variants (:func:`export.onnx_variants.onnx_file_variants`), int8 per token
+    """The ONNX encoder's variants (:func:`export.precision.onnx_variants.onnx_file_variants`), int8 per token
     calibrated on ``calibration``. ``onnx_runner(path, device, cuda_options)`` runs an ONNX file;
     ``cuda_options``: the CUDA provider options the model's config serves."""
 

@@ -1,4 +1,4 @@
-"""A sentence encoder's scaffold (export/scaffold.py): its embedding width and its tokenizer, read from
+"""A sentence encoder's scaffold (export/scaffold/cli.py): its embedding width and its tokenizer, read from
 its checkpoint folder (config.json and tokenizer.json, as Hugging Face saves them)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 from tokenizers import Tokenizer
 
 from export.common import ExportError
-from export.minilm import load_tokenizer
+from export.minilm.network import load_tokenizer
 
 
 def size_configs(configs: dict[str, Any], *, weights: Path) -> None:

@@ -3,13 +3,14 @@ the benchmarks.
 
 ``python -m export`` writes ``<records>/<model>.json`` for every file it exports (:func:`write_record`):
 which variant is served and, for every variant, its status, reason, gate numbers and items/s (the
-selection of :mod:`export.precision`). The fp32 file is kept beside it, in ``<records>/<model>/``, when
-another precision is served. The benchmarks read which precision a model serves (:func:`served_variant`),
+selection of :mod:`export.precision.selection`). The fp32 file is kept beside it, in ``<records>/<model>/``,
+when another precision is served. The benchmarks read which precision a model serves (:func:`served_variant`),
 the kept fp32 file (:func:`kept_file`) and a Markdown section of every gate's numbers
 (:func:`report_section`), with each variant's batch-cost curve where the export timed more than two batch
 sizes (``--timing-batches``).
 
-    python -m export.records [RECORDS]   # that section, for the records under RECORDS (build/precision/)
+    python -m export.precision.records [RECORDS]   # that section, for the records under RECORDS
+    (build/precision/)
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from export import serving_runtime
 from export.common import ExportError
+from export.precision import serving_runtime
 from tritonrepo.atomic_files import write_text_atomically
 from tritonrepo.paths import PRECISION_RECORDS
 
@@ -157,7 +158,9 @@ def _cell(text: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) > 1 or (args and args[0].startswith("-")):
-        print("usage: python -m export.records [RECORDS] (default build/precision/)", file=sys.stderr)
+        print(
+            "usage: python -m export.precision.records [RECORDS] (default build/precision/)", file=sys.stderr
+        )
         return 2
     print(report_section(Path(args[0]) if args else PRECISION_RECORDS))
     return 0

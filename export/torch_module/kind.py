@@ -11,8 +11,8 @@ names the model, the field and the fix. Its configs are generated from the descr
 be the module's inputs (count, datatypes, dims, in order), and ``check_inputs`` is called with its folder,
 to make the check rows with the served code and parameters. Each fp32 file is verified against eager
 PyTorch on every check row and at batch sizes 1 and ``max_batch_size`` with each output's metric and
-tolerance; the reduced precisions (export/module_variants.py) are gated with the same metrics and their
-``variant_tolerance``, timed, and the fastest that passes is served (export/precision.py).
+tolerance; the reduced precisions (export/torch_module/variants.py) are gated with the same metrics and their
+``variant_tolerance``, timed, and the fastest that passes is served (export/precision/selection.py).
 """
 
 from __future__ import annotations
@@ -38,12 +38,14 @@ from description import (
 )
 from description.model import ModelDescription
 from description.module_spec import ModuleSpec
-from export import cuda_runtime, module_checks, module_variants
 from export.common import ExportError, ModelConfig
-from export.gates import GateResult
 from export.kinds import Made, Parity, Plan, Target
-from export.module_checks import Batch, eager, measure
-from export.precision import Runner
+from export.precision import cuda_runtime
+from export.precision.gates import GateResult
+from export.precision.selection import Runner
+from export.torch_module import checks as module_checks
+from export.torch_module import variants as module_variants
+from export.torch_module.checks import Batch, eager, measure
 from tritonrepo.atomic_files import sha256_file
 from tritonrepo.configs import load_model_config
 from tritonrepo.errors import RepositoryError

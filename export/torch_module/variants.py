@@ -8,10 +8,10 @@ user's module first (``torch.jit.script`` keeps its control flow) and traces onl
 ONNX is opset 17 from the TorchScript-based exporter (``dynamo=False``), the batch axis and every
 declared variable axis dynamic. Runners take and return tuples of numpy arrays in declared order.
 
-Variants, each gated on the device that serves it (export/precision.py decides what this machine offers):
-TorchScript fp32 and bf16 on a CPU (bf16 where it has bf16 instructions), float32, bf16 and fp16 on CUDA
-(with libtorch's TF32 convolutions); ONNX fp32 on a CPU and float32 on CUDA, TF32 or strict by its
-config's use_tf32 (export/cuda_runtime.py; the placement checked: export/placement.py).
+Variants, each gated on the device that serves it (export/precision/selection.py decides what this machine
+offers): TorchScript fp32 and bf16 on a CPU (bf16 where it has bf16 instructions), float32, bf16 and fp16 on
+CUDA (with libtorch's TF32 convolutions); ONNX fp32 on a CPU and float32 on CUDA, TF32 or strict by its
+config's use_tf32 (export/precision/cuda_runtime.py; the placement checked: export/precision/placement.py).
 """
 
 from __future__ import annotations
@@ -28,12 +28,12 @@ import torch
 from torch import nn
 
 from description.module_spec import ModuleSpec
-from export import onnx_graph
 from export.common import ExportError
-from export.cuda_runtime import LIBTORCH, serving_mode, with_tf32
-from export.module_checks import Batch, torch_dtype
-from export.placement import require_cuda_placement
-from export.precision import Runner, Variant
+from export.precision import onnx_graph
+from export.precision.cuda_runtime import LIBTORCH, serving_mode, with_tf32
+from export.precision.placement import require_cuda_placement
+from export.precision.selection import Runner, Variant
+from export.torch_module.checks import Batch, torch_dtype
 
 ONNX_OPSET = 17  # read by the onnxruntime 1.19.2 of NVIDIA's Triton container (it reads up to 21)
 
@@ -83,7 +83,7 @@ def quiet_trace(
     model: nn.Module, spec: ModuleSpec, example: Batch, *, dtype: torch.dtype, device: str
 ) -> Any:
     """:func:`trace` with the tracer's warnings silenced and without torch's trace check: both were
-    checked once, on fp32, before any export (export/module_kind.py), and the check would only repeat
+    checked once, on fp32, before any export (export/torch_module/kind.py), and the check would only repeat
     that work (seconds for a convolutional network) to emit warnings that are silenced here."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", torch.jit.TracerWarning)
@@ -184,7 +184,7 @@ def variants(
 ) -> list[Variant]:
     """The variants of one served file; ``fp32`` writes the float32 file and verifies it against eager;
     ``cuda_options``: the CUDA provider options an ONNX file's config serves; ``tf32_cores``: whether this
-    GPU runs TF32. On CUDA each runs as its backend serves it (export/cuda_runtime.py)."""
+    GPU runs TF32. On CUDA each runs as its backend serves it (export/precision/cuda_runtime.py)."""
     if file_format == "onnx":
         return _onnx_variants(spec, example, fp32, cuda_options, tf32_cores=tf32_cores)
 

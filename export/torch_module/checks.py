@@ -18,7 +18,7 @@ import torch
 
 from description.module_spec import DTYPES, InputDecl, ModuleSpec, OutputDecl
 from export.common import ExportError
-from export.gates import GateResult
+from export.precision.gates import GateResult
 
 Batch = tuple[np.ndarray, ...]  # one array per declared input (or output), in declared order
 

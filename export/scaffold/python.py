@@ -27,12 +27,12 @@ from description.errors import DescriptionError
 from description.generated_configs import config_path, generate, refresh_command, write_configs
 from description.model import PYTHON_KIND, parse_description
 from export.common import ExportError, shown
-from export.scaffold_files import BATCHING, lay_out, parse_tensor, refuse_existing, write_description
+from export.scaffold.files import BATCHING, lay_out, parse_tensor, refuse_existing, write_description
 from tritonrepo.commands import EXIT_FAILED, EXIT_OK
 from tritonrepo.served_code import BATCHING_HELPER, PARAMETERS_HELPER
 from tritonrepo.tensors import TensorSpec
 
-TEMPLATES = Path(__file__).resolve().parent / "scaffold_templates"
+TEMPLATES = Path(__file__).resolve().parent / "templates"
 FLOATS = ("FP16", "FP32", "FP64")
 HEADER = (
     "# Scaffolded by `python -m export.scaffold python_model`; yours to edit. Its code is\n"

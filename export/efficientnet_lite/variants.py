@@ -1,10 +1,11 @@
 """Precision variants of the EfficientNet-Lite0 classifier files, and the real images that gate them.
 
-The gate set is the real photographs (skimage's sample images, :func:`export.image.sample_image_paths`)
-and deterministic augmentations of each (flip, crops, brightness, contrast, saturation, rotation, blur,
-downscaling, JPEG recompression), each encoded and run through the served preprocessing: a few hundred
-inputs a reduced-precision variant must classify as eager fp32 does. Static int8 calibrates its
-activation ranges on the unaugmented photographs and their mirror images only.
+The gate set is the real photographs (skimage's sample images,
+:func:`export.efficientnet_lite.kind.sample_image_paths`) and deterministic augmentations of each (flip,
+crops, brightness, contrast, saturation, rotation, blur, downscaling, JPEG recompression), each encoded and
+run through the served preprocessing: a few hundred inputs a reduced-precision variant must classify as eager
+fp32 does. Static int8 calibrates its activation ranges on the unaugmented photographs and their mirror images
+only.
 
 The gate's noise floor (:func:`noise_floor`): the same gate applied to eager fp32 itself, fed the gate
 inputs with uniform noise of an eighth of one 8-bit pixel level added. Many augmented inputs are
@@ -13,10 +14,10 @@ flips some of their top classes; a reduced precision, whose rounding moves the l
 agree with fp32 more often than fp32 agrees with itself there. The export records it beside the
 variants' gate numbers; it is a reference, never a threshold.
 
-Variants, each gated on the device that serves it (export/device.py): for a CPU, ONNX fp32 and int8
+Variants, each gated on the device that serves it (export/precision/device.py): for a CPU, ONNX fp32 and int8
 (static QDQ, per-channel weights), TorchScript fp32 and bf16 channels-last (with bf16 instructions); for
 a GPU, ONNX and TorchScript float32 and fp16, and from compute capability 8.0 TorchScript bf16, each run
-as its backend serves it (export/cuda_runtime.py: the ONNX file with its config's use_tf32, TF32 or
+as its backend serves it (export/precision/cuda_runtime.py: the ONNX file with its config's use_tf32, TF32 or
 strict; the TorchScript files with libtorch's TF32 convolutions and strict products). A
 reduced-precision TorchScript file folds the batch norms into the convolutions in float32 before the
 cast, casts its float32 input to its own dtype and its logits back to float32, so the served tensor
@@ -36,11 +37,12 @@ import torch
 from PIL import Image, ImageEnhance, ImageFilter, ImageOps
 from torch import nn
 
-from export import efficientnet_lite, onnx_graph
-from export.cuda_runtime import LIBTORCH, with_tf32
-from export.gates import GateResult, image_gate
-from export.onnx_variants import onnx_file_variants, quantize_int8_static
-from export.precision import Capabilities, Runner, Variant
+from export.efficientnet_lite import network as efficientnet_lite
+from export.precision import onnx_graph
+from export.precision.cuda_runtime import LIBTORCH, with_tf32
+from export.precision.gates import GateResult, image_gate
+from export.precision.onnx_variants import onnx_file_variants, quantize_int8_static
+from export.precision.selection import Capabilities, Runner, Variant
 from tritonrepo.tensors import TensorSpec
 
 GATE_BATCH = 32
@@ -248,8 +250,8 @@ def onnx_classifier_variants(
     capabilities: Capabilities,
     cuda_options: Mapping[str, str],
 ) -> list[Variant]:
-    """The ONNX classifier's variants (:func:`export.onnx_variants.onnx_file_variants`), int8 static QDQ
-    calibrated on the rows of ``calibration()``. ``cuda_options``: the CUDA provider options the model's
+    """The ONNX classifier's variants (:func:`export.precision.onnx_variants.onnx_file_variants`), int8 static
+    QDQ calibrated on the rows of ``calibration()``. ``cuda_options``: the CUDA provider options the model's
     config serves."""
 
     def int8(source: Path, destination: Path, *, reduce_range: bool) -> None:

@@ -3,12 +3,13 @@
 NVIDIA's Triton container (24.10, deploy/versions.env) serves ONNX files with onnxruntime 1.19.2, while
 the export runs the local onnxruntime; their kernels differ (the int8 text graph's outputs move by 5e-4
 between the two). So every ONNX variant that passes its gate locally is gated again with the serving
-version's outputs, and fails, named, if they do not pass (:func:`export.precision.select_and_write`).
+version's outputs, and fails, named, if they do not pass
+(:func:`export.precision.selection.select_and_write`).
 
 The serving version runs in its own small environment, ``build/serving-runtime`` (onnxruntime 1.19.2 and
-numpy<2; ``make venv`` creates it), in a worker process (export/serving_worker.py) fed batches through a
-pipe. Where the local onnxruntime is the serving version already (the export image), the local gate is
-that gate and no worker starts.
+numpy<2; ``make venv`` creates it), in a worker process (export/precision/serving_worker.py) fed batches
+through a pipe. Where the local onnxruntime is the serving version already (the export image), the local gate
+is that gate and no worker starts.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import numpy as np
 import onnxruntime
 
 from export.common import ExportError
-from export.gates import GateResult
+from export.precision.gates import GateResult
 from tritonrepo.paths import SERVING_RUNTIME
 
 SERVING_ONNXRUNTIME = "1.19.2"  # Triton 24.10's onnxruntime backend

@@ -1,16 +1,16 @@
 """Scaffold a new model: its description, and the configs generated from it with what they need to load.
 
-One command for every kind, each writing the same way (export/scaffold_files.py) and never over a file:
+One command for every kind, each writing the same way (export/scaffold/files.py) and never over a file:
 
 - ``python -m export.scaffold image_classifier|sentence_encoder NAME --weights-path PATH`` (or
   ``--weights-package P --loader M:F``): from the shipped description of the kind
-  (export/scaffold_template.py);
+  (export/scaffold/template.py);
 - ``python -m export.scaffold torch_module NAME --model FILE.py:FN --check-inputs FILE.py:FN --weights-path W
   --input NAME:DTYPE:DIMS ... --output NAME:DTYPE:DIMS[:METRIC] ... [--preprocess MODEL] [--postprocess
   MODEL]``: any ``torch.nn.Module`` of yours, in an ensemble with the models named
-  (export/scaffold_module.py);
+  (export/scaffold/module.py);
 - ``python -m export.scaffold python_model NAME --input IN:FP32:4 --output OUT:FP32:4``: a Python-backend
-  model for anything else, with its model.py and a test that serves it (export/scaffold_python.py);
+  model for anything else, with its model.py and a test that serves it (export/scaffold/python.py);
 - ``python -m export.scaffold KIND NAME --configs-only``: a description written by hand, its configs
   (re)written with the folders and links they need.
 
@@ -27,10 +27,10 @@ from pathlib import Path
 from description.errors import DescriptionError
 from description.model import MODULE_KIND, PYTHON_KIND
 from export.common import ExportError, shown
-from export.scaffold_files import check_name, local_weights, parse_tensor
-from export.scaffold_module import callable_entry, configs_only_main, module_main, parse_output
-from export.scaffold_python import python_main
-from export.scaffold_template import TEMPLATES, Request, scaffold
+from export.scaffold.files import check_name, local_weights, parse_tensor
+from export.scaffold.module import callable_entry, configs_only_main, module_main, parse_output
+from export.scaffold.python import python_main
+from export.scaffold.template import TEMPLATES, Request, scaffold
 from tritonrepo.commands import EXIT_FAILED, EXIT_OK, command_parser
 from tritonrepo.paths import DESCRIPTIONS, REPOSITORY, ROOT
 
@@ -48,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
         "kind",
         choices=[*sorted(TEMPLATES), MODULE_KIND, PYTHON_KIND],
         help="the kind of model: an exported kind starts from its shipped model; torch_module is any "
-        "torch.nn.Module of yours (export/scaffold_module.py); python_model is any other",
+        "torch.nn.Module of yours (export/scaffold/module.py); python_model is any other",
     )
     parser.add_argument(
         "name", type=_name_argument, help="the model's name: lower-case letters, digits and underscores"
@@ -248,7 +248,3 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {shown(path)}")
     print(f"next: python -m export --only {args.name} --precision fp32")
     return EXIT_OK
-
-
-if __name__ == "__main__":
-    sys.exit(main())
