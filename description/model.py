@@ -1,6 +1,6 @@
 """Model descriptions: what a model is, declared once per model in ``model_descriptions/<name>.yaml``.
 
-A description names the model's kind (``image_classifier``, ``sentence_encoder``, ``torch_module``),
+A description names the model's kind (``efficientnet_lite``, ``sentence_encoder``, ``torch_module``),
 where its weights come from (an installed package and the function in it that returns their path, a
 local file or folder with its sha256, or a local file a committed script produces:
 description/produced_weights.py), its architecture parameters, which repository models hold its preprocessing,
@@ -31,13 +31,21 @@ from description.produced_weights import produced
 from tritonrepo.atomic_files import sha256_file
 from tritonrepo.paths import DESCRIPTIONS
 
-KINDS = ("image_classifier", "sentence_encoder", "torch_module", "python_model")
+IMAGE_KIND = "efficientnet_lite"  # the kind that builds an EfficientNet-Lite classifier
+KINDS = (IMAGE_KIND, "sentence_encoder", "torch_module", "python_model")
+# Kinds renamed for what they build: refused, naming the new name.
+RENAMED_KINDS = {"image_classifier": IMAGE_KIND}
 MODULE_KIND = "torch_module"  # the kind whose description holds a ``module`` section
 # The kind with no weights and no exported file: Python-backend models only (configs.python_models),
 # whose code is the model.py beside each config.
 PYTHON_KIND = "python_model"
 FORMATS = ("onnx", "torchscript")
 DEVICE_PRECISIONS = {"cpu": ("fp32", "bf16", "int8"), "cuda": ("fp32", "tf32", "bf16", "fp16")}
+
+
+def renamed_kind(kind: str, fix: str) -> str:
+    """Why kind ``kind`` is refused where it was renamed for the architecture it builds, and ``fix``."""
+    return f"kind {kind!r} is now called {RENAMED_KINDS[kind]!r}, the architecture it builds; {fix}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -134,6 +142,9 @@ class ModelDescription:
     folder: Path = Path(".")  # where the description lives; a local weights path is relative to it
 
     def __post_init__(self) -> None:
+        if self.kind in RENAMED_KINDS:
+            fix = f"write `kind: {RENAMED_KINDS[self.kind]}` in {self.name}"
+            raise DescriptionError(f"model {self.name!r}: {renamed_kind(self.kind, fix)}")
         if self.kind not in KINDS:
             raise DescriptionError(f"model {self.name!r}: kind {self.kind!r} is not one of {KINDS}")
         if (self.kind == MODULE_KIND) != (self.module is not None):

@@ -38,7 +38,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 from description.errors import DescriptionError
 from description.generated_configs import generate, write_configs
-from description.model import ModelDescription, load_descriptions
+from description.model import IMAGE_KIND, ModelDescription, load_descriptions
 from export.common import ExportError
 from export.pipeline import ExportResult, Options, estimated_variants, export_model
 from export.precision.selection import CHOICES, Capabilities
@@ -48,7 +48,7 @@ from tritonrepo.commands import EXIT_FAILED, EXIT_OK, EXIT_USAGE, command_parser
 from tritonrepo.errors import RepositoryError
 from tritonrepo.paths import DESCRIPTIONS, PRECISION_RECORDS, REPOSITORY
 
-KIND_SHORTHANDS = {"image": "image_classifier", "text": "sentence_encoder"}
+KIND_SHORTHANDS = {"image": IMAGE_KIND, "text": "sentence_encoder"}
 
 
 def main(argv: list[str] | None = None) -> int:

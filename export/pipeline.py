@@ -32,7 +32,7 @@ import onnxruntime
 import torch
 
 from description.generated_configs import Generated, generate, write_configs
-from description.model import PYTHON_KIND, ModelDescription, ServedFile
+from description.model import IMAGE_KIND, PYTHON_KIND, ModelDescription, ServedFile
 from export.common import ModelConfig, fingerprint, is_up_to_date, write_manifest
 from export.efficientnet_lite import kind as image
 from export.kinds import Kind, Parity, Plan, Target
@@ -51,7 +51,7 @@ from tritonrepo.paths import PRECISION_RECORDS
 logger = logging.getLogger(__name__)
 
 KINDS: dict[str, Kind] = {
-    "image_classifier": image.KIND,
+    IMAGE_KIND: image.KIND,
     "sentence_encoder": text.KIND,
     "torch_module": module_kind.KIND,
 }

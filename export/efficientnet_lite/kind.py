@@ -166,7 +166,7 @@ def check_class_count(description: ModelDescription, repository: Path, made: Mad
                     f"set its input's dims to [{classes}] in configs.python_models, with as many labels"
                     if after in made
                     else "give the model its own post-processing and labels: python -m export.scaffold "
-                    "image_classifier NAME --labels LABELS.txt (docs/your-model.md)"
+                    "efficientnet_lite NAME --labels LABELS.txt (docs/your-model.md)"
                 )
                 raise ExportError(
                     f"ensemble {ensemble.model}: its step {after} takes logits of dims {dims} from {step}, "

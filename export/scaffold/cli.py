@@ -2,7 +2,7 @@
 
 One command for every kind, each writing the same way (export/scaffold/files.py) and never over a file:
 
-- ``python -m export.scaffold image_classifier|sentence_encoder NAME --weights-path PATH`` (or
+- ``python -m export.scaffold efficientnet_lite|sentence_encoder NAME --weights-path PATH`` (or
   ``--weights-package P --loader M:F``): from the shipped description of the kind
   (export/scaffold/template.py);
 - ``python -m export.scaffold torch_module NAME --model FILE.py:FN --check-inputs FILE.py:FN --weights-path W
@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 
 from description.errors import DescriptionError
-from description.model import MODULE_KIND, PYTHON_KIND
+from description.model import IMAGE_KIND, MODULE_KIND, PYTHON_KIND, RENAMED_KINDS, renamed_kind
 from export.common import ExportError, shown
 from export.scaffold.files import check_name, local_weights, parse_tensor
 from export.scaffold.module import callable_entry, configs_only_main, module_main, parse_output
@@ -46,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "kind",
+        type=_kind_argument,
         choices=[*sorted(TEMPLATES), MODULE_KIND, PYTHON_KIND],
         help="the kind of model: an exported kind starts from its shipped model; torch_module is any "
         "torch.nn.Module of yours (export/scaffold/module.py); python_model is any other",
@@ -134,6 +135,14 @@ def _add_module_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _kind_argument(text: str) -> str:
+    if text in RENAMED_KINDS:
+        raise argparse.ArgumentTypeError(
+            renamed_kind(text, f"run python -m export.scaffold {RENAMED_KINDS[text]} ...")
+        )
+    return text
+
+
 def _name_argument(text: str) -> str:
     try:
         return check_name(text)
@@ -161,7 +170,7 @@ def usage_problem(args: argparse.Namespace) -> str | None:
         )
     if args.kind == MODULE_KIND:
         if given & set(TEMPLATE_ONLY):
-            return "--image-size and --labels are an image_classifier's; a torch_module states its tensors"
+            return f"--image-size and --labels are an {IMAGE_KIND}'s; a torch_module states its tensors"
         missing = [
             f"--{key.replace('_', '-')}"
             for key in ("model", "check_inputs", "input", "output")
@@ -189,8 +198,8 @@ def _weights_problem(args: argparse.Namespace, given: set[str]) -> str | None:
         return "--loader goes with --weights-package; a --weights-path needs none"
     if path is not None and not path.exists():
         return f"--weights-path {path} does not exist; give the weights' file or folder"
-    if args.labels is not None and (args.kind != "image_classifier" or not args.labels.is_file()):
-        return f"--labels {args.labels}: give an image_classifier's labels file, one label a line"
+    if args.labels is not None and (args.kind != IMAGE_KIND or not args.labels.is_file()):
+        return f"--labels {args.labels}: give an {IMAGE_KIND}'s labels file, one label a line"
     return None
 
 

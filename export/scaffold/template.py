@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from description.generated_configs import config_path, generate, refresh_command, write_configs
-from description.model import ModelDescription, Weights, parse_description, raw_description
+from description.model import IMAGE_KIND, ModelDescription, Weights, parse_description, raw_description
 from export.common import ExportError
 from export.scaffold import image as scaffold_image
 from export.scaffold import text as scaffold_text
@@ -51,7 +51,7 @@ class Template:
 
 
 TEMPLATES = {
-    "image_classifier": Template(
+    IMAGE_KIND: Template(
         description="efficientnet_lite0", python_suffix="preprocess", ensemble_suffix="classifier"
     ),
     "sentence_encoder": Template(
@@ -90,8 +90,8 @@ class Request:
     def __post_init__(self) -> None:
         if self.kind not in TEMPLATES:
             raise ExportError(f"kind {self.kind!r} is not one of {sorted(TEMPLATES)}")
-        if self.labels is not None and self.kind != "image_classifier":
-            raise ExportError(f"a {self.kind} has no labels, an image_classifier's; leave out --labels")
+        if self.labels is not None and self.kind != IMAGE_KIND:
+            raise ExportError(f"a {self.kind} has no labels, an {IMAGE_KIND}'s; leave out --labels")
         check_name(self.name)
 
 
@@ -204,7 +204,7 @@ def _configs(
         if kept:
             configs[key] = kept
     weights = Weights(**request.weights).locate(request.models_dir)
-    if request.kind == "image_classifier":  # its input size, its weights' classes and its own labels
+    if request.kind == IMAGE_KIND:  # its input size, its weights' classes and its own labels
         scaffold_image.size_configs(
             configs,
             section,

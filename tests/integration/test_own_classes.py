@@ -53,7 +53,7 @@ def _scaffold(project: Path, labels: Path) -> int:
         "--models",
         str(project / "model_descriptions"),
     ]
-    argv = ["image_classifier", "pets", "--weights-path", str(project / "own" / "weights.pt")]
+    argv = ["efficientnet_lite", "pets", "--weights-path", str(project / "own" / "weights.pt")]
     return scaffold.main([*argv, "--labels", str(labels), *folders])
 
 

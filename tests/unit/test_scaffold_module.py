@@ -150,7 +150,7 @@ def test_configs_only_writes_a_hand_written_descriptions_configs_with_their_fold
 
     assert scaffold.main(["torch_module", "mobilenet_v2", "--configs-only", *folders]) == 0
     assert "mobilenet_v2: configs up to date" in capsys.readouterr().out
-    assert scaffold.main(["image_classifier", "mobilenet_v2", "--configs-only", *folders]) == 1
+    assert scaffold.main(["efficientnet_lite", "mobilenet_v2", "--configs-only", *folders]) == 1
     assert "describes torch_module 'mobilenet_v2'" in capsys.readouterr().err
 
 
@@ -175,7 +175,7 @@ def test_nothing_is_written_over_and_a_request_that_does_not_fit_is_refused_befo
             "Y:FP32:4:closest",
         ],
         "absent.py does not exist": ["--model=absent.py:f", *CODE[1:], *weights, *SENSOR],
-        "--image-size and --labels are an image_classifier's": [
+        "--image-size and --labels are an efficientnet_lite's": [
             *CODE,
             *weights,
             *SENSOR,
