@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 EXPORTED := build/.exported
-# The onnxruntime of the Triton container (export/serving_runtime.py): every ONNX file is gated with it too.
+# The onnxruntime of the Triton container (export/precision/serving_runtime.py): every ONNX file is gated with it too.
 SERVING_ONNXRUNTIME := 1.19.2
 SERVING_RUNTIME := build/serving-runtime
 SERVING_STAMP := $(SERVING_RUNTIME)/.installed
@@ -54,7 +54,7 @@ system-tools: ## Debian's prometheus (with promtool) and nginx, for the integrat
 	@{ command -v prometheus && command -v promtool && { command -v nginx || test -x /usr/sbin/nginx; }; } >/dev/null 2>&1 || \
 	  { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus nginx; }
 
-$(EXPORTED): $(STAMP) $(SERVING_STAMP) $(wildcard export/*.py) $(wildcard model_descriptions/*.yaml) $(wildcard model_repository/*/config.pbtxt) $(wildcard examples/*/*.py)
+$(EXPORTED): $(STAMP) $(SERVING_STAMP) $(wildcard description/*.py export/*.py export/*/*.py) $(wildcard model_descriptions/*.yaml) $(wildcard model_repository/*/config.pbtxt) $(wildcard examples/*/*.py)
 	$(PY) -m export
 	@mkdir -p build && touch $(EXPORTED)
 

@@ -18,7 +18,7 @@ comma-separated pipelines), the files those pipelines call (export/required.py);
 listed as not servable and the command exits 0, so the deployment starts with what it needs.
 
 ``--configs-only`` writes every config.pbtxt the selected descriptions generate
-(export/generated_configs.py) and stops, without loading any model.
+(description/generated_configs.py) and stops, without loading any model.
 
 Progress (export/progress.py): models and variants as N of M, what runs now, the time elapsed and left,
 as a bar on a terminal and as one plain line per step elsewhere, on standard error; ``--quiet`` prints only
@@ -37,11 +37,12 @@ from pathlib import Path
 
 from tqdm.contrib.logging import logging_redirect_tqdm
 
+from description.errors import DescriptionError
+from description.generated_configs import generate, write_configs
+from description.model import IMAGE_KIND, ModelDescription, load_descriptions
 from export.common import ExportError
-from export.description import ModelDescription, load_descriptions
-from export.generated_configs import write_configs
 from export.pipeline import ExportResult, Options, estimated_variants, export_model
-from export.precision import CHOICES, Capabilities
+from export.precision.selection import CHOICES, Capabilities
 from export.progress import ExportProgress
 from export.required import REQUIRED_VARIABLE, required_models
 from tritonrepo.commands import EXIT_FAILED, EXIT_OK, EXIT_USAGE, command_parser
@@ -49,7 +50,7 @@ from tritonrepo.errors import RepositoryError
 from tritonrepo.paths import DESCRIPTIONS, PRECISION_RECORDS, REPOSITORY
 from tritonrepo.progress import Progress
 
-KIND_SHORTHANDS = {"image": "image_classifier", "text": "sentence_encoder"}
+KIND_SHORTHANDS = {"image": IMAGE_KIND, "text": "sentence_encoder"}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -76,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         described = load_descriptions(args.models)
-    except (ExportError, RepositoryError) as e:  # a malformed description
+    except (DescriptionError, RepositoryError) as e:  # a malformed description
         print(f"export failed: {e}", file=sys.stderr)
         return EXIT_FAILED
     try:
@@ -86,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     if args.configs_only:
         for description in descriptions:
-            written = write_configs(description, args.repository)
+            written = write_configs(description, args.repository, generate(description, args.repository))
             print(f"{description.name}: {', '.join(map(str, written)) or 'configs up to date'}")
         return EXIT_OK
     with contextlib.closing(options.progress), logging_redirect_tqdm(loggers=[logging.getLogger()]):

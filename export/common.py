@@ -11,14 +11,13 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
-import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
+from tritonrepo.atomic_files import sha256_file, write_text_atomically
 from tritonrepo.tensors import TensorSpec
 
 logger = logging.getLogger(__name__)
@@ -72,14 +71,6 @@ def shown(path: Path) -> str:
         return str(resolved)
 
 
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def fingerprint(*, files: Iterable[Path], values: dict[str, str]) -> str:
     """A hash of the named files' contents and of some values (library versions, options)."""
     digest = hashlib.sha256()
@@ -88,34 +79,6 @@ def fingerprint(*, files: Iterable[Path], values: dict[str, str]) -> str:
     for key in sorted(values):
         digest.update(f"{key}={values[key]}\0".encode())
     return digest.hexdigest()
-
-
-def write_atomically(destination: Path, write: Callable[[Path], None]) -> None:
-    """Call ``write(temporary_path)`` and move the result onto ``destination`` in one rename.
-
-    The temporary file lives in the destination's folder (same file system), so readers see either the
-    old file or the complete new one, never a half-written file. On any failure the temporary is removed.
-    """
-    destination = Path(destination)
-    destination.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(
-        prefix=f".{destination.name}.", suffix=".tmp", dir=destination.parent
-    )
-    os.close(handle)
-    try:
-        write(Path(temporary))
-        os.chmod(temporary, 0o644)  # mkstemp makes 0600; the server (maybe another user) must read it
-        os.replace(temporary, destination)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-
-
-def write_text_atomically(destination: Path, text: str) -> None:
-    def write(path: Path) -> None:
-        path.write_text(text, encoding="utf-8")
-
-    write_atomically(destination, write)
 
 
 def manifest_path(artifact: Path) -> Path:

@@ -1,9 +1,9 @@
 """What a kind of model gives the export pipeline (export/pipeline.py), and nothing more.
 
-A kind (export/image.py: image classifiers; export/text.py: BERT-family sentence encoders) knows how to
-load a described model, which real inputs check and gate it, how to write its fp32 file and each reduced
-precision (its :class:`~export.precision.Variant` s). The pipeline owns the order of the steps:
-fingerprint, up-to-date check, the plan below, selection, manifest and record.
+A kind (export/efficientnet_lite/kind.py: image classifiers; export/minilm/kind.py: BERT-family sentence
+encoders) knows how to load a described model, which real inputs check and gate it, how to write its fp32 file
+and each reduced precision (its :class:`~export.precision.selection.Variant` s). The pipeline owns the order
+of the steps: fingerprint, up-to-date check, the plan below, selection, manifest and record.
 """
 
 from __future__ import annotations
@@ -14,10 +14,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from description.generated_configs import Generated
+from description.model import ModelDescription
 from export.common import ModelConfig
-from export.description import ModelDescription
-from export.gates import GateResult
-from export.precision import Batch, Capabilities, Runner, Variant
+from export.precision.gates import GateResult
+from export.precision.selection import Batch, Capabilities, Runner, Variant
+
+# Every config a description generates, by model, made once per export (description/generated_configs.py).
+Made = dict[str, Generated]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,17 +64,20 @@ class Plan:
 
 
 class Kind(Protocol):
-    def check_config(self, description: ModelDescription, repository: Path, config: ModelConfig) -> None:
-        """Raise ExportError when the served model's config cannot serve this description (cheap)."""
+    def check_config(
+        self, description: ModelDescription, repository: Path, config: ModelConfig, made: Made
+    ) -> None:
+        """Raise ExportError when the served model's config cannot serve this description (cheap).
+        ``made``: every config the description generates (description/generated_configs.py)."""
 
     def fingerprint_files(self, description: ModelDescription) -> list[Path]:
         """The weights and code files an exported file depends on, beside its config and description."""
 
-    def prepare(self, description: ModelDescription, repository: Path) -> Any:
+    def prepare(self, description: ModelDescription, repository: Path, made: Made) -> Any:
         """The model and its check inputs (expensive: called once per description, when needed)."""
 
     def plan(self, prepared: Any, target: Target) -> Plan:
         """The variants of one served file."""
 
-    def support_files(self, description: ModelDescription, repository: Path) -> dict[Path, Path]:
+    def support_files(self, description: ModelDescription, repository: Path, made: Made) -> dict[Path, Path]:
         """Files other repository models read (a tokenizer), as {destination: source} to copy."""

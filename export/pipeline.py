@@ -1,18 +1,19 @@
 """The one export pipeline: every model description goes through the same steps, in this order.
 
-For each served file of a description (export/description.py): read its config.pbtxt, let the kind
-check it, fingerprint everything the file depends on and stop there when it is up to date; otherwise
+A description's configs are generated once (description/generated_configs.py) and handed to each step
+that reads one; they are written before its files, once its model has been loaded and checked. For each
+served file of a description (description/model.py): let the kind check its config, fingerprint
+everything the file depends on and stop there when it is up to date; otherwise
 load the model once, export and verify fp32, build the reduced precisions the description allows (and
-export/precision.py finds this machine can run), gate them, time the passing ones, serve the fastest,
-write the manifest beside the file and the record under build/precision/. Then the kind's support files.
-A description's configs are generated (export/generated_configs.py) before its files, once
-its model has been loaded and checked. Every step is called from here; the kinds (export/image.py,
-export/text.py, export/module_kind.py) only provide them.
+export/precision/selection.py finds this machine can run), gate them, time the passing ones, serve the
+fastest, write the manifest beside the file and the record under build/precision/. Then the kind's support
+files. Every step is called from here; the kinds (export/efficientnet_lite/kind.py, export/minilm/kind.py,
+export/torch_module/kind.py) only provide them.
 
-Nothing one file does stops the others: a variant that fails is recorded and left out (export/precision.py),
-and a file that cannot be written (its config refused, its model not loadable, no variant passing) is
-returned as a failed :class:`ExportResult`, with its record saying why, while the next file and the next
-model go on.
+Nothing one file does stops the others: a variant that fails is recorded and left out
+(export/precision/selection.py), and a file that cannot be written (its config refused, its model not
+loadable, no variant passing) is returned as a failed :class:`ExportResult`, with its record saying why, while
+the next file and the next model go on.
 """
 
 from __future__ import annotations
@@ -30,15 +31,19 @@ import onnx
 import onnxruntime
 import torch
 
-from export import device, image, module_kind, text
-from export.common import ModelConfig, fingerprint, is_up_to_date, write_atomically, write_manifest
-from export.description import PYTHON_KIND, ModelDescription, ServedFile
-from export.generated_configs import write_configs
+from description.generated_configs import Generated, generate, write_configs
+from description.model import IMAGE_KIND, PYTHON_KIND, ModelDescription, ServedFile
+from export.common import ModelConfig, fingerprint, is_up_to_date, write_manifest
+from export.efficientnet_lite import kind as image
 from export.kinds import Kind, Parity, Plan, Target
-from export.precision import Capabilities, Selection, Variant, resized_workload, select_and_write
+from export.minilm import kind as text
+from export.precision import device
+from export.precision.records import write_record
+from export.precision.selection import Capabilities, Selection, Variant, resized_workload, select_and_write
 from export.progress import ExportProgress
-from export.records import write_record
-from tritonrepo.configs import ModelEntry, load_model_config
+from export.torch_module import kind as module_kind
+from tritonrepo.atomic_files import write_atomically
+from tritonrepo.configs import ModelEntry
 from tritonrepo.derive import derive_local_config
 from tritonrepo.files import exported_file
 from tritonrepo.paths import PRECISION_RECORDS
@@ -46,7 +51,7 @@ from tritonrepo.paths import PRECISION_RECORDS
 logger = logging.getLogger(__name__)
 
 KINDS: dict[str, Kind] = {
-    "image_classifier": image.KIND,
+    IMAGE_KIND: image.KIND,
     "sentence_encoder": text.KIND,
     "torch_module": module_kind.KIND,
 }
@@ -91,20 +96,27 @@ def export_model(description: ModelDescription, options: Options) -> list[Export
     """Every served file of ``description`` (each a no-op when up to date), then its support files. A file
     that fails is returned with its ``failure``; the others are still exported. A python_model has
     only its configs to write."""
+    try:  # every config of the description, generated once: written, checked and read from here on
+        made = generate(description, options.repository)
+    except Exception as e:  # noqa: BLE001 - reported as this model's failure; the next model goes on
+        model = description.served[0].model if description.served else description.name
+        return [_failed(model, options.repository / model, e)]
     if description.kind == PYTHON_KIND:
-        written = write_configs(description, options.repository)
+        written = write_configs(description, options.repository, made)
         return [ExportResult(model=path.parent.name, path=path, written=True) for path in written]
     kind = KINDS[description.kind]
-    prepared = _once(lambda: kind.prepare(description, options.repository))
-    try:  # the configs are generated, once its model is loaded and checked
-        configs = write_configs(description, options.repository, check=prepared)
+    prepared = _once(lambda: kind.prepare(description, options.repository, made))
+    try:  # the configs are written once its model is loaded and checked
+        configs = write_configs(description, options.repository, made, check=prepared)
     except Exception as e:  # noqa: BLE001 - reported as this model's failure; the next model goes on
         model = description.served[0].model
         return [_failed(model, options.repository / model, e)]
     results = [ExportResult(model=path.parent.name, path=path, written=True) for path in configs]
-    results += [export_file(description, kind, served, prepared, options) for served in description.served]
+    results += [
+        export_file(description, kind, served, prepared, options, made) for served in description.served
+    ]
     try:
-        support = kind.support_files(description, options.repository)
+        support = kind.support_files(description, options.repository, made)
     except Exception as e:  # noqa: BLE001 - reported as this model's failure; the next model goes on
         model = description.served[0].model
         return [*results, _failed(model, options.repository / model, e)]
@@ -168,14 +180,15 @@ def export_file(
     served: ServedFile,
     prepared: Callable[[], Any],
     options: Options,
+    made: dict[str, Generated],
 ) -> ExportResult:
     """One served file unless it is up to date: every allowed variant gated, the fastest passing served.
     Any failure is returned as the result's ``failure`` and recorded under ``options.record_dir``."""
     try:
         options.progress.step(f"{served.model}: checking whether it is up to date")
         model_dir = options.repository / served.model
-        config = load_model_config(model_dir)
-        kind.check_config(description, options.repository, config)
+        config = made[served.model].config
+        kind.check_config(description, options.repository, config, made)
         destination = exported_file(model_dir, config)
         inputs = input_fingerprint(description, kind, served, model_dir, options)
         if not options.force and is_up_to_date(destination, inputs):
@@ -298,7 +311,7 @@ def estimated_variants(description: ModelDescription, options: Options) -> dict[
 
 
 def allowed_variants(variants: Sequence[Variant], description: ModelDescription) -> list[Variant]:
-    """The variants whose precision the description allows on their device; export/precision.py then
+    """The variants whose precision the description allows on their device; export/precision/selection.py then
     leaves out those this machine cannot run."""
     allowed = [v for v in variants if description.allows(v.precision, v.device)]
     left_out = sorted(v.name for v in variants if v not in allowed)

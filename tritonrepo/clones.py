@@ -167,7 +167,7 @@ def clone_config(
             group.count = clone.instances
         if clone.instances == 1:
             # One instance behind a bounded queue waits for the batcher's 500 ms poll whenever a request
-            # arrives as the instance finishes (export/config_rules.py, check_queue_instances): the
+            # arrives as the instance finishes (description/config_rules.py, check_queue_instances): the
             # one-instance arm measures one instance, not that stall.
             config.dynamic_batching.ClearField("default_queue_policy")
     for key, value in clone.overrides_for(entry.name).items():

@@ -11,6 +11,9 @@ from importlib.machinery import ModuleSpec
 from pathlib import Path
 from types import ModuleType
 
+from google.protobuf import json_format
+
+from tritonrepo.configs import load_model_config
 from tritonrepo.errors import RepositoryError
 
 # The batching helper every Python model imports; it lives at the repository's top level and each
@@ -49,6 +52,20 @@ def load_served_module(path: Path, *, name: str) -> ModuleType:
         for sibling in siblings.found:
             sys.modules.pop(sibling, None)
     return module
+
+
+def load_preprocess_module(repository: Path, preprocess_model: str = "image_preprocess") -> ModuleType:
+    """An image preprocessing model's ``<preprocess_model>/1/model.py`` as a module: its pure functions
+    need no Triton."""
+    path = Path(repository) / preprocess_model / "1" / "model.py"
+    return load_served_module(path, name=f"_served_{preprocess_model}")
+
+
+def preprocess_settings(repository: Path, module: ModuleType, preprocess_model: str = "image_preprocess"):
+    """The preprocessing settings from the model's config.pbtxt, read as Triton hands them over."""
+    config = load_model_config(Path(repository) / preprocess_model)
+    as_json = json_format.MessageToDict(config, preserving_proto_field_name=True)
+    return module.PreprocessSettings.from_model_config(as_json)
 
 
 class _SiblingFinder(importlib.abc.MetaPathFinder):

@@ -1,7 +1,7 @@
 """A served tensor, the one way every package states one: its name, Triton datatype and dims.
 
 The clients build it from the server's metadata (clients/model_info.py), the export from a model
-description (export/module_spec.py, export/config_spec.py) or a config.pbtxt (export/common.py).
+description (description/module_spec.py, description/config_spec.py) or a config.pbtxt (export/common.py).
 ``datatype`` is Triton's name for the element type ("FP32", "INT64", "BYTES", ...); a config.pbtxt calls
 BYTES ``TYPE_STRING``, so a description states it as "STRING", and both mean the same variable-length
 element. ``dims`` exclude the batch axis of a batching model; -1 is an axis of any size.

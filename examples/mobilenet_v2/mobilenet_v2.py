@@ -20,8 +20,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from export import image
 from samples import photographs
+from tritonrepo.served_code import load_preprocess_module, preprocess_settings
 
 WEIGHTS_FILE = "mobilenet_v2-b0353104.pth"  # the name torchvision's own download gives the file
 # Per stage: expansion factor t, output channels c, repeats n, stride of the first block s (the paper's
@@ -109,6 +109,6 @@ def check_inputs(preprocessing: Path) -> dict[str, np.ndarray]:
     """Scikit-image's photographs as the served ensemble feeds the model: decoded, resized, cropped and
     normalised by the preprocessing model's code (``preprocessing``: its folder in the repository) with
     its config's parameters."""
-    code = image.load_preprocess_module(preprocessing.parent, preprocessing.name)
-    settings = image.preprocess_settings(preprocessing.parent, code, preprocessing.name)
+    code = load_preprocess_module(preprocessing.parent, preprocessing.name)
+    settings = preprocess_settings(preprocessing.parent, code, preprocessing.name)
     return {"PIXELS": code.preprocess(list(photographs()), settings)}

@@ -12,9 +12,9 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from export.description import ModelDescription, load_descriptions
+from description.model import ModelDescription, load_descriptions
 from export.pipeline import Options, export_model
-from export.precision import Capabilities
+from export.precision.selection import Capabilities
 from tritonrepo.configs import closure, load_repository
 from tritonrepo.paths import DESCRIPTIONS, PRECISION_RECORDS
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from export import records
+from export.precision import records
 from loadtest.baselines.pipelines import ExportedModel
 from loadtest.experiments import registry
 from loadtest.experiments.budget_stage import BudgetPlan
@@ -187,7 +187,7 @@ def ragged_arms(source: Path) -> dict[str, tuple[Clone, str]]:
     unoptimised configuration (its fp32 file behind length buckets, equal-shape batches: what text_embedder
     served before), ragged batching alone (the fp32 file, ragged), the served precision alone (equal shapes),
     and as shipped; then the TorchScript route as shipped. The fp32 file is the one the export keeps
-    beside its precision record (:mod:`export.records`); where the served file is fp32 already, the
+    beside its precision record (:mod:`export.precision.records`); where the served file is fp32 already, the
     shipped file stands in for it and the arms that would repeat another are left out."""
     encoder = text_encoder_of(source)
     served = records.served_variant(encoder)

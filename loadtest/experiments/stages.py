@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import samples
-from export import image as export_image
-from export import records
+from export.efficientnet_lite import kind as export_image
+from export.precision import records
 from loadtest.baselines import workers
 from loadtest.baselines.pipelines import served_file
 from loadtest.experiments import clients as client_experiments

@@ -24,9 +24,10 @@ from tritonclient.grpc import model_config_pb2
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 from tritonclient.utils import triton_to_np_dtype
 
+from description.errors import DescriptionError
+from description.model import ModelDescription, load_descriptions
+from description.module_code import load_callable
 from export.common import ExportError
-from export.description import ModelDescription, load_descriptions
-from export.module_code import load_callable
 from tritonrepo.configs import ModelEntry
 from tritonrepo.paths import DESCRIPTIONS
 
@@ -47,7 +48,7 @@ def describing(model: str, folder: Path = DESCRIPTIONS) -> ModelDescription | No
     """The ``torch_module`` description with a served file for ``model``, None where none has."""
     try:
         descriptions = load_descriptions(folder)
-    except ExportError as e:
+    except DescriptionError as e:
         raise ValueError(f"{model}: cannot read the model descriptions: {e}") from e
     for description in descriptions:
         if description.module is not None and any(s.model == model for s in description.served):
@@ -75,13 +76,13 @@ def described_rows(model: str, config: ModelConfig, folder: Path = DESCRIPTIONS)
     description = describing(model, folder)
     if description is None or description.module is None:
         return None
-    from export.module_checks import check_groups  # imports torch: only for a described model
+    from export.torch_module.checks import check_groups  # imports torch: only for a described model
 
     spec, where = description.module, f"{model} (description {description.name})"
     try:
         value = load_callable(spec.check_inputs, description.folder, where=where)()
         batches = check_groups(value, spec, where=where)
-    except ExportError as e:
+    except (DescriptionError, ExportError) as e:
         raise ValueError(str(e)) from e
     names = [decl.name for decl in spec.inputs]
     rows = [

@@ -12,16 +12,14 @@ run them before the exported files (:mod:`loadtest.baselines.pipelines`).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from google.protobuf import json_format
 
 from tritonrepo.configs import load_model_config
-from tritonrepo.served_code import load_served_module
+from tritonrepo.served_code import load_preprocess_module, preprocess_settings
 
 TOKENIZER_MODEL = "text_tokenizer"
 PREPROCESS_MODEL = "image_preprocess"
@@ -85,11 +83,8 @@ class ImagePreprocessor:
     ``model``, another preprocessing model of the same code, such as a scaffolded model's own copy)."""
 
     def __init__(self, repository: Path, model: str = PREPROCESS_MODEL) -> None:
-        path = Path(repository) / model / "1" / "model.py"
-        self.module = load_served_module(path, name=f"_served_{model}_code")
-        config = load_model_config(Path(repository) / model)
-        as_json = json.loads(json_format.MessageToJson(config, preserving_proto_field_name=True))
-        self.settings = self.module.PreprocessSettings.from_model_config(as_json)
+        self.module = load_preprocess_module(Path(repository), model)
+        self.settings = preprocess_settings(Path(repository), self.module, model)
 
     def __call__(self, images: Sequence[bytes]) -> np.ndarray:
         return self.module.preprocess(list(images), self.settings)

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from export import timing
-from export.description import load_description
-from export.device import Capabilities, CudaDevice
+from description.model import load_description
 from export.pipeline import Options, export_model
+from export.precision import timing
+from export.precision.device import Capabilities, CudaDevice
 from tritonrepo.paths import DESCRIPTIONS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -185,8 +185,10 @@ def _server_commands() -> dict[str, list[str]]:
 @pytest.mark.parametrize("where", ["compose", "kubernetes"])
 def test_the_server_starts_through_the_check_and_the_probe_stays_per_model(where: str) -> None:
     command = _server_commands()[where]
-    # The check, then the instance counts that follow the cores (tritonrepo/host_instances.py), then the server.
-    assert command[:5] == ["python3", IN_IMAGE, "python3", "/opt/tritonserver/host_instances.py", "tritonserver"]
+    # The check, then the instance counts that follow the cores (tritonrepo/host_instances.py), then the
+    # server.
+    host_instances = "/opt/tritonserver/host_instances.py"
+    assert command[:5] == ["python3", IN_IMAGE, "python3", host_instances, "tritonserver"]
     assert "--model-repository=/models" in command
     dockerfile = (ROOT / "deploy" / "tritonserver" / "Dockerfile").read_text()
     assert f"COPY deploy/tritonserver/gpu_class_check.py {IN_IMAGE}" in dockerfile

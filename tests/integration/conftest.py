@@ -181,7 +181,7 @@ def export_and_derive() -> Callable[..., tuple[list, Path]]:
     derived from it as ``project/local_repository``, holding only the description's models (named
     ``<its name>_*``). Returns the export's results and the local repository."""
     from export.pipeline import Options, export_model
-    from export.precision import Capabilities
+    from export.precision.selection import Capabilities
     from tritonrepo.derive import derive_repository
 
     def run(description: Any, project: Path) -> tuple[list, Path]:

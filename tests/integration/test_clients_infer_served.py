@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import torch
 
-from export.description import load_description
-from export.module_kind import check_batches, load_model
+from description.model import load_description
+from export.torch_module.kind import check_batches, load_model
 from tritonlocal import LocalTritonServer
 from tritonrepo.paths import REPOSITORY
 

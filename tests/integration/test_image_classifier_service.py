@@ -11,9 +11,10 @@ import skimage
 import torch
 
 from clients import Classification, InvalidInputError, TritonClient
-from export import image
-from export.description import load_description
+from description.model import load_description
+from export.efficientnet_lite import kind as image
 from tritonlocal import LocalTritonServer
+from tritonrepo.served_code import load_preprocess_module, preprocess_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 PHOTOS = Path(skimage.__file__).parent / "data"
@@ -105,8 +106,8 @@ def test_lite2_from_its_description_classifies_the_photographs_beside_lite0_as_e
     derived and served next to Lite0, with the top-5 classes eager PyTorch gives on the same pixels."""
     lite2 = load_description(ROOT / "model_descriptions" / "efficientnet_lite2.yaml")
     preprocess = lite2.preprocessing["model"]
-    module = image.load_preprocess_module(ROOT / "model_repository", preprocess)
-    settings = image.preprocess_settings(ROOT / "model_repository", module, preprocess)
+    module = load_preprocess_module(ROOT / "model_repository", preprocess)
+    settings = preprocess_settings(ROOT / "model_repository", module, preprocess)
     pixels = torch.from_numpy(module.preprocess(list(photos.values()), settings))
     with torch.no_grad():
         eager = image.load_model(lite2, ROOT / "model_repository")(pixels).numpy()

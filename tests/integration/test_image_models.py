@@ -16,8 +16,9 @@ import tritonclient.http as httpclient
 from PIL import Image
 from tritonclient.utils import InferenceServerException
 
-from export import image
+from export.efficientnet_lite import kind as image
 from tritonlocal import LocalTritonServer
+from tritonrepo.served_code import load_preprocess_module, preprocess_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOYABLE = ROOT / "model_repository"
@@ -53,10 +54,8 @@ def test_preprocess_returns_normalised_pixels_for_a_batch(image_server, real_ima
     pixels = result.as_numpy("PIXELS")
     assert pixels.dtype == np.float32 and pixels.shape == (3, 3, 224, 224)
     assert pixels.min() >= -1.0 and pixels.max() <= 1.0 and pixels.std() > 0.1
-    module = image.load_preprocess_module(DEPLOYABLE)
-    expected = module.preprocess(
-        [real_images[n] for n in names], image.preprocess_settings(DEPLOYABLE, module)
-    )
+    module = load_preprocess_module(DEPLOYABLE)
+    expected = module.preprocess([real_images[n] for n in names], preprocess_settings(DEPLOYABLE, module))
     np.testing.assert_array_equal(pixels, expected)
 
 

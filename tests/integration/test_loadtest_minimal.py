@@ -17,7 +17,7 @@ import pytest
 import tritonclient.http as httpclient
 
 import samples
-from export.gates import TEXT_MIN_BATCHED_VS_ALONE_COSINE
+from export.precision.gates import TEXT_MIN_BATCHED_VS_ALONE_COSINE
 from loadtest.baselines.pipelines import served_file
 from loadtest.experiments import minimal
 from loadtest.experiments.plans import IMAGE_ENCODER, IMAGE_MODEL, TEXT_MODEL, text_encoder_of

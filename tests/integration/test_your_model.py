@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 
 from clients import TritonClient
-from export import scaffold
-from export.description import load_description
-from export.minilm import load_encoder, load_tokenizer, reference_embeddings
+from description.model import load_description
+from export.minilm.network import load_encoder, load_tokenizer, reference_embeddings
+from export.scaffold import cli as scaffold
 from tritonlocal import LocalTritonServer, ServerConfig
 from tritonrepo.configs import load_model_config
 

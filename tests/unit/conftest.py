@@ -136,7 +136,7 @@ def two_layer_onnx(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 PROJECT_PACKAGES = frozenset(
-    {"clients", "demo", "export", "loadtest", "samples", "tritonrepo", "tritonlocal"}
+    {"clients", "demo", "description", "export", "loadtest", "samples", "tritonrepo", "tritonlocal"}
 )
 
 

@@ -150,7 +150,7 @@ def test_the_report_of_a_local_run_says_its_figures_do_not_describe_a_compose_de
 
 def _failed_torchscript_export(records: Path) -> Path:
     """Records where the last export of the TorchScript route's encoder wrote no servable file."""
-    from export.records import RECORD_FORMAT
+    from export.precision.records import RECORD_FORMAT
 
     records.mkdir()
     failure = {"format": RECORD_FORMAT, "model": "minilm_torchscript", "served": None, "candidates": []}

@@ -1,6 +1,6 @@
-"""How each CUDA variant runs (export/cuda_runtime.py), checked on the CPU: the onnxruntime CUDA provider
-options every ONNX variant's sessions get (the config's, as Triton's onnxruntime backend reads them, its
-use_tf32 included, which makes the float32 variant tf32 or fp32), and torch's TF32 switches around every
+"""How each CUDA variant runs (export/precision/cuda_runtime.py), checked on the CPU: the onnxruntime CUDA
+provider options every ONNX variant's sessions get (the config's, as Triton's onnxruntime backend reads them,
+its use_tf32 included, which makes the float32 variant tf32 or fp32), and torch's TF32 switches around every
 call of a TorchScript variant (libtorch's: TF32 convolutions, strict products). The sessions and runners
 are replaced by recorders here (there is no GPU); the variant lists are the real ones.
 """
@@ -15,20 +15,14 @@ import torch
 from google.protobuf import text_format
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from export import (
-    cuda_runtime,
-    image_variants,
-    onnx_graph,
-    onnx_variants,
-    serving_runtime,
-    serving_worker,
-    text_variants,
-)
 from export.common import ExportError
-from export.cuda_runtime import LIBTORCH, Tf32Mode, provider_options, serving_mode, tf32_mode
-from export.device import Capabilities, CudaDevice
-from export.gates import image_gate
-from export.precision import Variant, select_and_write
+from export.efficientnet_lite import variants as image_variants
+from export.minilm import variants as text_variants
+from export.precision import cuda_runtime, onnx_graph, onnx_variants, serving_runtime, serving_worker
+from export.precision.cuda_runtime import LIBTORCH, Tf32Mode, provider_options, serving_mode, tf32_mode
+from export.precision.device import Capabilities, CudaDevice
+from export.precision.gates import image_gate
+from export.precision.selection import Variant, select_and_write
 from tritonrepo.configs import load_model_config
 from tritonrepo.tensors import TensorSpec
 

@@ -193,14 +193,14 @@ def test_the_export_image_carries_every_package_the_export_imports(import_closur
     assert '"torch==$TORCH_VERSION" "$ONNXRUNTIME_PACKAGE==$ONNXRUNTIME_VERSION"' in export_stage
     local = {path.stem for path in (ROOT / "examples").rglob("*.py")}
     for path in (ROOT / "examples").rglob("*.py"):  # the user code descriptions name, run at export time
-        third_party |= _top_level_imports(path) - local - {"export", "tritonrepo", "samples"}
+        third_party |= _top_level_imports(path) - local - {"description", "export", "tritonrepo", "samples"}
     distributions = metadata.packages_distributions()
     for module in sorted(third_party - set(sys.stdlib_module_names)):
         (distribution,) = {_normalise(name) for name in distributions[module]}
         assert distribution in installed, (
             f"the export imports {module}: add {distribution} to its requirements"
         )
-    found_by_name = {"scikit-image"}  # export/image.py: the sample photographs
+    found_by_name = {"scikit-image"}  # export/efficientnet_lite/kind.py: the sample photographs
     for path in (ROOT / "model_descriptions").glob("*.yaml"):
         weights = yaml.safe_load(path.read_text()).get("weights", {})
         if "package" in weights:  # else a local file, or weights the description's own code produces

@@ -1,4 +1,5 @@
-"""The device an export is for decides exactly which precision variants it offers (export/device.py).
+"""The device an export is for decides exactly which precision variants it offers
+(export/precision/device.py).
 
 Each described device (a CPU host with and without bf16 instructions, a compute capability 7.5 GPU, an
 8.0 and a 9.0 GPU, a GPU host exporting for CPU serving) is run through the real variant lists of the four
@@ -12,11 +13,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from export import device, image_variants, text_variants
 from export.__main__ import main
 from export.common import ExportError
-from export.device import Capabilities, CudaDevice, why_unavailable
-from export.precision import offered
+from export.efficientnet_lite import variants as image_variants
+from export.minilm import variants as text_variants
+from export.precision import device
+from export.precision.device import Capabilities, CudaDevice, why_unavailable
+from export.precision.selection import offered
 from tritonrepo.tensors import TensorSpec
 
 T4 = CudaDevice(name="Tesla T4", compute_capability=(7, 5), cuda_version="12.4", driver_version="550.54")
@@ -80,7 +83,7 @@ GPU_WITHOUT_BF16 = {
     "efficientnet_lite0_torchscript": ["torchscript-fp32-cuda", "torchscript-fp16-cuda"],
 }
 # The ONNX float32 file runs as its config serves it (TF32 here), the TorchScript one as libtorch runs it:
-# one float32 variant each (export/cuda_runtime.py).
+# one float32 variant each (export/precision/cuda_runtime.py).
 GPU_WITH_BF16_AND_TF32 = {
     "minilm_onnx": ["onnx-tf32-cuda", "onnx-fp16-cuda"],
     "minilm_torchscript": ["torchscript-fp32-cuda", "torchscript-bf16-cuda", "torchscript-fp16-cuda"],

@@ -1,7 +1,7 @@
 """Every output of a model is gated, each with its own metric, in every comparison the export makes: a
 module of three outputs built here is exported to ONNX, compared with eager PyTorch (the fp32 parity)
-and gated locally and in the serving onnxruntime (export/serving_runtime.py, a real worker process); a
-file whose last output alone is wrong is not served, and a runner that answers fewer outputs than
+and gated locally and in the serving onnxruntime (export/precision/serving_runtime.py, a real worker process);
+a file whose last output alone is wrong is not served, and a runner that answers fewer outputs than
 declared fails its parity check or its gate naming the ones left out."""
 
 from __future__ import annotations
@@ -13,11 +13,14 @@ import pytest
 import torch
 from torch import nn
 
-from export import module_checks, module_kind, module_variants, serving_runtime
+from description.module_spec import ModuleSpec, parse_module
 from export.common import ExportError
-from export.device import Capabilities
-from export.module_spec import ModuleSpec, parse_module
-from export.precision import Variant, select_and_write
+from export.precision import serving_runtime
+from export.precision.device import Capabilities
+from export.precision.selection import Variant, select_and_write
+from export.torch_module import checks as module_checks
+from export.torch_module import kind as module_kind
+from export.torch_module import variants as module_variants
 from tritonrepo.paths import SERVING_RUNTIME
 
 ROWS = np.random.default_rng(3).normal(size=(12, 4)).astype(np.float32)

@@ -1,8 +1,8 @@
 """No variant can sink the export: ``python -m export`` (its ``main``, in this process) over three small
 sentence encoders generated here, in name order, where variants fail as they can on a GPU host.
 
-This CPU machine stands in for a GPU: :func:`export.device.why_unavailable` is replaced so that the CUDA
-variants are offered here. Their real builders then write and verify the float32 file and fail in their
+This CPU machine stands in for a GPU: :func:`export.precision.device.why_unavailable` is replaced so that the
+CUDA variants are offered here. Their real builders then write and verify the float32 file and fail in their
 CUDA placement check (this onnxruntime has no CUDA provider), as an fp32 CUDA variant fails on a broken GPU
 host. The int8 rewrite is replaced by one that raises. Everything else is the real pipeline: scaffolded
 configs, real exports, gates on the sentence corpus, the serving onnxruntime, timing, records.
@@ -23,8 +23,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from export import device, scaffold, text_variants
 from export.__main__ import main
+from export.minilm import variants as text_variants
+from export.precision import device
+from export.scaffold import cli as scaffold
 
 SIZE = {"hidden_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 128}
 PRECISIONS = {

@@ -1,4 +1,4 @@
-"""Configs generated from the descriptions (export/generated_configs.py), held like a lock file: every
+"""Configs generated from the descriptions (description/generated_configs.py), held like a lock file: every
 committed config.pbtxt a description generates must be what its generator writes now. And the example that
 proves the torch_module kind stays outside the product: no product code names it, and the export image
 carries what its description names."""
@@ -6,19 +6,24 @@ carries what its description names."""
 from __future__ import annotations
 
 import dataclasses
-import re
 import shutil
 from pathlib import Path
 
 import pytest
 from warmup_checks import uncovered_shapes
 
+from description.errors import DescriptionError
+from description.generated_configs import (
+    config_text,
+    generate,
+    model_config,
+    refresh_command,
+    stale_configs,
+    write_configs,
+)
+from description.model import load_descriptions
+from description.module_spec import InstanceGroup
 from export import __main__ as export_cli
-from export.common import ExportError
-from export.description import load_descriptions
-from export.generated_configs import config_text, generate, model_config, refresh_command, stale_configs
-from export.module_kind import KIND
-from export.module_spec import InstanceGroup
 from tritonrepo.configs import ModelEntry, load_model_config, parse_config
 from tritonrepo.derive import derive_local_config
 
@@ -33,7 +38,11 @@ MODELS = [(d, model) for d in DESCRIPTIONS for model in generate(d, REPOSITORY)]
 NATIVE = [(d, model) for d, model in MODELS if model in {served.model for served in d.served}]
 EXAMPLE_WORDS = ("diabetes", "examples/tabular")
 PRODUCT = [
-    *(p for package in ("export", "clients", "loadtest") for p in sorted((ROOT / package).rglob("*.py"))),
+    *(
+        p
+        for package in ("description", "export", "clients", "loadtest")
+        for p in sorted((ROOT / package).rglob("*.py"))
+    ),
     *sorted(REPOSITORY.glob("**/*.py")),
 ]
 
@@ -42,16 +51,16 @@ def test_the_project_has_a_generated_model_served_as_onnx_and_torchscript() -> N
     assert {served.format for _, served in SERVED} == {"onnx", "torchscript"}
 
 
-def test_every_shipped_model_but_the_serving_check_is_generated_by_a_description() -> None:
+def test_every_shipped_model_is_generated_by_a_description() -> None:
     generated = {model for _, model in MODELS}
     assert len(generated) == len(MODELS), "two descriptions generate the same model"
-    assert {p.parent.name for p in REPOSITORY.glob("*/config.pbtxt")} - generated == {"l2_normalize"}
+    assert {p.parent.name for p in REPOSITORY.glob("*/config.pbtxt")} == generated
 
 
 @pytest.mark.parametrize(("description", "model"), MODELS, ids=lambda v: v if isinstance(v, str) else "")
 def test_each_committed_generated_config_is_what_its_description_generates_now(description, model) -> None:
     committed = (REPOSITORY / model / "config.pbtxt").read_text(encoding="utf-8")
-    assert committed == config_text(description, model, REPOSITORY), (
+    assert committed == config_text(description, generate(description, REPOSITORY)[model]), (
         f"model_repository/{model}/config.pbtxt is stale: run `{refresh_command(description)}` "
         "and commit the result (edit the description, not the config)"
     )
@@ -75,14 +84,16 @@ def test_a_generated_config_meets_the_rules_of_every_native_model(description, m
     assert (local.backend, local.input, local.output) == ("python", config.input, config.output)
 
 
-def test_a_config_edited_by_hand_is_refused_by_the_export_naming_the_command(tmp_path: Path) -> None:
+def test_a_config_edited_by_hand_is_found_stale_and_rewritten_from_the_description(tmp_path: Path) -> None:
     description, served = SERVED[0]
     shutil.copytree(REPOSITORY / served.model, tmp_path / served.model, ignore=shutil.ignore_patterns("1"))
     path = tmp_path / served.model / "config.pbtxt"
     path.write_text(path.read_text().replace("max_batch_size: 64", "max_batch_size: 8"))
-    assert path in stale_configs(description, tmp_path)
-    with pytest.raises(ExportError, match=re.escape(f"run `{refresh_command(description)}`")):
-        KIND.check_config(description, tmp_path, load_model_config(tmp_path / served.model))
+    made = generate(description, tmp_path)
+    assert path in stale_configs(description, tmp_path, made)
+    assert path in write_configs(description, tmp_path, made)
+    assert path.read_text() == config_text(description, made[served.model])
+    assert path not in stale_configs(description, tmp_path, made)
 
 
 def test_configs_only_writes_the_generated_configs_without_loading_the_model(
@@ -98,7 +109,7 @@ def test_configs_only_writes_the_generated_configs_without_loading_the_model(
     assert export_cli.main([*argv, "--models", str(models)]) == 0
     for served in description.served:
         written = (tmp_path / "repo" / served.model / "config.pbtxt").read_text()
-        expected = config_text(description, served.model, REPOSITORY)
+        expected = config_text(description, generate(description, REPOSITORY)[served.model])
         assert written == expected.replace("model_descriptions/", "descriptions/")
     assert export_cli.main([*argv, "--models", str(models)]) == 0
     assert capsys.readouterr().out.rstrip().endswith(f"{description.name}: configs up to date")
@@ -143,5 +154,5 @@ def test_every_model_with_a_bounded_queue_has_two_instances_in_each_group() -> N
 def test_a_description_with_one_instance_behind_a_bounded_queue_is_refused_naming_the_fix() -> None:
     tabular = next(d for d in GENERATED if d.name == "diabetes_classifier")
     module = dataclasses.replace(tabular.module, instance_groups=(InstanceGroup(kind="KIND_GPU", count=1),))
-    with pytest.raises(ExportError, match=r"1 instance\(s\) with a bounded queue.*500 ms.*count: 2"):
+    with pytest.raises(DescriptionError, match=r"1 instance\(s\) with a bounded queue.*500 ms.*count: 2"):
         generate(dataclasses.replace(tabular, module=module), REPOSITORY)

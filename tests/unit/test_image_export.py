@@ -21,12 +21,17 @@ import pytest
 import torch
 from PIL import Image
 
-from export import efficientnet_lite, image, image_variants, onnx_graph
-from export.common import ExportError, is_up_to_date, write_atomically, write_manifest
-from export.description import load_description
-from export.gates import image_gate
+from description.model import load_description
+from export.common import ExportError, is_up_to_date, write_manifest
+from export.efficientnet_lite import kind as image
+from export.efficientnet_lite import network as efficientnet_lite
+from export.efficientnet_lite import variants as image_variants
 from export.pipeline import ExportResult, Options, export_model
-from export.precision import Capabilities
+from export.precision import onnx_graph
+from export.precision.gates import image_gate
+from export.precision.selection import Capabilities
+from tritonrepo.atomic_files import write_atomically
+from tritonrepo.served_code import load_preprocess_module, preprocess_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOYABLE = ROOT / "model_repository"
@@ -55,12 +60,12 @@ def real_images() -> dict[str, bytes]:
 
 @pytest.fixture(scope="module")
 def served_preprocess() -> types.ModuleType:
-    return image.load_preprocess_module(DEPLOYABLE)
+    return load_preprocess_module(DEPLOYABLE)
 
 
 @pytest.fixture(scope="module")
 def settings(served_preprocess: types.ModuleType):
-    return image.preprocess_settings(DEPLOYABLE, served_preprocess)
+    return preprocess_settings(DEPLOYABLE, served_preprocess)
 
 
 def _image_bytes(mode: str, size: tuple[int, int] = (300, 200), fmt: str = "PNG") -> bytes:

@@ -119,7 +119,7 @@ def test_a_gpu_search_is_never_adopted_into_the_local_cpu_settings(
 
 def _records(folder: Path, fp32_bytes: bytes) -> Path:
     """minilm_onnx's export record: tf32 served, the fp32 file that passed kept beside it: ``fp32_bytes``."""
-    from export.records import RECORD_FORMAT
+    from export.precision.records import RECORD_FORMAT
 
     candidates = [
         {"variant": "onnx-tf32-cuda", "precision": "tf32", "status": "served", "kept_file": None},

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import yaml
 
-from export.description import load_description
-from export.module_code import load_callable
+from description.model import load_description
+from description.module_code import load_callable
 from loadtest.load import model_rows
 from loadtest.load.perf_inputs import write_input_data
 from tritonrepo.configs import parse_config

@@ -146,7 +146,7 @@ def test_torchscript_runners_each_run_with_their_own_thread_count(tmp_path: Path
 def test_the_image_arms_serve_the_unoptimised_configuration_and_its_file_alone_beside_the_shipped_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, served: str, arms: int
 ) -> None:
-    from export import records
+    from export.precision import records
     from loadtest.experiments import plans
     from tritonrepo.clones import build_repository
 

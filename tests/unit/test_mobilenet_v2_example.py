@@ -12,9 +12,9 @@ import pytest
 import torch
 from PIL import Image
 
-from export.description import load_description
-from export.module_code import load_callable
-from export.module_kind import load_model, preprocessing_model
+from description.model import load_description
+from description.module_code import load_callable
+from export.torch_module.kind import load_model, preprocessing_model
 from samples import photograph_paths
 
 ROOT = Path(__file__).resolve().parents[2]

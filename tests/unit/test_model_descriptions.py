@@ -11,12 +11,12 @@ import pytest
 import torch
 import yaml
 
-from export import efficientnet_lite
-from export.common import ExportError
-from export.description import load_description, load_descriptions, parse_description
-from export.gates import image_gate
+from description.errors import DescriptionError
+from description.model import PYTHON_KIND, load_description, load_descriptions, parse_description
+from export.efficientnet_lite import network as efficientnet_lite
 from export.pipeline import KINDS, allowed_variants
-from export.precision import Variant
+from export.precision.gates import image_gate
+from export.precision.selection import Variant
 from tritonrepo.configs import load_model_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,6 +31,9 @@ def _described(path: Path = LITE0) -> dict:
 def test_every_description_names_served_models_that_the_repository_configures() -> None:
     assert {d.name for d in DESCRIPTIONS} >= {"efficientnet_lite0", "efficientnet_lite2", "all_minilm_l6_v2"}
     for description in DESCRIPTIONS:
+        if description.kind == PYTHON_KIND:  # Python models only: no weights, nothing exported
+            assert description.weights is None and not description.served
+            continue
         assert description.kind in KINDS
         for served in description.served:
             config = load_model_config(ROOT / "model_repository" / served.model)
@@ -40,15 +43,25 @@ def test_every_description_names_served_models_that_the_repository_configures() 
 
 def test_a_description_with_an_unknown_key_is_refused_with_the_keys_it_may_have(tmp_path: Path) -> None:
     data = _described() | {"input_size": 224}
-    with pytest.raises(ExportError, match=r"unknown keys \['input_size'\].*'architecture'"):
+    with pytest.raises(DescriptionError, match=r"unknown keys \['input_size'\].*'architecture'"):
         parse_description(data, source=tmp_path / "typo.yaml")
 
 
 def test_a_description_of_an_unknown_kind_or_precision_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(ExportError, match="kind 'detector' is not one of"):
+    with pytest.raises(DescriptionError, match="kind 'detector' is not one of"):
         parse_description(_described() | {"kind": "detector"}, source=tmp_path / "d.yaml")
-    with pytest.raises(ExportError, match=r"precisions cpu: \['fp16'\]"):
+    with pytest.raises(DescriptionError, match=r"precisions cpu: \['fp16'\]"):
         parse_description(_described() | {"precisions": {"cpu": ["fp16"]}}, source=tmp_path / "d.yaml")
+
+
+def test_the_image_kind_is_named_for_its_architecture_and_its_old_name_points_at_the_new(
+    tmp_path: Path,
+) -> None:
+    assert _described()["kind"] == "efficientnet_lite"
+    with pytest.raises(
+        DescriptionError, match="kind 'image_classifier' is now called 'efficientnet_lite'.*write"
+    ):
+        parse_description(_described() | {"kind": "image_classifier"}, source=tmp_path / "d.yaml")
 
 
 def test_local_weights_are_checked_against_their_sha256(tmp_path: Path) -> None:
@@ -58,7 +71,7 @@ def test_local_weights_are_checked_against_their_sha256(tmp_path: Path) -> None:
     data = _described() | {"weights": {"path": "weights.pt", "sha256": good}}
     assert parse_description(data, source=tmp_path / "m.yaml").weights_path() == weights
     data["weights"]["sha256"] = "0" * 64
-    with pytest.raises(ExportError, match="weights.pt has sha256 .* the description says 0000"):
+    with pytest.raises(DescriptionError, match="weights.pt has sha256 .* the description says 0000"):
         parse_description(data, source=tmp_path / "m.yaml").weights_path()
 
 

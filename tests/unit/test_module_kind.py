@@ -14,11 +14,11 @@ import pytest
 import torch
 import yaml
 
-from export import timing
-from export.description import load_description
-from export.device import Capabilities
-from export.module_kind import load_model
+from description.model import load_description
 from export.pipeline import Options, export_model
+from export.precision import timing
+from export.precision.device import Capabilities
+from export.torch_module.kind import load_model
 
 TOYS = '''
 import numpy as np
@@ -193,13 +193,14 @@ def _export(tmp_path: Path, description: Path, precision: str = "fp32") -> list:
 
 def _refused(tmp_path: Path, **module: object) -> str:
     """The export's error for a toy with ``module`` changed: the model fails as a whole (the next model
-    would go on) with an ExportError, and nothing may have been written."""
+    would go on) with an ExportError or a DescriptionError, and nothing may have been written."""
     results = _export(tmp_path, _project(tmp_path, **module))
     assert [r.written for r in results] == [False] and results[0].failure, results
     written = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.glob("repository/**/*"))
     assert not written, f"wrote {written} before refusing"
-    assert results[0].failure.startswith("ExportError: "), results[0].failure
-    return results[0].failure.removeprefix("ExportError: ")
+    kind, _, message = results[0].failure.partition(": ")
+    assert kind in ("ExportError", "DescriptionError"), results[0].failure
+    return message
 
 
 def test_a_module_that_does_not_import_is_refused_naming_the_missing_package(tmp_path: Path) -> None:

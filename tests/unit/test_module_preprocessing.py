@@ -12,10 +12,10 @@ import pytest
 import torch
 import yaml
 
-from export import timing
-from export.description import load_description
-from export.device import Capabilities
+from description.model import load_description
 from export.pipeline import Options, export_model
+from export.precision import timing
+from export.precision.device import Capabilities
 
 CODE = '''
 import numpy as np

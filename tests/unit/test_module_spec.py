@@ -1,5 +1,5 @@
-"""A torch_module description read (export/module_spec.py): each mistake is refused naming the model, the
-field and the fix; and weights that a committed script produces (export/produced_weights.py)."""
+"""A torch_module description read (description/module_spec.py): each mistake is refused naming the model, the
+field and the fix; and weights that a committed script produces (description/produced_weights.py)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from export.common import ExportError
-from export.description import parse_description
-from export.produced_weights import production_inputs, record_path
+from description.errors import DescriptionError
+from description.model import parse_description
+from description.produced_weights import production_inputs, record_path
 
 ROOT = Path(__file__).resolve().parents[2]
 TABULAR = ROOT / "model_descriptions" / "diabetes_classifier.yaml"
@@ -24,7 +24,7 @@ def _data() -> dict:
 
 
 def _refused(data: dict, tmp_path: Path) -> str:
-    with pytest.raises(ExportError) as raised:
+    with pytest.raises(DescriptionError) as raised:
         parse_description(data, source=tmp_path / "model.yaml")
     return str(raised.value)
 
@@ -158,11 +158,11 @@ def test_changed_training_code_produces_the_weights_again(tmp_path: Path) -> Non
 def test_weights_changed_after_they_were_produced_are_refused(tmp_path: Path) -> None:
     weights, _ = _produced_project(tmp_path)
     weights.write_bytes(b"someone else's weights")
-    with pytest.raises(ExportError, match="the file changed after it was produced; delete it and"):
+    with pytest.raises(DescriptionError, match="the file changed after it was produced; delete it and"):
         _produced_project(tmp_path)
 
 
 def test_a_failing_training_script_is_reported_with_its_error_and_leaves_no_file(tmp_path: Path) -> None:
-    with pytest.raises(ExportError, match=r"(?s)exited 1 without writing WEIGHTS: .*ZeroDivisionError"):
+    with pytest.raises(DescriptionError, match=r"(?s)exited 1 without writing WEIGHTS: .*ZeroDivisionError"):
         _produced_project(tmp_path, "1 / 0\n")
     assert not list((tmp_path / "build").iterdir())

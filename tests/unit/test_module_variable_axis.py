@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from export.module_checks import measure_all
-from export.module_spec import OutputDecl
+from description.module_spec import OutputDecl
+from export.torch_module.checks import measure_all
 
 
 def _output(name: str, dims: tuple[int, ...], metric: str) -> OutputDecl:

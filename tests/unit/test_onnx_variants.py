@@ -12,7 +12,7 @@ import onnx
 import onnxruntime
 from onnx import TensorProto
 
-from export.onnx_variants import convert_fp16, quantize_int8_static
+from export.precision.onnx_variants import convert_fp16, quantize_int8_static
 
 
 def _ops(path: Path) -> list[str]:

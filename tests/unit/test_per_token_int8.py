@@ -11,8 +11,8 @@ import onnx
 import onnxruntime
 import pytest
 
-from export.device import Capabilities
-from export.per_token_int8 import quantize_int8_per_token
+from export.minilm.per_token_int8 import quantize_int8_per_token
+from export.precision.device import Capabilities
 
 
 def _run(path: Path, x: np.ndarray) -> np.ndarray:

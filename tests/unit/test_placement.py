@@ -1,5 +1,5 @@
-"""A file chosen for CUDA must run its compute on the GPU (export/placement.py): the decision on placement
-records, on the int8 graph's node types, and on the profile of a real onnxruntime run."""
+"""A file chosen for CUDA must run its compute on the GPU (export/precision/placement.py): the decision on
+placement records, on the int8 graph's node types, and on the profile of a real onnxruntime run."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import pytest
 from onnx import TensorProto, helper
 
 from export.common import ExportError
-from export.onnx_variants import convert_fp16
-from export.per_token_int8 import quantize_int8_per_token
-from export.placement import (
+from export.minilm.per_token_int8 import quantize_int8_per_token
+from export.precision.onnx_variants import convert_fp16
+from export.precision.placement import (
     NodePlacement,
     check_cuda_placement,
     placements_from_profile,

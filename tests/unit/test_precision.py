@@ -8,11 +8,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from export import precision, records
 from export.common import ExportError
-from export.device import Capabilities, CudaDevice, why_unavailable
-from export.gates import image_gate, nearest_neighbours, overlap, text_gate
-from export.precision import Variant, select_and_write
+from export.precision import records
+from export.precision import selection as precision
+from export.precision.device import Capabilities, CudaDevice, why_unavailable
+from export.precision.gates import image_gate, nearest_neighbours, overlap, text_gate
+from export.precision.selection import Variant, select_and_write
 
 NO_BF16 = Capabilities(cpu_flags=frozenset({"avx2", "avx512f"}))
 WITH_BF16 = Capabilities(cpu_flags=frozenset({"avx512_bf16", "avx512_vnni"}))

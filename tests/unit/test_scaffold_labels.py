@@ -9,10 +9,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from export import image, scaffold, scaffold_files, scaffold_template
+from description.generated_configs import generate, stale_configs
+from description.model import load_description
 from export.common import ExportError
-from export.description import load_description
-from export.generated_configs import stale_configs
+from export.efficientnet_lite import kind as image
+from export.scaffold import cli as scaffold
+from export.scaffold import files as scaffold_files
+from export.scaffold import template as scaffold_template
 from tritonrepo.configs import load_repository
 from tritonrepo.served_code import BATCHING_HELPER
 
@@ -31,7 +34,7 @@ def own(tmp_path_factory: pytest.TempPathFactory, own_classes) -> tuple[Path, Pa
 def _own_request(project: Path, weights: Path, labels: Path | None, **fields) -> scaffold_template.Request:
     descriptions = project / "model_descriptions"
     defaults = {
-        "kind": "image_classifier",
+        "kind": "efficientnet_lite",
         "name": "pets",
         "weights": scaffold_files.local_weights(weights, descriptions),
         "labels": labels,
@@ -76,7 +79,9 @@ def test_an_image_classifier_with_its_labels_gets_its_own_postprocessing_model_o
     assert (code / "model.py").resolve() == shipped.resolve()
     assert (code / BATCHING_HELPER).resolve() == (project / "model_repository" / BATCHING_HELPER).resolve()
     assert (code / "labels.txt").read_text() == labels.read_text()
-    assert not stale_configs(description, project / "model_repository")  # each as generated
+    assert not stale_configs(
+        description, project / "model_repository", generate(description, project / "model_repository")
+    )  # each as generated
     text = (project / "model_descriptions" / "pets.yaml").read_text()
     assert "image_postprocess:" not in text.split("name: pets")[0]  # no step shared with the template
 
@@ -141,14 +146,14 @@ def test_a_head_of_one_class_is_refused(project: Path, tmp_path: Path, own_class
         scaffold_template.scaffold(_own_request(project, weights, labels))
 
 
-def test_labels_are_an_image_classifiers_option_only(
+def test_labels_are_an_efficientnet_lite_option_only(
     project: Path, folders: list[str], own: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
     argv = ["sentence_encoder", "mine", "--weights-path", str(own[0]), "--labels", str(own[1]), *folders]
     with pytest.raises(SystemExit) as exited:
         scaffold.main(argv)
     assert exited.value.code == 2
-    assert "give an image_classifier's labels file" in capsys.readouterr().err
+    assert "give an efficientnet_lite's labels file" in capsys.readouterr().err
     with pytest.raises(ExportError, match="a sentence_encoder has no labels"):
         _own_request(project, *own, kind="sentence_encoder")
 
@@ -183,7 +188,7 @@ def _native_logits(configs: dict, dims: list[int]) -> None:
                 steps=["pets_preprocess", "pets_onnx", "image_postprocess"]
             ),
             r"its step image_postprocess takes logits of dims \[1000\] .* has 10 classes; give the "
-            r"model its own post-processing and labels: .* image_classifier NAME --labels",
+            r"model its own post-processing and labels: .* efficientnet_lite NAME --labels",
         ),
     ],
 )
@@ -194,4 +199,6 @@ def test_the_export_refuses_served_logits_that_disagree_with_the_weights_classes
     _edit_pets(project, edit)
     description = load_description(project / "model_descriptions" / "pets.yaml")
     with pytest.raises(ExportError, match=message):
-        image.KIND.prepare(description, project / "model_repository")  # before any config is rewritten
+        image.KIND.prepare(
+            description, project / "model_repository", generate(description, project / "model_repository")
+        )  # before any config is rewritten

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from export import scaffold
-from export.description import load_description
-from export.generated_configs import config_text, generate
-from export.module_code import load_callable
+from description.generated_configs import config_text, generate
+from description.model import load_description
+from description.module_code import load_callable
+from export.scaffold import cli as scaffold
 from tritonrepo.configs import load_model_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,7 +38,7 @@ def _generated_equal_written(project: Path, name: str) -> list[str]:
     models = list(generate(description, repository))
     for model in models:
         written = (repository / model / "config.pbtxt").read_text()
-        assert written == config_text(description, model, repository), model
+        assert written == config_text(description, generate(description, repository)[model]), model
     return models
 
 
@@ -150,7 +150,7 @@ def test_configs_only_writes_a_hand_written_descriptions_configs_with_their_fold
 
     assert scaffold.main(["torch_module", "mobilenet_v2", "--configs-only", *folders]) == 0
     assert "mobilenet_v2: configs up to date" in capsys.readouterr().out
-    assert scaffold.main(["image_classifier", "mobilenet_v2", "--configs-only", *folders]) == 1
+    assert scaffold.main(["efficientnet_lite", "mobilenet_v2", "--configs-only", *folders]) == 1
     assert "describes torch_module 'mobilenet_v2'" in capsys.readouterr().err
 
 
@@ -175,7 +175,7 @@ def test_nothing_is_written_over_and_a_request_that_does_not_fit_is_refused_befo
             "Y:FP32:4:closest",
         ],
         "absent.py does not exist": ["--model=absent.py:f", *CODE[1:], *weights, *SENSOR],
-        "--image-size and --labels are an image_classifier's": [
+        "--image-size and --labels are an efficientnet_lite's": [
             *CODE,
             *weights,
             *SENSOR,

@@ -17,15 +17,16 @@ import pytest
 import yaml
 from google.protobuf import json_format
 
+from description.errors import DescriptionError
+from description.generated_configs import config_text, generate
+from description.model import PYTHON_KIND, load_description, parse_description
 from export import __main__ as export_cli
-from export import scaffold
 from export.common import ExportError
-from export.description import PYTHON_KIND, load_description, parse_description
-from export.generated_configs import config_text, generate
 from export.pipeline import Options, export_model
-from export.precision import Capabilities
-from export.scaffold_files import parse_tensor
-from export.scaffold_python import PythonRequest, scaffold_python
+from export.precision.selection import Capabilities
+from export.scaffold import cli as scaffold
+from export.scaffold.files import parse_tensor
+from export.scaffold.python import PythonRequest, scaffold_python
 from tritonrepo.configs import load_model_config
 from tritonrepo.served_code import BATCHING_HELPER, PARAMETERS_HELPER, load_served_module
 
@@ -67,7 +68,9 @@ def test_a_python_model_gets_a_description_whose_generated_config_is_written(pro
     ]
     assert list(generate(description, project / "model_repository")) == ["my_scaler"]
     committed = (project / "model_repository" / "my_scaler" / "config.pbtxt").read_text()
-    assert committed == config_text(description, "my_scaler", project / "model_repository")
+    assert committed == config_text(
+        description, generate(description, project / "model_repository")["my_scaler"]
+    )
     config = load_model_config(project / "model_repository" / "my_scaler")
     assert (
         config.backend == "python"
@@ -156,11 +159,11 @@ def test_a_python_model_with_weights_or_a_native_section_is_refused(project: Pat
     path = project / "model_descriptions" / "my_scaler.yaml"
     text = path.read_text()
     path.write_text(text + "weights: {package: p, loader: 'm:f'}\n")
-    with pytest.raises(ExportError, match="a python_model has no weights, served or preprocessing"):
+    with pytest.raises(DescriptionError, match="a python_model has no weights, served or preprocessing"):
         load_description(path)
     data = yaml.safe_load(text)
     data["configs"]["python_models"] = []
-    with pytest.raises(ExportError, match="a python_model needs configs.python_models"):
+    with pytest.raises(DescriptionError, match="a python_model needs configs.python_models"):
         parse_description(data, source=path)
 
 

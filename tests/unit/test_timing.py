@@ -1,5 +1,5 @@
-"""The export's timings are steady-state (export/timing.py): the first, slower calls of a runtime are not
-counted, a call stalled by another process does not move the figure, and the threads are the server's.
+"""The export's timings are steady-state (export/precision/timing.py): the first, slower calls of a runtime
+are not counted, a call stalled by another process does not move the figure, and the threads are the server's.
 Runners here advance a clock of their own instead of taking time: no figure depends on this machine."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from export import onnx_graph, timing
 from export.pipeline import local_threads
+from export.precision import onnx_graph, timing
 from tritonrepo.configs import instance_count, load_model_config, threads_per_instance
 from tritonrepo.paths import REPOSITORY
 

@@ -12,10 +12,11 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
-from export.common import ExportError, sha256_file
-from export.records import kept_file, served_variant
+from export.common import ExportError
+from export.precision.records import kept_file, served_variant
 from loadtest.experiments.budget_stage import BudgetPlan
 from loadtest.load.perf import PerfSettings
+from tritonrepo.atomic_files import sha256_file
 from tritonrepo.clones import Clone, build_repository
 from tritonrepo.configs import closure, exported_step, load_repository
 from tritonrepo.files import exported_filename

@@ -20,7 +20,7 @@ from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 
-from export.records import report_section
+from export.precision.records import report_section
 from loadtest.bench.gpu import stage
 from loadtest.bench.gpu.plan import (
     DRY_RUN,
