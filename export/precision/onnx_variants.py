@@ -97,13 +97,13 @@ def convert_fp16(source: Path, destination: Path) -> None:
 def onnx_file_variants(
     *,
     fp32: Callable[[Path], Runner],
-    fp32_onnx_file: Callable[[], Path],
-    int8: tuple[str, Int8Writer],
     run: OnnxRunner,
     feed: Callable[[Any], dict[str, np.ndarray]],
     placement_feed: Callable[[], dict[str, np.ndarray]],
     capabilities: Capabilities,
     cuda_options: Mapping[str, str],
+    fp32_onnx_file: Callable[[], Path] | None = None,
+    int8: tuple[str, Int8Writer] | None = None,
 ) -> list[Variant]:
     """An ONNX file's variants: float32 and int8 for a CPU; float32 and fp16 for CUDA, each in sessions
     with ``cuda_options``, the CUDA provider options its config serves. The float32 one is ``tf32`` or
@@ -113,15 +113,11 @@ def onnx_file_variants(
     ``fp32(path)`` writes and verifies the float32 file; ``fp32_onnx_file()`` is the float32 graph the
     int8 and fp16 files are rewritten from; ``int8``: the int8 variant's name and its writer, called as
     ``write(source, destination, reduce_range=...)``; ``feed(batch)`` turns a runner's input into
-    onnxruntime's feed; ``placement_feed()`` is the input each CUDA file is placed on the GPU with."""
-    int8_name, write_int8 = int8
+    onnxruntime's feed; ``placement_feed()`` is the input each CUDA file is placed on the GPU with.
+    Without ``fp32_onnx_file`` or ``int8``: the float32 variants alone."""
     options = dict(cuda_options)
     mode = serving_mode("onnx", options, tf32_cores=capabilities.tf32_cores)
     float32 = "tf32" if mode.matmul else "fp32"
-
-    def int8_file(path: Path) -> Runner:
-        write_int8(fp32_onnx_file(), path, reduce_range=not capabilities.cpu_vnni)
-        return run(path, "cpu", None)
 
     def on_cuda(path: Path, what: str) -> Runner:
         require_cuda_placement(path, placement_feed(), what=what, cuda_options=options)
@@ -130,10 +126,6 @@ def onnx_file_variants(
     def float32_on_cuda(path: Path) -> Runner:
         fp32(path)
         return on_cuda(path, f"onnx-{float32}-cuda")
-
-    def fp16(path: Path) -> Runner:
-        convert_fp16(fp32_onnx_file(), path)
-        return on_cuda(path, "onnx-fp16-cuda")
 
     def cuda(name: str, precision: str, build: Callable[[Path], Runner]) -> Variant:
         return Variant(
@@ -146,9 +138,23 @@ def onnx_file_variants(
             tf32=mode,
         )
 
+    cpu_fp32 = Variant(name="onnx-fp32", precision="fp32", device="cpu", build=fp32, feed=feed)
+    cuda_float32 = cuda(f"onnx-{float32}-cuda", float32, float32_on_cuda)
+    if fp32_onnx_file is None or int8 is None:
+        return [cpu_fp32, cuda_float32]
+    source, (int8_name, write_int8) = fp32_onnx_file, int8
+
+    def int8_file(path: Path) -> Runner:
+        write_int8(source(), path, reduce_range=not capabilities.cpu_vnni)
+        return run(path, "cpu", None)
+
+    def fp16(path: Path) -> Runner:
+        convert_fp16(source(), path)
+        return on_cuda(path, "onnx-fp16-cuda")
+
     return [
-        Variant(name="onnx-fp32", precision="fp32", device="cpu", build=fp32, feed=feed),
+        cpu_fp32,
         Variant(name=int8_name, precision="int8", device="cpu", build=int8_file, feed=feed),
-        cuda(f"onnx-{float32}-cuda", float32, float32_on_cuda),
+        cuda_float32,
         cuda("onnx-fp16-cuda", "fp16", fp16),
     ]
