@@ -13,6 +13,7 @@ weights) is used there, as onnxruntime's documentation advises.
 
 from __future__ import annotations
 
+import functools
 import logging
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -127,19 +128,11 @@ def onnx_file_variants(
         fp32(path)
         return on_cuda(path, f"onnx-{float32}-cuda")
 
-    def cuda(name: str, precision: str, build: Callable[[Path], Runner]) -> Variant:
-        return Variant(
-            name=name,
-            precision=precision,
-            device="cuda",
-            build=build,
-            feed=feed,
-            cuda_options=options,
-            tf32=mode,
-        )
+    # Each CUDA file runs in sessions with the config's options and TF32 mode, as it is served.
+    cuda = functools.partial(Variant, device="cuda", feed=feed, cuda_options=options, tf32=mode)
 
     cpu_fp32 = Variant(name="onnx-fp32", precision="fp32", device="cpu", build=fp32, feed=feed)
-    cuda_float32 = cuda(f"onnx-{float32}-cuda", float32, float32_on_cuda)
+    cuda_float32 = cuda(name=f"onnx-{float32}-cuda", precision=float32, build=float32_on_cuda)
     if fp32_onnx_file is None or int8 is None:
         return [cpu_fp32, cuda_float32]
     source, (int8_name, write_int8) = fp32_onnx_file, int8
@@ -156,5 +149,5 @@ def onnx_file_variants(
         cpu_fp32,
         Variant(name=int8_name, precision="int8", device="cpu", build=int8_file, feed=feed),
         cuda_float32,
-        cuda("onnx-fp16-cuda", "fp16", fp16),
+        cuda(name="onnx-fp16-cuda", precision="fp16", build=fp16),
     ]
