@@ -40,14 +40,14 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 from description.errors import DescriptionError
 from description.generated_configs import generate, write_configs
 from description.model import IMAGE_KIND, ModelDescription, load_descriptions
-from export.common import ExportError
+from export.common import ExportError, add_folder_options
 from export.pipeline import ExportResult, Options, estimated_variants, export_model
 from export.precision.selection import CHOICES, Capabilities
 from export.progress import ExportProgress
 from export.required import REQUIRED_VARIABLE, required_models
 from tritonrepo.commands import EXIT_FAILED, EXIT_OK, EXIT_USAGE, command_parser
 from tritonrepo.errors import RepositoryError
-from tritonrepo.paths import DESCRIPTIONS, PRECISION_RECORDS, REPOSITORY
+from tritonrepo.paths import PRECISION_RECORDS
 from tritonrepo.progress import Progress
 
 KIND_SHORTHANDS = {"image": IMAGE_KIND, "text": "sentence_encoder"}
@@ -186,12 +186,7 @@ def _parser() -> argparse.ArgumentParser:
         "must have a GPU of the serving class: fp16/bf16 are gated on it, int8 and CPU-gated files are "
         "never offered) or cpu (CPU variants, also on a machine with a GPU)",
     )
-    parser.add_argument(
-        "--repository", type=Path, default=REPOSITORY, help="the model repository to write into"
-    )
-    parser.add_argument(
-        "--models", type=Path, default=DESCRIPTIONS, help="the folder of model descriptions, *.yaml"
-    )
+    add_folder_options(parser, models_help="the folder of model descriptions, *.yaml")
     parser.add_argument(
         "--records",
         type=Path,

@@ -1,4 +1,5 @@
-"""Helpers shared by the exporters: a config's tensors, atomic writes and the idempotence manifest.
+"""Helpers shared by the exporters: a config's tensors, atomic writes, the idempotence manifest, and the
+folders the export's commands (``python -m export``, ``python -m export.scaffold``) read and write.
 
 A model's ``config.pbtxt`` is the source of truth for its tensor names, dims and max_batch_size; the
 exporters parse it with ``tritonrepo.configs.load_model_config`` and never restate them. An exported
@@ -8,6 +9,7 @@ everything it was made from, so a re-run with unchanged inputs does nothing.
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import logging
@@ -18,6 +20,7 @@ from tritonclient.grpc import model_config_pb2
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from tritonrepo.atomic_files import sha256_file, write_text_atomically
+from tritonrepo.paths import DESCRIPTIONS, REPOSITORY
 from tritonrepo.tensors import TensorSpec
 
 logger = logging.getLogger(__name__)
@@ -113,3 +116,11 @@ def write_manifest(artifact: Path, input_fingerprint: str, details: dict) -> Non
         **details,
     }
     write_text_atomically(manifest_path(artifact), json.dumps(record, indent=2, sort_keys=True) + "\n")
+
+
+def add_folder_options(parser: argparse.ArgumentParser, *, models_help: str) -> None:
+    """--repository, the model repository written into, and --models, the folder of descriptions read."""
+    parser.add_argument(
+        "--repository", type=Path, default=REPOSITORY, help="the model repository to write into"
+    )
+    parser.add_argument("--models", type=Path, default=DESCRIPTIONS, help=models_help)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from tritonrepo.commands import EXIT_FAILED, EXIT_OK, EXIT_USAGE, command_parser, positive_int, subcommand
@@ -57,14 +58,13 @@ def _parser() -> argparse.ArgumentParser:
         exit_codes=EXIT_CODES,
     )
     sub = parser.add_subparsers(required=True)
-    derive = subcommand(
+    derive = _derived_command(
         sub,
         "derive",
-        help="write the local repository (Python-backend runners) for the pip wheel's tritonserver",
-        exit_codes=EXIT_CODES,
+        "write the local repository (Python-backend runners) for the pip wheel's tritonserver",
+        target=LOCAL_REPOSITORY,
+        handler=_derive,
     )
-    derive.add_argument("--source", type=Path, default=REPOSITORY, help="the deployable repository")
-    derive.add_argument("--target", type=Path, default=LOCAL_REPOSITORY, help="where to write it")
     derive.add_argument(
         "--threads",
         type=positive_int,
@@ -72,16 +72,14 @@ def _parser() -> argparse.ArgumentParser:
         help="intra-op threads per model instance (default: an adopted tuning's, else the cores divided "
         "between the instances)",
     )
-    derive.set_defaults(handler=_derive)
-    cpu_copy = subcommand(
+    cpu_copy = _derived_command(
         sub,
         "cpu-copy",
-        help="copy the deployable repository for NVIDIA's container on a host without a GPU (native "
+        "copy the deployable repository for NVIDIA's container on a host without a GPU (native "
         "backends on KIND_CPU)",
-        exit_codes=EXIT_CODES,
+        target=CPU_REPOSITORY,
+        handler=_cpu_copy,
     )
-    cpu_copy.add_argument("--source", type=Path, default=REPOSITORY, help="the deployable repository")
-    cpu_copy.add_argument("--target", type=Path, default=CPU_REPOSITORY, help="where to write it")
     cpu_copy.add_argument(
         "--cores",
         type=int,
@@ -89,7 +87,6 @@ def _parser() -> argparse.ArgumentParser:
         help="CPU cores the server will have, divided between each native model's instances "
         "(0: this machine's)",
     )
-    cpu_copy.set_defaults(handler=_cpu_copy)
     check = subcommand(
         sub,
         "check",
@@ -105,6 +102,22 @@ def _parser() -> argparse.ArgumentParser:
     )
     check.set_defaults(handler=_check)
     return parser
+
+
+def _derived_command(
+    sub: argparse._SubParsersAction,
+    name: str,
+    summary: str,
+    *,
+    target: Path,
+    handler: Callable[[argparse.Namespace], int],
+) -> argparse.ArgumentParser:
+    """A subcommand that writes a repository derived from --source (the deployable one) into --target."""
+    command = subcommand(sub, name, help=summary, exit_codes=EXIT_CODES)
+    command.add_argument("--source", type=Path, default=REPOSITORY, help="the deployable repository")
+    command.add_argument("--target", type=Path, default=target, help="where to write it")
+    command.set_defaults(handler=handler)
+    return command
 
 
 def _derive(args: argparse.Namespace) -> int:

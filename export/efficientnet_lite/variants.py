@@ -39,10 +39,10 @@ from torch import nn
 
 from export.efficientnet_lite import network as efficientnet_lite
 from export.precision import onnx_graph
-from export.precision.cuda_runtime import LIBTORCH, with_tf32
 from export.precision.gates import GateResult, image_gate
 from export.precision.onnx_variants import onnx_file_variants, quantize_int8_static
 from export.precision.selection import Capabilities, Runner, Variant
+from export.precision.torchscript_variants import torchscript_file_variants
 from tritonrepo.tensors import TensorSpec
 
 GATE_BATCH = 32
@@ -211,33 +211,23 @@ def torchscript_classifier_variants(
 ) -> list[Variant]:
     """The TorchScript classifier's variants; ``fp32`` writes and verifies the float32 file."""
 
-    def reduced(dtype: torch.dtype, device: str) -> Callable[[Path], Runner]:
-        def build(path: Path) -> Runner:
-            # Batch norms folded in float32 first, so each weight is rounded to ``dtype`` once.
-            folded = efficientnet_lite.fold_batch_norms(model)
-            runner = torchscript_file(folded, path, pixels, dtype=dtype, device=device, channels_last=True)
-            return runner if device == "cpu" else with_tf32(runner, LIBTORCH)
-
-        return build
+    def reduced(path: Path, dtype: str, device: str) -> Runner:
+        # Batch norms folded in float32 first, so each weight is rounded to ``dtype`` once.
+        folded = efficientnet_lite.fold_batch_norms(model)
+        return torchscript_file(
+            folded, path, pixels, dtype=getattr(torch, dtype), device=device, channels_last=True
+        )
 
     def float32_on_cuda(path: Path) -> Runner:
         # Traced on the CPU and verified against eager; the libtorch backend maps it to the GPU.
         fp32(path)
-        return with_tf32(torchscript_runner(path, "cuda"), LIBTORCH)
+        return torchscript_runner(path, "cuda")
 
-    def cuda(name: str, precision: str, build: Callable[[Path], Runner]) -> Variant:
-        return Variant(name=name, precision=precision, device="cuda", build=build, tf32=LIBTORCH)
-
-    bf16, half = torch.bfloat16, torch.float16
-    return [
-        Variant(name="torchscript-fp32", precision="fp32", device="cpu", build=fp32),
-        cuda("torchscript-fp32-cuda", "fp32", float32_on_cuda),
-        Variant(
-            name="torchscript-bf16-channels-last", precision="bf16", device="cpu", build=reduced(bf16, "cpu")
-        ),
-        cuda("torchscript-bf16-cuda", "bf16", reduced(bf16, "cuda")),
-        cuda("torchscript-fp16-cuda", "fp16", reduced(half, "cuda")),
-    ]
+    fp32_cpu, bf16_cpu, *cuda = torchscript_file_variants(
+        fp32=fp32, fp32_cuda=float32_on_cuda, write=reduced, bf16_cpu_name="torchscript-bf16-channels-last"
+    )
+    # The classifier lists its CUDA float32 file second, as its precision records and reports do.
+    return [fp32_cpu, cuda[0], bf16_cpu, *cuda[1:]]
 
 
 def onnx_classifier_variants(

@@ -34,9 +34,9 @@ import samples
 from export.common import ExportError
 from export.minilm.per_token_int8 import Feed, rewrite
 from export.precision import onnx_graph
-from export.precision.cuda_runtime import LIBTORCH, with_tf32
 from export.precision.onnx_variants import OnnxRunner, onnx_file_variants
 from export.precision.selection import Batch, Capabilities, Runner, Variant
+from export.precision.torchscript_variants import torchscript_file_variants
 
 logger = logging.getLogger(__name__)
 
@@ -120,22 +120,11 @@ def torchscript_encoder_variants(
     """The TorchScript encoder's variants. ``fp32`` writes and verifies the float32 file (on the CPU);
     ``reduced_torchscript(path, dtype_name, device)`` writes a TorchScript file in that dtype on that device
     (float32 on "cuda" verified as ``fp32`` is)."""
-
-    def reduced(dtype: str, device: str) -> Callable[[Path], Runner]:
-        if device == "cpu":
-            return lambda path: reduced_torchscript(path, dtype, device)
-        return lambda path: with_tf32(reduced_torchscript(path, dtype, device), LIBTORCH)
-
-    def cuda(name: str, precision: str, build: Callable[[Path], Runner]) -> Variant:
-        return Variant(name=name, precision=precision, device="cuda", build=build, tf32=LIBTORCH)
-
-    return [
-        Variant(name="torchscript-fp32", precision="fp32", device="cpu", build=fp32),
-        Variant(name="torchscript-bf16", precision="bf16", device="cpu", build=reduced("bfloat16", "cpu")),
-        cuda("torchscript-fp32-cuda", "fp32", reduced("float32", "cuda")),
-        cuda("torchscript-bf16-cuda", "bf16", reduced("bfloat16", "cuda")),
-        cuda("torchscript-fp16-cuda", "fp16", reduced("float16", "cuda")),
-    ]
+    return torchscript_file_variants(
+        fp32=fp32,
+        fp32_cuda=lambda path: reduced_torchscript(path, "float32", "cuda"),
+        write=reduced_torchscript,
+    )
 
 
 def onnx_encoder_variants(

@@ -13,6 +13,7 @@ weights) is used there, as onnxruntime's documentation advises.
 
 from __future__ import annotations
 
+import functools
 import logging
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -97,13 +98,13 @@ def convert_fp16(source: Path, destination: Path) -> None:
 def onnx_file_variants(
     *,
     fp32: Callable[[Path], Runner],
-    fp32_onnx_file: Callable[[], Path],
-    int8: tuple[str, Int8Writer],
     run: OnnxRunner,
     feed: Callable[[Any], dict[str, np.ndarray]],
     placement_feed: Callable[[], dict[str, np.ndarray]],
     capabilities: Capabilities,
     cuda_options: Mapping[str, str],
+    fp32_onnx_file: Callable[[], Path] | None = None,
+    int8: tuple[str, Int8Writer] | None = None,
 ) -> list[Variant]:
     """An ONNX file's variants: float32 and int8 for a CPU; float32 and fp16 for CUDA, each in sessions
     with ``cuda_options``, the CUDA provider options its config serves. The float32 one is ``tf32`` or
@@ -113,15 +114,11 @@ def onnx_file_variants(
     ``fp32(path)`` writes and verifies the float32 file; ``fp32_onnx_file()`` is the float32 graph the
     int8 and fp16 files are rewritten from; ``int8``: the int8 variant's name and its writer, called as
     ``write(source, destination, reduce_range=...)``; ``feed(batch)`` turns a runner's input into
-    onnxruntime's feed; ``placement_feed()`` is the input each CUDA file is placed on the GPU with."""
-    int8_name, write_int8 = int8
+    onnxruntime's feed; ``placement_feed()`` is the input each CUDA file is placed on the GPU with.
+    Without ``fp32_onnx_file`` or ``int8``: the float32 variants alone."""
     options = dict(cuda_options)
     mode = serving_mode("onnx", options, tf32_cores=capabilities.tf32_cores)
     float32 = "tf32" if mode.matmul else "fp32"
-
-    def int8_file(path: Path) -> Runner:
-        write_int8(fp32_onnx_file(), path, reduce_range=not capabilities.cpu_vnni)
-        return run(path, "cpu", None)
 
     def on_cuda(path: Path, what: str) -> Runner:
         require_cuda_placement(path, placement_feed(), what=what, cuda_options=options)
@@ -131,24 +128,26 @@ def onnx_file_variants(
         fp32(path)
         return on_cuda(path, f"onnx-{float32}-cuda")
 
+    # Each CUDA file runs in sessions with the config's options and TF32 mode, as it is served.
+    cuda = functools.partial(Variant, device="cuda", feed=feed, cuda_options=options, tf32=mode)
+
+    cpu_fp32 = Variant(name="onnx-fp32", precision="fp32", device="cpu", build=fp32, feed=feed)
+    cuda_float32 = cuda(name=f"onnx-{float32}-cuda", precision=float32, build=float32_on_cuda)
+    if fp32_onnx_file is None or int8 is None:
+        return [cpu_fp32, cuda_float32]
+    source, (int8_name, write_int8) = fp32_onnx_file, int8
+
+    def int8_file(path: Path) -> Runner:
+        write_int8(source(), path, reduce_range=not capabilities.cpu_vnni)
+        return run(path, "cpu", None)
+
     def fp16(path: Path) -> Runner:
-        convert_fp16(fp32_onnx_file(), path)
+        convert_fp16(source(), path)
         return on_cuda(path, "onnx-fp16-cuda")
 
-    def cuda(name: str, precision: str, build: Callable[[Path], Runner]) -> Variant:
-        return Variant(
-            name=name,
-            precision=precision,
-            device="cuda",
-            build=build,
-            feed=feed,
-            cuda_options=options,
-            tf32=mode,
-        )
-
     return [
-        Variant(name="onnx-fp32", precision="fp32", device="cpu", build=fp32, feed=feed),
+        cpu_fp32,
         Variant(name=int8_name, precision="int8", device="cpu", build=int8_file, feed=feed),
-        cuda(f"onnx-{float32}-cuda", float32, float32_on_cuda),
-        cuda("onnx-fp16-cuda", "fp16", fp16),
+        cuda_float32,
+        cuda(name="onnx-fp16-cuda", precision="fp16", build=fp16),
     ]

@@ -26,13 +26,13 @@ from pathlib import Path
 
 from description.errors import DescriptionError
 from description.model import IMAGE_KIND, MODULE_KIND, PYTHON_KIND, RENAMED_KINDS, renamed_kind
-from export.common import ExportError, shown
-from export.scaffold.files import check_name, local_weights, parse_tensor
+from export.common import ExportError, add_folder_options
+from export.scaffold.files import check_name, local_weights, parse_tensor, print_written
 from export.scaffold.module import callable_entry, configs_only_main, module_main, parse_output
 from export.scaffold.python import python_main
 from export.scaffold.template import TEMPLATES, Request, scaffold
 from tritonrepo.commands import EXIT_FAILED, EXIT_OK, command_parser
-from tritonrepo.paths import DESCRIPTIONS, REPOSITORY, ROOT
+from tritonrepo.paths import ROOT
 
 TESTS = ROOT / "tests" / "integration"  # where the project keeps the tests that start a server
 
@@ -88,51 +88,56 @@ def build_parser() -> argparse.ArgumentParser:
         help="for model_descriptions/NAME.yaml written by hand: write the configs it generates and the "
         "folders and links they need, and nothing else",
     )
-    parser.add_argument(
-        "--repository", type=Path, default=REPOSITORY, help="the model repository to write into"
-    )
-    parser.add_argument("--models", type=Path, default=DESCRIPTIONS, help="the folder of model descriptions")
+    add_folder_options(parser, models_help="the folder of model descriptions")
     return parser
+
+
+# The options of a torch_module or a python_model: its tensors (repeatable, one a tensor), then a
+# torch_module's code and the models around it; (option, metavar, help) each.
+TENSOR_OPTIONS = (
+    (
+        "--input",
+        "NAME:DTYPE:DIMS",
+        "torch_module, python_model: one input tensor, in forward's order, repeatable (DIMS "
+        "comma-separated, without the batch axis, -1 for an axis that varies; python_model: INPUT:FP32:4 "
+        "if not given)",
+    ),
+    (
+        "--output",
+        "NAME:DTYPE:DIMS[:METRIC]",
+        "torch_module, python_model: one output tensor, in forward's order, repeatable; a "
+        "torch_module's is compared with eager PyTorch by METRIC (max_abs_diff if not given, cosine or "
+        "top1_agreement; python_model: OUTPUT:FP32:4 if not given)",
+    ),
+)
+MODULE_OPTIONS = (
+    ("--model", "FILE.py:FN", "torch_module: your function returning the module, eval mode"),
+    (
+        "--check-inputs",
+        "FILE.py:FN",
+        "torch_module: your function returning real inputs to check it on, {input name: rows}",
+    ),
+    (
+        "--preprocess",
+        "MODEL",
+        "torch_module: the repository model that prepares its inputs (image_preprocess: a copy of "
+        "its own at the module's input size); the ensemble NAME_ensemble chains the two",
+    ),
+    (
+        "--postprocess",
+        "MODEL",
+        "torch_module: the repository model that takes its outputs, last in NAME_ensemble "
+        "(image_postprocess: ImageNet's top-5 labels of 1000 logits)",
+    ),
+)
 
 
 def _add_module_options(parser: argparse.ArgumentParser) -> None:
     """The tensors of a torch_module or a python_model, and a torch_module's code and preprocessing."""
-    parser.add_argument(
-        "--input",
-        action="append",
-        metavar="NAME:DTYPE:DIMS",
-        help="torch_module, python_model: one input tensor, in forward's order, repeatable (DIMS "
-        "comma-separated, without the batch axis, -1 for an axis that varies; python_model: INPUT:FP32:4 "
-        "if not given)",
-    )
-    parser.add_argument(
-        "--output",
-        action="append",
-        metavar="NAME:DTYPE:DIMS[:METRIC]",
-        help="torch_module, python_model: one output tensor, in forward's order, repeatable; a "
-        "torch_module's is compared with eager PyTorch by METRIC (max_abs_diff if not given, cosine or "
-        "top1_agreement; python_model: OUTPUT:FP32:4 if not given)",
-    )
-    parser.add_argument(
-        "--model", metavar="FILE.py:FN", help="torch_module: your function returning the module, eval mode"
-    )
-    parser.add_argument(
-        "--check-inputs",
-        metavar="FILE.py:FN",
-        help="torch_module: your function returning real inputs to check it on, {input name: rows}",
-    )
-    parser.add_argument(
-        "--preprocess",
-        metavar="MODEL",
-        help="torch_module: the repository model that prepares its inputs (image_preprocess: a copy of "
-        "its own at the module's input size); the ensemble NAME_ensemble chains the two",
-    )
-    parser.add_argument(
-        "--postprocess",
-        metavar="MODEL",
-        help="torch_module: the repository model that takes its outputs, last in NAME_ensemble "
-        "(image_postprocess: ImageNet's top-5 labels of 1000 logits)",
-    )
+    for option, metavar, text in TENSOR_OPTIONS:
+        parser.add_argument(option, action="append", metavar=metavar, help=text)
+    for option, metavar, text in MODULE_OPTIONS:
+        parser.add_argument(option, metavar=metavar, help=text)
 
 
 def _kind_argument(text: str) -> str:
@@ -150,7 +155,7 @@ def _name_argument(text: str) -> str:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
-MODULE_ONLY = ("model", "check_inputs", "preprocess", "postprocess")
+MODULE_ONLY = tuple(option.removeprefix("--").replace("-", "_") for option, _, _ in MODULE_OPTIONS)
 TEMPLATE_ONLY = ("image_size", "labels")
 
 
@@ -253,7 +258,6 @@ def main(argv: list[str] | None = None) -> int:
     except (DescriptionError, ExportError) as e:
         print(f"scaffold failed: {e}", file=sys.stderr)
         return EXIT_FAILED
-    for path in written:
-        print(f"wrote {shown(path)}")
+    print_written(written)
     print(f"next: python -m export --only {args.name} --precision fp32")
     return EXIT_OK

@@ -23,7 +23,7 @@ import yaml
 
 from description.generated_configs import generate
 from description.model import ModelDescription, weights_sha256
-from export.common import ExportError
+from export.common import ExportError, shown
 from tritonrepo.served_code import BATCHING_HELPER, PARAMETERS_HELPER
 from tritonrepo.tensors import TensorSpec
 
@@ -53,6 +53,12 @@ def parse_tensor(text: str) -> TensorSpec:
         raise ExportError(
             f"tensor {text!r}: write NAME:DTYPE:DIMS, DIMS comma-separated, e.g. FEATURES:FP32:4"
         ) from None
+
+
+def print_written(paths: Iterable[Path]) -> None:
+    """The command's output line for each file it wrote."""
+    for path in paths:
+        print(f"wrote {shown(path)}")
 
 
 def refuse_existing(targets: Iterable[Path]) -> None:

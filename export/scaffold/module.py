@@ -48,6 +48,7 @@ from export.scaffold.files import (
     code_origin,
     lay_out,
     parse_tensor,
+    print_written,
     refuse_existing,
     relative,
     write_description,
@@ -297,8 +298,7 @@ def module_main(args: argparse.Namespace, weights: dict[str, str]) -> int:
         postprocess=args.postprocess or "",
     )
     description, written = scaffold_module(request)
-    for path in written:
-        print(f"wrote {shown(path)}")
+    print_written(written)
     _print_next(description, args.repository)
     return 0
 
@@ -306,8 +306,7 @@ def module_main(args: argparse.Namespace, weights: dict[str, str]) -> int:
 def configs_only_main(args: argparse.Namespace) -> int:
     """``python -m export.scaffold KIND NAME --configs-only``: a description written by hand."""
     written, no_code = configs_only(args.kind, args.name, repository=args.repository, models_dir=args.models)
-    for path in written:
-        print(f"wrote {shown(path)}")
+    print_written(written)
     if not written:
         print(f"{args.name}: configs up to date")
     for model in no_code:

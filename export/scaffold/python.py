@@ -17,18 +17,23 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from string import Template
 from typing import Any
 
-from description.errors import DescriptionError
 from description.generated_configs import config_path, generate, refresh_command, write_configs
 from description.model import PYTHON_KIND, parse_description
 from export.common import ExportError, shown
-from export.scaffold.files import BATCHING, lay_out, parse_tensor, refuse_existing, write_description
-from tritonrepo.commands import EXIT_FAILED, EXIT_OK
+from export.scaffold.files import (
+    BATCHING,
+    lay_out,
+    parse_tensor,
+    print_written,
+    refuse_existing,
+    write_description,
+)
+from tritonrepo.commands import EXIT_OK
 from tritonrepo.served_code import BATCHING_HELPER, PARAMETERS_HELPER
 from tritonrepo.tensors import TensorSpec
 
@@ -120,22 +125,17 @@ def _filled(template: str, **values: str) -> str:
 
 def python_main(args: argparse.Namespace) -> int:
     """``python -m export.scaffold python_model NAME ...``: write the files, print them and what is next."""
-    try:
-        written = scaffold_python(
-            PythonRequest(
-                name=args.name,
-                inputs=tuple(parse_tensor(t) for t in args.input or ["INPUT:FP32:4"]),
-                outputs=tuple(parse_tensor(t) for t in args.output or ["OUTPUT:FP32:4"]),
-                repository=args.repository,
-                models_dir=args.models,
-                tests_dir=args.tests,
-            )
+    written = scaffold_python(
+        PythonRequest(
+            name=args.name,
+            inputs=tuple(parse_tensor(t) for t in args.input or ["INPUT:FP32:4"]),
+            outputs=tuple(parse_tensor(t) for t in args.output or ["OUTPUT:FP32:4"]),
+            repository=args.repository,
+            models_dir=args.models,
+            tests_dir=args.tests,
         )
-    except (DescriptionError, ExportError) as e:
-        print(f"scaffold failed: {e}", file=sys.stderr)
-        return EXIT_FAILED
-    for path in written:
-        print(f"wrote {shown(path)}")
+    )
+    print_written(written)
     model, test = written[-2:]
     print(f"next: fill _run in {shown(model)}, then python -m pytest {shown(test)}")
     return EXIT_OK

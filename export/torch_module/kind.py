@@ -331,7 +331,7 @@ class TorchModuleKind:
                 example=prepared.example,
                 fp32=fp32,
                 cuda_options=cuda_runtime.provider_options(config),
-                tf32_cores=target.capabilities.tf32_cores,
+                capabilities=target.capabilities,
             ),
             gate=gate,
             workload=timing_workload(prepared),

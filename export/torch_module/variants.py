@@ -30,9 +30,10 @@ from torch import nn
 from description.module_spec import ModuleSpec
 from export.common import ExportError
 from export.precision import onnx_graph
-from export.precision.cuda_runtime import LIBTORCH, serving_mode, with_tf32
-from export.precision.placement import require_cuda_placement
+from export.precision.device import Capabilities
+from export.precision.onnx_variants import onnx_file_variants
 from export.precision.selection import Runner, Variant
+from export.precision.torchscript_variants import torchscript_file_variants
 from export.torch_module.checks import Batch, torch_dtype
 
 ONNX_OPSET = 17  # read by the onnxruntime 1.19.2 of NVIDIA's Triton container (it reads up to 21)
@@ -180,69 +181,27 @@ def variants(
     example: Batch,
     fp32: Callable[[Path], Runner],
     cuda_options: Mapping[str, str],
-    tf32_cores: bool,
+    capabilities: Capabilities,
 ) -> list[Variant]:
     """The variants of one served file; ``fp32`` writes the float32 file and verifies it against eager;
-    ``cuda_options``: the CUDA provider options an ONNX file's config serves; ``tf32_cores``: whether this
-    GPU runs TF32. On CUDA each runs as its backend serves it (export/precision/cuda_runtime.py)."""
+    ``cuda_options``: the CUDA provider options an ONNX file's config serves; ``capabilities``: this
+    machine's (whether its GPU runs TF32). On CUDA each runs as its backend serves it
+    (export/precision/cuda_runtime.py)."""
     if file_format == "onnx":
-        return _onnx_variants(spec, example, fp32, cuda_options, tf32_cores=tf32_cores)
+        return onnx_file_variants(
+            fp32=fp32,
+            run=lambda path, device, options: onnx_runner(path, spec, device, options),
+            feed=lambda batch: feed(spec, batch),
+            placement_feed=lambda: feed(spec, example),
+            capabilities=capabilities,
+            cuda_options=cuda_options,
+        )
 
-    def reduced(dtype: torch.dtype, device: str) -> Callable[[Path], Runner]:
-        def build(path: Path) -> Runner:
-            runner = torchscript_file(model, spec, example, path, dtype=dtype, device=device)
-            return runner if device == "cpu" else with_tf32(runner, LIBTORCH)
-
-        return build
+    def reduced(path: Path, dtype: str, device: str) -> Runner:
+        return torchscript_file(model, spec, example, path, dtype=getattr(torch, dtype), device=device)
 
     def fp32_cuda(path: Path) -> Runner:
         fp32(path)  # traced on the CPU and verified against eager; the libtorch backend maps it to the GPU
-        return with_tf32(torchscript_runner(path, "cuda"), LIBTORCH)
+        return torchscript_runner(path, "cuda")
 
-    def cuda(name: str, precision: str, build: Callable[[Path], Runner]) -> Variant:
-        return Variant(name=name, precision=precision, device="cuda", build=build, tf32=LIBTORCH)
-
-    bf16, half = torch.bfloat16, torch.float16
-    return [
-        Variant(name="torchscript-fp32", precision="fp32", device="cpu", build=fp32),
-        Variant(name="torchscript-bf16", precision="bf16", device="cpu", build=reduced(bf16, "cpu")),
-        cuda("torchscript-fp32-cuda", "fp32", fp32_cuda),
-        cuda("torchscript-bf16-cuda", "bf16", reduced(bf16, "cuda")),
-        cuda("torchscript-fp16-cuda", "fp16", reduced(half, "cuda")),
-    ]
-
-
-def _onnx_variants(
-    spec: ModuleSpec,
-    example: Batch,
-    fp32: Callable[[Path], Runner],
-    cuda_options: Mapping[str, str],
-    *,
-    tf32_cores: bool,
-) -> list[Variant]:
-    """fp32 on a CPU, and float32 on CUDA in the TF32 mode its config serves."""
-    options = dict(cuda_options)
-    mode = serving_mode("onnx", options, tf32_cores=tf32_cores)
-    float32 = "tf32" if mode.matmul else "fp32"
-
-    def onnx_float32_cuda(path: Path) -> Runner:
-        fp32(path)
-        what = f"onnx-{float32}-cuda"
-        require_cuda_placement(path, feed(spec, example), what=what, cuda_options=options)
-        return onnx_runner(path, spec, "cuda", options)
-
-    def onnx_feed(batch: Batch) -> dict[str, np.ndarray]:
-        return feed(spec, batch)
-
-    return [
-        Variant(name="onnx-fp32", precision="fp32", device="cpu", build=fp32, feed=onnx_feed),
-        Variant(
-            name=f"onnx-{float32}-cuda",
-            precision=float32,
-            device="cuda",
-            build=onnx_float32_cuda,
-            feed=onnx_feed,
-            cuda_options=options,
-            tf32=mode,
-        ),
-    ]
+    return torchscript_file_variants(fp32=fp32, fp32_cuda=fp32_cuda, write=reduced)

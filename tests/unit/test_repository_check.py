@@ -115,6 +115,15 @@ def pipeline(
     model(root, "pipeline", ENSEMBLE.format(dtype=dtype, step=step, written=written, ragged=ragged))
 
 
+# (severity, model, finding code) and what writes the broken repository, called as write(root, pt)
+Case = tuple[tuple[str, str, str], Callable[..., object]]
+
+
+def ensemble_case(severity: str, code: str, **broken: str) -> Case:
+    """A case whose ensemble ``pipeline`` is written with :func:`pipeline`'s keywords ``broken``."""
+    return (severity, "pipeline", code), lambda root, pt: pipeline(root, **broken)
+
+
 def warmup(root: Path, sample: str, data: bytes | None = None) -> None:
     linear(root)
     config = root / "m" / "config.pbtxt"
@@ -126,7 +135,7 @@ def warmup(root: Path, sample: str, data: bytes | None = None) -> None:
 
 # Each case: (severity, model, finding code) and what writes the broken repository; the comment names the
 # upstream report of the defect.
-CASES: dict[str, tuple[tuple[str, str, str], Callable[..., object]]] = {
+CASES: dict[str, Case] = {
     # NVIDIA/dl-inference-server #23: "unexpected inference input ... allowed inputs are: input_1".
     "input named otherwise than in the file": (
         ("error", "m", "onnx-input-name"),
@@ -200,24 +209,14 @@ CASES: dict[str, tuple[tuple[str, str, str], Callable[..., object]]] = {
         ),
     ),
     # server #8653: allow_ragged_batch on an ensemble input, which the ensemble scheduler ignores.
-    "ragged ensemble input": (
-        ("warning", "pipeline", "ragged-ensemble"),
-        lambda root, pt: pipeline(root, ragged="allow_ragged_batch: true"),
-    ),
+    "ragged ensemble input": ensemble_case("warning", "ragged-ensemble", ragged="allow_ragged_batch: true"),
     # server #5943 (its follow-up): an ensemble step naming a model that is not loaded.
-    "ensemble step model missing": (
-        ("error", "pipeline", "ensemble-step-model"),
-        lambda root, pt: pipeline(root, step="preprocess"),
-    ),
+    "ensemble step model missing": ensemble_case("error", "ensemble-step-model", step="preprocess"),
     # server #2885: "inference input data-type is 'BYTES', model expects 'FP32'" inside an ensemble.
-    "ensemble datatypes": (
-        ("error", "pipeline", "ensemble-datatype"),
-        lambda root, pt: pipeline(root, dtype="TYPE_STRING"),
-    ),
+    "ensemble datatypes": ensemble_case("error", "ensemble-datatype", dtype="TYPE_STRING"),
     # server #4560: "output 'OUT' for ensemble 'full-pipeline' is not written".
-    "ensemble output not written": (
-        ("error", "pipeline", "ensemble-output-not-written"),
-        lambda root, pt: pipeline(root, written="INTERMEDIATE"),
+    "ensemble output not written": ensemble_case(
+        "error", "ensemble-output-not-written", written="INTERMEDIATE"
     ),
     # server #1795: a warm-up sample keyed by another name than the model's input.
     "warm-up input name": (
