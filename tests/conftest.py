@@ -1,10 +1,11 @@
-"""Test tiers by folder: tests/unit needs no server and no system tool (no root to install one) and starts
-no process of its own (tests/unit/test_no_process.py; an export it runs still gates ONNX files in
-build/serving-runtime's Python); tests/checks runs the project's commands and tools as
-processes (git, mypy, pip's resolver, the deploy scripts), no server; tests/integration runs a real local
-tritonserver, or the system tools the deploy files are written for; tests/images runs the commands of the
-deploy images built on the Python image, in environments built from exactly what each image installs
-(tritonlocal/image_envs.py), against a real local tritonserver."""
+"""Test tiers by folder: tests/unit needs no server and no system tool (no root to install one) and starts no
+process, through the code it tests included (tests/unit/conftest.py refuses one;
+tests/unit/test_no_process.py reads the tests' sources); tests/checks runs the project's commands and
+tools as processes (git, mypy, pip's resolver, the deploy scripts, the exports that gate ONNX files in
+build/serving-runtime's Python, a script that produces weights), no server; tests/integration runs a real
+local tritonserver, or the system tools the deploy files are written for; tests/images runs the commands
+of the deploy images built on the Python image, in environments built from exactly what each image
+installs (tritonlocal/image_envs.py), against a real local tritonserver."""
 
 from __future__ import annotations
 
@@ -179,3 +180,32 @@ def own_classes() -> Callable[..., tuple[Path, Path]]:
         return weights, labels
 
     return make
+
+
+@pytest.fixture(scope="session")
+def two_layer_onnx(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny ONNX graph, X [rows, 16] -> Y [rows, 8]: two Linear layers, each exported as one Gemm as in
+    the ragged text encoder, the first with a bias and the second without."""
+    import torch  # here, not at the top: most unit tests need no torch
+
+    class TwoLayers(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            torch.manual_seed(0)
+            self.first, self.second = torch.nn.Linear(16, 32), torch.nn.Linear(32, 8, bias=False)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.second(torch.relu(self.first(x)))
+
+    path = tmp_path_factory.mktemp("two_layers") / "two_layers.onnx"
+    torch.onnx.export(
+        TwoLayers().eval(),
+        (torch.zeros(2, 16),),
+        str(path),
+        input_names=["X"],
+        output_names=["Y"],
+        dynamic_axes={"X": {0: "rows"}, "Y": {0: "rows"}},
+        opset_version=17,
+        dynamo=False,
+    )
+    return path

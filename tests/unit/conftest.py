@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import shutil
+import subprocess  # only to refuse it (_no_process)
 import sys
 import types
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
+import numpy.testing  # noqa: F401 - its import runs lscpu once (check_support_sve): before _no_process
 import pytest
 from google.protobuf import json_format
 
@@ -106,35 +109,6 @@ def triton_python_model(fake_pb_utils) -> Iterator[Callable]:
         sys.modules.pop(name, None)
 
 
-@pytest.fixture(scope="session")
-def two_layer_onnx(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny ONNX graph, X [rows, 16] -> Y [rows, 8]: two Linear layers, each exported as one Gemm as in
-    the ragged text encoder, the first with a bias and the second without."""
-    import torch  # here, not at the top: most unit tests need no torch
-
-    class TwoLayers(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            torch.manual_seed(0)
-            self.first, self.second = torch.nn.Linear(16, 32), torch.nn.Linear(32, 8, bias=False)
-
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return self.second(torch.relu(self.first(x)))
-
-    path = tmp_path_factory.mktemp("two_layers") / "two_layers.onnx"
-    torch.onnx.export(
-        TwoLayers().eval(),
-        (torch.zeros(2, 16),),
-        str(path),
-        input_names=["X"],
-        output_names=["Y"],
-        dynamic_axes={"X": {0: "rows"}, "Y": {0: "rows"}},
-        opset_version=17,
-        dynamo=False,
-    )
-    return path
-
-
 PROJECT_PACKAGES = frozenset(
     {"clients", "demo", "description", "export", "loadtest", "samples", "tritonrepo", "tritonlocal"}
 )
@@ -197,3 +171,17 @@ def folders(scaffold_project: Path) -> list[str]:
         "--models",
         str(scaffold_project / "model_descriptions"),
     ]
+
+
+@pytest.fixture(autouse=True)
+def _no_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The unit tier starts no process, through the code under test included (tests/unit/test_no_process.py
+    reads the tests' own sources): a test that needs one belongs in tests/checks."""
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        what = next((a for a in args if not isinstance(a, subprocess.Popen)), kwargs)
+        raise AssertionError(f"a unit test started a process ({what!r}); move the test to tests/checks")
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", refuse)
+    for name in ("fork", "forkpty", "posix_spawn", "posix_spawnp", "system", "execv", "execve"):
+        monkeypatch.setattr(os, name, refuse)

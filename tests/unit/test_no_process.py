@@ -6,6 +6,7 @@ says what each tier holds)."""
 from __future__ import annotations
 
 import ast
+import importlib
 from pathlib import Path
 
 import pytest
@@ -46,10 +47,23 @@ def process_starts(source: str) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize("path", sorted(UNIT.glob("*.py")), ids=lambda path: path.name)
+@pytest.mark.parametrize(
+    "path", sorted(p for p in UNIT.glob("*.py") if p.name != "conftest.py"), ids=lambda path: path.name
+)
 def test_no_unit_test_starts_a_process(path: Path) -> None:
     found = process_starts(path.read_text(encoding="utf-8"))
     assert not found, f"{path.name} starts a process; move the test to tests/checks: {found}"
+
+
+def test_the_tier_refuses_a_process_that_the_code_under_test_starts() -> None:
+    """conftest.py imports subprocess only to refuse it, in every unit test, through any caller."""
+    found = process_starts((UNIT / "conftest.py").read_text(encoding="utf-8"))
+    assert [line.split(": ", 1)[1] for line in found] == ["import subprocess"]
+    popen = importlib.import_module("subprocess").Popen
+    with pytest.raises(AssertionError, match="move the test to tests/checks"):
+        popen(["true"])
+    with pytest.raises(AssertionError, match="move the test to tests/checks"):
+        importlib.import_module("os").posix_spawn("/bin/true", ["true"], {})
 
 
 @pytest.mark.parametrize(
