@@ -1,9 +1,9 @@
-"""The TF32 mode export/cuda_runtime.py gives libtorch's variants is torch's own default, read in a fresh
-process, where nothing has set them."""
+"""The TF32 mode export/precision/cuda_runtime.py gives libtorch's variants is torch's own default, read in a
+fresh process, where nothing has set them."""
 
 from __future__ import annotations
 
-from export.cuda_runtime import LIBTORCH
+from export.precision.cuda_runtime import LIBTORCH
 
 
 def test_libtorchs_mode_is_torchs_own_default(run_python) -> None:
