@@ -15,7 +15,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
-import numpy.testing  # noqa: F401 - its import runs lscpu once (check_support_sve): before _no_process
 import pytest
 from google.protobuf import json_format
 
@@ -173,15 +172,27 @@ def folders(scaffold_project: Path) -> list[str]:
     ]
 
 
+# What libraries run once when first imported, to read the machine (numpy.testing: lscpu; torch's CUDA
+# library finder: ldconfig -p): probes, not a test's own command, so the refusal lets them through.
+IMPORT_PROBES = frozenset({"lscpu", "ldconfig"})
+
+
 @pytest.fixture(autouse=True)
 def _no_process(monkeypatch: pytest.MonkeyPatch) -> None:
     """The unit tier starts no process, through the code under test included (tests/unit/test_no_process.py
     reads the tests' own sources): a test that needs one belongs in tests/checks."""
+    popen_init = subprocess.Popen.__init__
 
     def refuse(*args: object, **kwargs: object) -> None:
         what = next((a for a in args if not isinstance(a, subprocess.Popen)), kwargs)
         raise AssertionError(f"a unit test started a process ({what!r}); move the test to tests/checks")
 
-    monkeypatch.setattr(subprocess.Popen, "__init__", refuse)
+    def popen(self: subprocess.Popen, args: object, *rest: object, **kwargs: object) -> None:
+        command = [args] if isinstance(args, (str, bytes, os.PathLike)) else list(args)  # type: ignore[call-overload]
+        if command and Path(os.fsdecode(command[0])).name in IMPORT_PROBES:
+            return popen_init(self, args, *rest, **kwargs)  # type: ignore[arg-type]
+        refuse(args)
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", popen)
     for name in ("fork", "forkpty", "posix_spawn", "posix_spawnp", "system", "execv", "execve"):
         monkeypatch.setattr(os, name, refuse)
