@@ -16,7 +16,6 @@ its own, where links that point back into model_repository/ would dangle.
 from __future__ import annotations
 
 import copy
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,7 +23,7 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from tritonrepo.configs import ModelEntry, instance_count, load_repository, threads_per_instance
 from tritonrepo.files import NATIVE_RUNTIMES
-from tritonrepo.host_instances import scale_parsed_config
+from tritonrepo.host_instances import scale_parsed_config, usable_cores
 from tritonrepo.writer import COPY, DerivedModel, write_repository
 
 # The parameters each native backend reads for its thread pools (read in the r24.10 sources):
@@ -117,7 +116,7 @@ def write_cpu_copy(source: Path, target: Path, *, cores: int | None = None) -> C
     file is missing is copied anyway: the server then reports it by name when it fails to load.
     """
     models = load_repository(source)
-    cores = cores or os.cpu_count() or 1
+    cores = cores or usable_cores()
     result = CpuCopyResult()
     copies = [DerivedModel(entry=entry, config=cpu_config(entry, cores=cores)) for entry in models.values()]
     result.written = list(write_repository(source, target, copies, placement=COPY, made_by=MADE_BY))

@@ -13,7 +13,6 @@ from __future__ import annotations
 import fnmatch
 import json
 import logging
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -64,7 +63,7 @@ def derive_local_config(
         adopted = config.parameters["intra_op_threads"].string_value if overlay is not None else ""
         # Divide the cores between the instances: several pools that each take every core slow each
         # other down.
-        cores = os.cpu_count() or 1
+        cores = usable_cores()
         threads = intra_op_threads or int(adopted or threads_per_instance(cores, instance_count(config)))
         config.parameters["intra_op_threads"].string_value = str(threads)
         # The local runner refuses a request outside the recorded bounds with an error naming the input,
