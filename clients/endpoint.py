@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from tritonrepo.choices import check_choice
+
 PROTOCOLS = ("http", "grpc")
 DEFAULT_PORTS = {"http": 8000, "grpc": 8001}
 
@@ -16,8 +18,7 @@ class Endpoint:
     port: int
 
     def __post_init__(self) -> None:
-        if self.protocol not in PROTOCOLS:
-            raise ValueError(f"protocol must be one of {', '.join(PROTOCOLS)}, got {self.protocol!r}")
+        check_choice("protocol", self.protocol, PROTOCOLS)
         if not self.host:
             raise ValueError("host must not be empty")
         if not 0 < self.port <= 65535:
@@ -41,8 +42,8 @@ def parse_url(url: str, protocol: str | None = None) -> Endpoint:
     are an error, as are paths, TLS schemes and unknown schemes. A missing port is the protocol's
     default (8000 for http, 8001 for grpc).
     """
-    if protocol is not None and protocol not in PROTOCOLS:
-        raise ValueError(f"protocol must be one of {', '.join(PROTOCOLS)}, got {protocol!r}")
+    if protocol is not None:
+        check_choice("protocol", protocol, PROTOCOLS)
     text = url.strip()
     if not text:
         raise ValueError("url must not be empty; use e.g. 'http://127.0.0.1:8000' or 'grpc://127.0.0.1:8001'")

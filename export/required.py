@@ -12,25 +12,22 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from export.common import ExportError
-from tritonrepo.configs import closure, load_repository
+from tritonrepo.configs import closure, load_holding
 
 REQUIRED_VARIABLE = "TRITON_REQUIRED_MODELS"
 
 
 def required_models(repository: Path, environ: Mapping[str, str]) -> set[str] | None:
     """Every model the pipelines of ``TRITON_REQUIRED_MODELS`` call, themselves included; None when the
-    variable is unset or empty (every file required). Raises ExportError naming a pipeline that
+    variable is unset or empty (every file required). Raises RepositoryError naming a pipeline that
     ``repository`` does not hold."""
     names = [name.strip() for name in environ.get(REQUIRED_VARIABLE, "").split(",") if name.strip()]
     if not names:
         return None
-    models = load_repository(repository)
-    unknown = [name for name in names if name not in models]
-    if unknown:
-        raise ExportError(
-            f"{REQUIRED_VARIABLE}={environ[REQUIRED_VARIABLE]!r} names {', '.join(unknown)}, which "
-            f"{repository} does not hold; name models it holds (e.g. {', '.join(sorted(models)[:4])}), "
-            "comma-separated, or leave it unset to require every file"
-        )
+    models = load_holding(
+        repository,
+        names,
+        named_by=f"{REQUIRED_VARIABLE}={environ[REQUIRED_VARIABLE]!r}",
+        fix="name models it holds, comma-separated, or leave it unset to require every file",
+    )
     return {model for name in names for model in closure(models, name)}

@@ -7,6 +7,7 @@ what the server does.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -102,6 +103,19 @@ def format_config(config: ModelConfig) -> str:
 def load_repository(root: Path) -> dict[str, ModelEntry]:
     """Every model of the repository at ``root``, keyed by name; the folder name must match ``name:``."""
     return {folder.name: read_model(folder) for folder in model_folders(root)}
+
+
+def load_holding(root: Path, names: Sequence[str], *, named_by: str, fix: str) -> dict[str, ModelEntry]:
+    """The repository at ``root`` (:func:`load_repository`), which must hold every model ``names`` names;
+    else RepositoryError saying what named them (``named_by``), those it lacks, those it has and ``fix``."""
+    models = load_repository(root)
+    unknown = [name for name in names if name not in models]
+    if unknown:
+        raise RepositoryError(
+            f"{named_by} names {', '.join(unknown)}, which {root} does not hold; it holds "
+            f"{', '.join(sorted(models))}; {fix}"
+        )
+    return models
 
 
 def model_folders(root: Path) -> list[Path]:

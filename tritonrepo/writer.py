@@ -32,6 +32,7 @@ from pathlib import Path
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from tritonrepo import cpu_overlay
+from tritonrepo.choices import check_choice
 from tritonrepo.configs import ModelEntry, format_config
 from tritonrepo.files import EXPORT_MANIFEST, EXPORTED_FILENAMES
 from tritonrepo.paths import REPOSITORY
@@ -64,8 +65,7 @@ def write_repository(
     """Write ``target`` afresh with ``models``, their files placed as ``placement`` says (:data:`LINK` or
     :data:`COPY`) and ``made_by`` (the command or module) in each header; returns served model name ->
     sha256 of its configuration (without the header)."""
-    if placement not in PLACEMENTS:
-        raise ValueError(f"placement must be one of {', '.join(PLACEMENTS)}, got {placement!r}")
+    check_choice("placement", placement, PLACEMENTS)
     source, target = Path(source), Path(target)
     if target.resolve() == source.resolve():
         raise ValueError(f"target {target} is the source repository; choose another folder such as build/")

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from export.common import ExportError
+from tritonrepo.choices import check_choice
 
 logger = logging.getLogger(__name__)
 
@@ -102,8 +103,7 @@ class Capabilities:
     served_on: str = "here"
 
     def __post_init__(self) -> None:
-        if self.served_on not in SERVED_ON:
-            raise ValueError(f"served_on must be one of {SERVED_ON}, got {self.served_on!r}")
+        check_choice("served_on", self.served_on, SERVED_ON)
         if self.served_on == "gpu" and self.cuda is None:
             raise ExportError(NO_GPU_FOR_GPU_SERVING)
 

@@ -39,6 +39,7 @@ from loadtest.experiments import stages as experiment_stages
 from loadtest.experiments.plans import Plan
 from loadtest.load import environment
 from loadtest.report.markdown import write_report
+from tritonrepo.choices import check_choice
 from tritonrepo.commands import EXIT_FAILED, EXIT_OK, EXIT_USAGE, command_parser
 from tritonrepo.paths import BUILD, PRECISION_RECORDS, REPORTS, REPOSITORY, ROOT
 from tritonrepo.progress import Progress
@@ -57,8 +58,7 @@ class BenchOptions:
     models: tuple[str, ...] = ()  # the sweep's and `batching`'s models instead of the plan's
 
     def __post_init__(self) -> None:
-        if self.mode not in plans.PLANS:
-            raise ValueError(f"mode must be one of {', '.join(plans.PLANS)}, got {self.mode!r}")
+        check_choice("mode", self.mode, plans.PLANS)
         plans.with_models(plans.PLANS[self.mode], self.models, REPOSITORY)
         unknown = set(self.skip) - set(registry.KEYS)
         if unknown:

@@ -38,6 +38,7 @@ from typing import Any
 
 from clients import ModelStatistics
 from clients.stats import parse_statistics
+from loadtest.load.quantiles import quantile
 from loadtest.load.stub_timings import StubTimes, stub_times_since
 
 TOLERANCE = 0.10
@@ -211,7 +212,6 @@ def split(
         facts.append(_facts(step, deltas[step]))
     inside = sum(p.ms for p in parts if p.kind != CLIENT)
     parts.append(Part(kind=REMAINDER, ms=server_ms - inside))
-    ordered = sorted(latencies_ms)
     return Budget(
         service=service,
         in_flight=in_flight,
@@ -220,8 +220,8 @@ def split(
         server_ms=server_ms,
         parts=parts,
         steps=facts,
-        p50_ms=_percentile(ordered, 50),
-        p99_ms=_percentile(ordered, 99),
+        p50_ms=quantile(latencies_ms, 0.5),
+        p99_ms=quantile(latencies_ms, 0.99),
         notes=notes,
     )
 
@@ -286,8 +286,3 @@ def _count_notes(
 
 def _per_request_ms(total_ns: int, count: int) -> float:
     return total_ns / count / 1e6 if count else 0.0
-
-
-def _percentile(ordered: list[float], percent: int) -> float:
-    index = min(len(ordered) - 1, max(0, round(percent / 100 * len(ordered)) - 1))
-    return ordered[index]

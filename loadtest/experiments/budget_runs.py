@@ -30,7 +30,7 @@ from loadtest.experiments.budget import Budget, from_record
 from loadtest.load.model_rows import Row
 from loadtest.load.observe import NO_RETRY
 from loadtest.load.perf_inputs import request_rows
-from loadtest.load.stub_timings import read_stub_times
+from loadtest.load.stub_timings import StubTimes, read_stub_times
 from tritonrepo.configs import load_repository
 
 logger = logging.getLogger(__name__)
@@ -208,8 +208,8 @@ def _settled_statistics(
     return latest
 
 
-def _as_dicts(times: dict[str, Any] | None) -> dict[str, dict[str, int]] | None:
-    return None if times is None else {model: t.to_dict() for model, t in times.items()}
+def _as_dicts(times: dict[str, StubTimes] | None) -> dict[str, dict[str, int]] | None:
+    return None if times is None else {model: dataclasses.asdict(t) for model, t in times.items()}
 
 
 def service_rows(repository: Path, service: str, entries: int) -> list[Row]:

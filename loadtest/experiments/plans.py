@@ -16,7 +16,7 @@ from loadtest.experiments import registry
 from loadtest.experiments.budget_stage import BudgetPlan
 from loadtest.load.perf import PerfSettings
 from tritonrepo.clones import Clone
-from tritonrepo.configs import closure, exported_step, load_repository, pipeline_steps
+from tritonrepo.configs import closure, exported_step, load_holding, load_repository, pipeline_steps
 from tritonrepo.errors import RepositoryError
 
 TEXT_MODEL, IMAGE_MODEL = "text_embedder", "image_classifier"
@@ -140,13 +140,10 @@ def with_models(plan: Plan, models: tuple[str, ...], source: Path) -> Plan:
     model or in a model it calls) instead of its defaults."""
     if not models:
         return plan
-    repository = load_repository(source)
-    unknown = [m for m in models if m not in repository]
-    if unknown:
-        raise ValueError(
-            f"--models names models not in {source}: {', '.join(unknown)}; "
-            f"available: {', '.join(sorted(repository))}"
-        )
+    try:
+        repository = load_holding(source, models, named_by="--models", fix="name models it holds")
+    except RepositoryError as e:
+        raise ValueError(str(e)) from e
     for model in models:
         try:
             pipeline_steps(repository, model)
@@ -160,9 +157,7 @@ def with_models(plan: Plan, models: tuple[str, ...], source: Path) -> Plan:
     return replace(plan, sweep_models=models, batching_models=batching)
 
 
-def served_clones(
-    plan: Plan, source: Path, pad_nodes_image: Path, skip: tuple[str, ...] = ()
-) -> list[Clone]:
+def served_clones(plan: Plan, source: Path, pad_nodes_image: Path, skip: tuple[str, ...] = ()) -> list[Clone]:
     """What the served stage serves for the experiments ``skip`` leaves in: the plan's models and their
     clones without batching, and where an experiment on the shipped models runs, the shipped ensembles
     and that experiment's clones (a run of the --models experiments alone serves nothing else)."""

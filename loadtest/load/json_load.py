@@ -9,11 +9,12 @@ answers the same JSON request as Triton, so one generator drives both and their 
 from __future__ import annotations
 
 import asyncio
-import statistics
 import time
 from dataclasses import dataclass
 
 import aiohttp
+
+from loadtest.load.quantiles import quantile
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -76,13 +77,12 @@ def run_json_load(
         )
     asyncio.run(_run(url, texts, concurrency=concurrency, requests=warmup))
     latencies, failures, wall_s = asyncio.run(_run(url, texts, concurrency=concurrency, requests=requests))
-    ordered = sorted(latencies)
     return JsonLoadResult(
         label=label,
         concurrency=concurrency,
         requests=len(latencies),
         failures=failures,
         wall_s=wall_s,
-        p50_ms=statistics.median(ordered),
-        p99_ms=ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))],
+        p50_ms=quantile(latencies, 0.5),
+        p99_ms=quantile(latencies, 0.99),
     )

@@ -23,6 +23,7 @@ from clients.transport import grpc_headers
 from loadtest.load.perf_inputs import InputData
 from tritonlocal.perf_analyzer import locate
 from tritonrepo.access import ADMIN_HEADER
+from tritonrepo.choices import check_choice
 
 logger = logging.getLogger(__name__)
 
@@ -95,8 +96,7 @@ class PerfTarget:
     admin_key: str | None = None
 
     def __post_init__(self) -> None:
-        if self.protocol not in PROTOCOLS:
-            raise ValueError(f"protocol must be one of {PROTOCOLS}, got {self.protocol!r}")
+        check_choice("protocol", self.protocol, PROTOCOLS)
         if self.concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {self.concurrency}")
 

@@ -65,14 +65,6 @@ class StubTimes:
         """The model's own callables' time per request, in ms (0 without requests)."""
         return self.model_ns / self.requests / 1e6 if self.requests else 0.0
 
-    def to_dict(self) -> dict[str, int]:
-        return {
-            "executions": self.executions,
-            "requests": self.requests,
-            "execute_ns": self.execute_ns,
-            "model_ns": self.model_ns,
-        }
-
 
 def read_stub_times(folder: Path) -> dict[str, StubTimes]:
     """Every model's counters in ``folder``, summed over its instances (its files); {} where none."""

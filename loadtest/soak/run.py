@@ -36,6 +36,7 @@ from PIL import Image
 
 from clients.sync_client import TritonClient
 from loadtest.load.observe import rss_mb
+from loadtest.load.quantiles import quantile
 from loadtest.soak.config import SoakConfig
 from loadtest.soak.faults import FaultEvent, run_faults
 from loadtest.soak.progress import SoakProgress
@@ -187,13 +188,13 @@ def process_rss_mb(server_pid: int | None) -> dict[str, float]:
 def sample_row(elapsed_s: float, phase: str, interval_s: float, done: Tally, rss: dict[str, float]) -> dict:
     row: dict = {"time_s": round(elapsed_s, 1), "phase": phase}
     for kind in KINDS:
-        latencies = sorted(done.latencies_s[kind])
+        latencies = done.latencies_s[kind]
         row[f"{kind}_per_s"] = round(done.ok[kind] / interval_s, 2)
         row[f"{kind}_ok"] = done.ok[kind]
         row[f"{kind}_errors"] = done.errors[kind]
         row[f"{kind}_shed"] = done.shed[kind]
-        row[f"{kind}_p50_ms"] = round(1000 * _quantile(latencies, 0.5), 1)
-        row[f"{kind}_p95_ms"] = round(1000 * _quantile(latencies, 0.95), 1)
+        row[f"{kind}_p50_ms"] = round(1000 * quantile(latencies, 0.5), 1)
+        row[f"{kind}_p95_ms"] = round(1000 * quantile(latencies, 0.95), 1)
     row["rss_total_mb"] = round(sum(rss.values()), 1)
     row.update({f"rss_mb:{name}": round(value, 1) for name, value in sorted(rss.items())})
     return row
@@ -273,10 +274,6 @@ def _sample_until_done(
     if injector is not None:
         injector.join()
     return rows, faults
-
-
-def _quantile(values: list[float], q: float) -> float:
-    return values[min(len(values) - 1, int(q * len(values)))] if values else 0.0
 
 
 def _image_variants(count: int, *, seed: int) -> list[bytes]:

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from tritonrepo.choices import check_choice
 from tritonrepo.configs import ModelEntry, exported_step, load_repository
 from tritonrepo.derive import derive_local_config
 from tritonrepo.errors import RepositoryError
@@ -105,8 +106,7 @@ class TunePlan:
     kind: str = "KIND_CPU"  # the instances searched: the local CPU configuration, or on this machine's GPU
 
     def __post_init__(self) -> None:
-        if self.kind not in KINDS:
-            raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
+        check_choice("kind", self.kind, KINDS)
         if not self.pipelines:
             raise ValueError("name at least one model to tune, e.g. --models image_classifier")
         if self.latency_budget_ms <= 0:

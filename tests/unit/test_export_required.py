@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from export.__main__ import _exit_status, main
-from export.common import ExportError
 from export.pipeline import ExportResult
 from export.required import REQUIRED_VARIABLE, required_models
+from tritonrepo.errors import RepositoryError
 from tritonrepo.paths import REPOSITORY
 
 
@@ -38,7 +38,8 @@ def test_a_required_pipeline_needs_every_model_it_calls_and_nothing_else() -> No
 
 def test_a_required_model_the_repository_does_not_hold_is_named() -> None:
     with pytest.raises(
-        ExportError, match=r"names text_embeder, which .* does not hold; name models it holds"
+        RepositoryError,
+        match=r"names text_embeder, which .* does not hold; it holds .*; name models it holds",
     ):
         required_models(REPOSITORY, {REQUIRED_VARIABLE: "image_classifier,text_embeder"})
 

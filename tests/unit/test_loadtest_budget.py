@@ -27,6 +27,7 @@ from loadtest.experiments.budget import (
     from_record,
 )
 from loadtest.experiments.budget_stage import BudgetPlan
+from loadtest.load.quantiles import quantile
 from loadtest.load.stub_timings import read_stub_times, server_environment, stub_times_since
 from loadtest.report.budget_section import part_labels, section
 from tritonrepo.served_code import load_served_module
@@ -249,3 +250,10 @@ def test_recorded_statistics_parse_with_the_clients_own_parser() -> None:
     run = copy.deepcopy(record("image_classifier_c1"))
     parsed = {s.model: s for s in parse_statistics(run["statistics_after"])}
     assert set(parsed) == {"image_classifier", *run["steps"]}
+
+
+def test_a_quantile_is_a_latency_some_request_had_and_nothing_without_requests() -> None:
+    latencies = [float(ms) for ms in range(100, 0, -1)]  # 1..100 ms, in no particular order
+    assert [quantile(latencies, q) for q in (0.5, 0.99, 1.0)] == [51.0, 100.0, 100.0]
+    assert quantile([7.5, 2.5], 0.5) == 7.5  # one of them, not their mean
+    assert quantile([], 0.99) == 0.0

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tritonrepo.choices import check_choice
+
 SEVERITIES = ("error", "warning", "note")
 # Where a finding is about the repository or the Triton release rather than one model.
 REPOSITORY_WIDE = "(repository)"
@@ -25,8 +27,7 @@ class Finding:
     fix: str
 
     def __post_init__(self) -> None:
-        if self.severity not in SEVERITIES:
-            raise ValueError(f"severity must be one of {SEVERITIES}, got {self.severity!r}")
+        check_choice("severity", self.severity, SEVERITIES)
 
     def line(self) -> str:
         return f"{self.severity}: {self.model}: {self.problem}; fix: {self.fix} [{self.code}]"

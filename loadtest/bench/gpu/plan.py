@@ -17,6 +17,7 @@ from export.precision.records import kept_file, served_variant
 from loadtest.experiments.budget_stage import BudgetPlan
 from loadtest.load.perf import PerfSettings
 from tritonrepo.atomic_files import sha256_file
+from tritonrepo.choices import check_choice
 from tritonrepo.clones import Clone, build_repository
 from tritonrepo.configs import closure, exported_step, load_repository
 from tritonrepo.files import exported_filename
@@ -50,8 +51,7 @@ class GpuPlan:
     budget: BudgetPlan = BudgetPlan(requests=200, inprocess_repeats=5)  # the `budget` experiment
 
     def __post_init__(self) -> None:
-        if self.kind not in KINDS:
-            raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
+        check_choice("kind", self.kind, KINDS)
         if "--served-on" not in self.export_args or {"--repository", "--records"} & set(self.export_args):
             raise ValueError(
                 f"plan {self.name}: export_args {self.export_args} must say where the models are served "
