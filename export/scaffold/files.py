@@ -32,7 +32,7 @@ KEEP = ".gitkeep"  # keeps an ensemble's empty version folder in git
 # The starting point: 1 ms of queueing buys batches of the requests that arrive together, and two
 # instances (at least two behind the bounded queue, description/config_rules.py) let one batch run while the
 # next forms. Tune them in the description once the model is real.
-BATCHING = {"max_queue_delay_us": 1000, "preferred_batch_sizes": [8, 16, 32]}
+BATCHING: dict[str, Any] = {"max_queue_delay_us": 1000, "preferred_batch_sizes": [8, 16, 32]}
 
 
 def check_name(name: str) -> str:

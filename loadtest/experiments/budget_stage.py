@@ -18,6 +18,7 @@ import shutil
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -206,7 +207,7 @@ def _pipeline(
     return tensors, file
 
 
-def _only(row: Row) -> object:
+def _only(row: Row) -> Any:
     """The one item of a request row of one STRING input (an encoded image or a text)."""
     (value,) = row.values()
     return value.reshape(-1)[0]

@@ -27,3 +27,8 @@ def test_every_python_model_type_checks_against_tritons_api(
     model_py: Path, run_python: Callable[..., object]
 ) -> None:
     run_python("-m", "mypy", model_py.relative_to(ROOT).as_posix())
+
+
+def test_the_packages_and_served_helpers_type_check(run_python: Callable[..., object]) -> None:
+    """`make lint`'s mypy run: the packages and served helpers pyproject.toml names, in one run."""
+    run_python("-m", "mypy")

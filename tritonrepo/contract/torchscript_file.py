@@ -178,7 +178,9 @@ def _indices(name: str, kind: str, names: list[str], count: int | None) -> list[
     repeated = sorted(
         {n for n, i in zip(names, indices, strict=True) if i is not None and indices.count(i) > 1}
     )
-    beyond = [n for n, i in zip(names, indices, strict=True) if None not in (i, count) and i >= count]
+    beyond = [
+        n for n, i in zip(names, indices, strict=True) if i is not None and count is not None and i >= count
+    ]
     if not (unnamed or repeated or beyond):
         return []
     problem = f"{kind} names {names} bind positions {indices}"
