@@ -8,7 +8,10 @@ Triton buys over it:
 - ``--pipeline text``: a JSON request with a BYTES ``TEXT`` input -> the ``EMBEDDING`` output;
 - ``--pipeline image``: a request with a BYTES ``IMAGE_BYTES`` input in the binary-data extension (what
   ``tritonclient`` sends) -> image_preprocess's code, the exported classifier, softmax and top-5, as JSON
-  ``CLASS_IDS``, ``SCORES`` and ``LABELS`` (image_postprocess's outputs and labels).
+  ``CLASS_IDS``, ``SCORES`` and ``LABELS`` (image_postprocess's outputs and labels);
+- ``--pipeline tensors``: a JSON request with the named inputs of one exported ONNX file (``--model``), fed
+  to it as they are -> every output of the file, as JSON. A request naming an input the file does not
+  take, leaving one out, or of another datatype or shape gets a 400 saying so.
 
 ``python -m loadtest.baselines.minimal_server --model model_repository/minilm_onnx/1/model.onnx
 --tokenizer model_repository/text_tokenizer/1/tokenizer.json --port 0`` prints the port it bound.
@@ -33,10 +36,14 @@ from pathlib import Path
 
 import numpy as np
 from tokenizers import Tokenizer
+from tritonclient.utils import np_to_triton_dtype
 
 from loadtest.baselines.pipelines import ExportedEncoder, ImagePipeline
 from tritonrepo.commands import command_parser
+from tritonrepo.contract.onnx_file import triton_datatype
+from tritonrepo.exported_runtime import OnnxRunner
 from tritonrepo.paths import REPOSITORY
+from tritonrepo.tensors import TensorSpec
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +55,7 @@ Answer = Callable[[bytes, Mapping[str, str]], Callable[[], list[dict]]]
 BINARY_HEADER = "inference-header-content-length"  # KServe v2's binary-data extension, lower-cased
 TEXT_REQUEST = "a KServe v2 JSON request with a TEXT input"
 IMAGE_REQUEST = "a KServe v2 request with a BYTES IMAGE_BYTES input as binary data"
+TENSORS_REQUEST = "a KServe v2 JSON request with the inputs {}"
 LABELS_FILE = REPOSITORY / "image_postprocess" / "1" / "imagenet_labels.txt"
 
 
@@ -92,6 +100,72 @@ def image_answer(pipeline: ImagePipeline, labels: list[str]) -> Answer:
         ]
 
     return answer
+
+
+def tensors_answer(runner: OnnxRunner) -> Answer:
+    """The named inputs of a request, fed to the file as they are -> every output of the file."""
+    inputs = graph_inputs(runner)
+    outputs = [o.name for o in runner.session.get_outputs()]
+
+    def answer(body: bytes, _: Mapping[str, str]) -> Callable[[], list[dict]]:
+        feeds = request_tensors(body, inputs)
+        return lambda: [
+            _output(name, np_to_triton_dtype(array.dtype), array)
+            for name, array in zip(outputs, runner.run(feeds), strict=True)
+        ]
+
+    return answer
+
+
+def graph_inputs(runner: OnnxRunner) -> list[TensorSpec]:
+    """The file's inputs: name, Triton datatype, dims after the batch axis (-1 where any size goes)."""
+    return [
+        TensorSpec(
+            name=arg.name,
+            datatype=triton_datatype(arg.type),
+            dims=tuple(d if isinstance(d, int) and d >= 0 else -1 for d in arg.shape[1:]),
+        )
+        for arg in runner.session.get_inputs()
+    ]
+
+
+def inputs_text(inputs: list[TensorSpec]) -> str:
+    """The inputs as a request must send them, e.g. ``FEATURES FP32 [batch, 9]``."""
+    return ", ".join(f"{t.name} {t.datatype} {_shape_text(t)}" for t in inputs)
+
+
+def _shape_text(spec: TensorSpec) -> str:
+    return f"[batch, {', '.join(map(str, spec.dims))}]"
+
+
+def request_tensors(body: bytes, inputs: list[TensorSpec]) -> dict[str, np.ndarray]:
+    """The arrays of a KServe v2 JSON request, one for each of ``inputs``, checked against them: every
+    input named once, none unknown, each of its datatype and dims (-1: any size) with as many values as
+    its shape holds."""
+    given = {tensor["name"]: tensor for tensor in json.loads(body)["inputs"]}
+    names = [t.name for t in inputs]
+    unknown, missing = sorted(set(given) - set(names)), [n for n in names if n not in given]
+    if unknown:
+        raise ValueError(f"unknown input(s) {unknown}; the model's inputs are {names}")
+    if missing:
+        raise ValueError(f"missing input(s) {missing}; send each of the model's inputs {names}")
+    feeds = {}
+    for spec in inputs:
+        tensor = given[spec.name]
+        shape = tuple(int(d) for d in tensor["shape"])
+        if tensor["datatype"] != spec.datatype or not spec.matches(shape):
+            raise ValueError(
+                f"input {spec.name} is {tensor['datatype']} of shape {list(shape)}; the model takes "
+                f"{spec.datatype} of shape {_shape_text(spec)} (-1: any size)"
+            )
+        values = np.asarray(tensor["data"], dtype=spec.numpy_dtype).ravel()
+        if values.size != int(np.prod(shape)):
+            raise ValueError(
+                f"input {spec.name} has {values.size} values; its shape {list(shape)} holds "
+                f"{int(np.prod(shape))}"
+            )
+        feeds[spec.name] = values.reshape(shape)
+    return feeds
 
 
 def make_server(
@@ -208,12 +282,9 @@ class _Server(ThreadingHTTPServer):
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    answer, expects = _answer(args)
     server = make_server(
-        answer=_answer(args),
-        model_name=args.name,
-        port=args.port,
-        reuse_port=args.reuse_port,
-        expects=IMAGE_REQUEST if args.pipeline == "image" else TEXT_REQUEST,
+        answer=answer, model_name=args.name, port=args.port, reuse_port=args.reuse_port, expects=expects
     )
     print(f"listening on http://127.0.0.1:{server.server_address[1]}", flush=True)
     try:
@@ -225,19 +296,24 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _answer(args: argparse.Namespace) -> Answer:
+def _answer(args: argparse.Namespace) -> tuple[Answer, str]:
+    """The pipeline's answer and the request it expects."""
     if args.pipeline == "image":
         pipeline = ImagePipeline(
             args.repository, classifier_model=args.classifier, runtime="onnxruntime", threads=args.threads
         )
-        return image_answer(pipeline, LABELS_FILE.read_text().splitlines())
+        return image_answer(pipeline, LABELS_FILE.read_text().splitlines()), IMAGE_REQUEST
+    if args.pipeline == "tensors":
+        if args.model is None or args.model.suffix != ".onnx":
+            raise SystemExit(f"--pipeline tensors needs --model, an exported .onnx file; got {args.model}")
+        runner = OnnxRunner(args.model, threads=args.threads)
+        return tensors_answer(runner), TENSORS_REQUEST.format(inputs_text(graph_inputs(runner)))
     if args.model is None or args.tokenizer is None:
         raise SystemExit(
             "--pipeline text needs --model (the exported encoder) and --tokenizer (tokenizer.json)"
         )
-    return text_answer(
-        load_encoder(args.model, threads=args.threads), Tokenizer.from_file(str(args.tokenizer))
-    )
+    encoder = load_encoder(args.model, threads=args.threads)
+    return text_answer(encoder, Tokenizer.from_file(str(args.tokenizer))), TEXT_REQUEST
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -246,8 +322,12 @@ def _parser() -> argparse.ArgumentParser:
         __doc__,
         exit_codes="0 stopped by Ctrl-C, 1 the model or the port could not be used, 2 a usage error",
     )
-    parser.add_argument("--pipeline", choices=("text", "image"), default="text", help="what it serves")
-    parser.add_argument("--model", type=Path, help="text: the exported encoder, .onnx or .pt")
+    parser.add_argument(
+        "--pipeline", choices=("text", "image", "tensors"), default="text", help="what it serves"
+    )
+    parser.add_argument(
+        "--model", type=Path, help="text: the exported encoder, .onnx or .pt; tensors: the .onnx file it runs"
+    )
     parser.add_argument("--tokenizer", type=Path, help="text: its tokenizer.json")
     parser.add_argument(
         "--repository", type=Path, default=REPOSITORY, help="image: the repository of image_preprocess"

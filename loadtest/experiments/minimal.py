@@ -1,12 +1,20 @@
 """The `minimal` experiment: Triton against the simplest alternative, measured side by side in one run.
 
-The alternative (:mod:`loadtest.baselines.minimal_server`) answers one request at a time per process with the
-same exported encoder file and runtime the text ensemble serves, and the same tokenizer; it is deployed
-as one process and as one worker process per core sharing a port (as a user would deploy it behind a
-pre-fork server). One closed-loop JSON load generator (:mod:`loadtest.load.json_load`) drives every arm
-at each concurrency, alternating Triton, one process, workers, Triton... for ``rounds`` rounds, so
+Three services, each against its own simplest alternative (:mod:`loadtest.baselines.minimal_server`: one
+request at a time per process, the same exported file and runtime Triton serves):
+
+- ``text``: text_embedder, one sentence per JSON request; the alternative tokenises and runs the encoder;
+- ``image``: image_classifier, one JPEG per request as binary data; the alternative runs
+  image_preprocess's code, the classifier, softmax and top-5;
+- ``tabular``: the described tabular model (a native ONNX model), one real row per JSON request; the
+  alternative feeds the named inputs to the same ONNX file.
+
+Each alternative is deployed as one process and as one worker process per core sharing a port (as a user
+would deploy it behind a pre-fork server), the cores' threads divided between the workers. One closed-loop
+load generator (:mod:`loadtest.load.json_load`), with the service's request bodies built once, drives every
+arm at each concurrency, alternating Triton, one process, workers, Triton... for ``rounds`` rounds, so
 background load hits them alike and the report can take each arm's median and show the ratio round by
-round.
+round. One service's alternatives run at a time.
 """
 
 from __future__ import annotations
@@ -18,13 +26,22 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
-from dataclasses import asdict
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import samples
-from loadtest.load.json_load import run_json_load
+from loadtest.baselines.pipelines import served_file
+from loadtest.experiments.plans import IMAGE_ENCODER, IMAGE_MODEL, TABULAR_MODEL, TEXT_MODEL, text_encoder_of
+from loadtest.load.json_load import RequestBody, image_request, run_json_load, tensors_request, text_request
+from loadtest.load.model_rows import described_rows
+from loadtest.load.payloads import image_variants
+from loadtest.load.preprocessing import tokenizer_file
+from tritonrepo.configs import load_model_config
 
+SERVICES = ("text", "image", "tabular")
+IMAGE_OUTPUTS = ("CLASS_IDS", "SCORES", "LABELS")  # image_classifier's outputs, asked as JSON
+IMAGE_VARIANTS = 48  # distinct JPEGs cut from the photographs, sent in turn
 READY_TIMEOUT_S = 120.0
 
 
@@ -50,11 +67,17 @@ def image_options(*, repository: Path, classifier: str, model: str, threads: int
     ]
 
 
+def tensors_options(*, onnx_file: Path, model: str, threads: int) -> list[str]:
+    """The alternative's options for the tensors pipeline: the ONNX file it feeds the named inputs to."""
+    return ["--pipeline=tensors", f"--model={onnx_file}", f"--name={model}", f"--threads={threads}"]
+
+
 @contextlib.contextmanager
 def running(*, options: list[str], log_path: Path, workers: int = 1) -> Iterator[str]:
-    """The simplest alternative, started with ``options`` (:func:`text_options`, :func:`image_options`), as
-    ``workers`` processes sharing one free port (the kernel spreads the connections); its base URL. Every
-    process is stopped on exit (its whole process group), also when the body raises."""
+    """The simplest alternative, started with ``options`` (:func:`text_options`, :func:`image_options`,
+    :func:`tensors_options`), as ``workers`` processes sharing one free port (the kernel spreads the
+    connections); its base URL. Every process is stopped on exit (its whole process group), also when the
+    body raises."""
     command = [
         sys.executable,
         "-m",
@@ -101,51 +124,144 @@ def alternative_label(workers: int) -> str:
     return f"{workers} worker processes, one request at a time each"
 
 
+@dataclass(frozen=True, kw_only=True)
+class Service:
+    """One service of the experiment: its key in results.json, the model Triton serves it as, the
+    alternative's options for a number of intra-op threads, the request bodies sent in turn and the
+    measured requests per arm and round."""
+
+    key: str
+    model: str
+    options: Callable[[int], list[str]]
+    bodies: tuple[RequestBody, ...]
+    requests: int
+
+
+def text_service(*, model: str, encoder_file: Path, tokenizer_file: Path, requests: int) -> Service:
+    """Sentences, one a request, against the alternative's text pipeline on ``encoder_file``."""
+    texts = samples.shuffled_sentences(len(samples.sentences()), seed=11)
+    return Service(
+        key="text",
+        model=model,
+        options=lambda threads: text_options(
+            encoder_file=encoder_file, tokenizer_file=tokenizer_file, model=model, threads=threads
+        ),
+        bodies=tuple(text_request(text) for text in texts),
+        requests=requests,
+    )
+
+
+def image_service(*, repository: Path, classifier: str, model: str, requests: int) -> Service:
+    """The benchmark's photographs, one JPEG a request, against the alternative's image pipeline."""
+    return Service(
+        key="image",
+        model=model,
+        options=lambda threads: image_options(
+            repository=repository, classifier=classifier, model=model, threads=threads
+        ),
+        bodies=tuple(
+            image_request(image, outputs=IMAGE_OUTPUTS) for image in image_variants(IMAGE_VARIANTS, seed=7)
+        ),
+        requests=requests,
+    )
+
+
+def tabular_service(*, repository: Path, model: str, requests: int) -> Service:
+    """The real rows of ``model``'s description (its check_inputs), one a request, against the
+    alternative's tensors pipeline on the ONNX file ``model`` serves."""
+    rows = described_rows(model, load_model_config(repository / model))
+    if not rows:
+        raise ValueError(f"{model}: its description names no check_inputs rows to send it")
+    onnx_file = served_file(repository, model)
+    return Service(
+        key="tabular",
+        model=model,
+        options=lambda threads: tensors_options(onnx_file=onnx_file, model=model, threads=threads),
+        bodies=tuple(tensors_request(row) for row in rows),
+        requests=requests,
+    )
+
+
+def shipped_services(source: Path, requests: Mapping[str, int]) -> list[Service]:
+    """The services ``requests`` names (keys of :data:`SERVICES`), in that order, on the shipped models of
+    the repository at ``source``, each with its measured requests per arm and round."""
+    unknown = sorted(set(requests) - set(SERVICES))
+    if unknown:
+        raise ValueError(f"unknown services {unknown} for the `minimal` experiment; known: {list(SERVICES)}")
+    builders: dict[str, Callable[[int], Service]] = {
+        "text": lambda count: text_service(
+            model=TEXT_MODEL,
+            encoder_file=served_file(source, text_encoder_of(source)),
+            tokenizer_file=tokenizer_file(source),
+            requests=count,
+        ),
+        "image": lambda count: image_service(
+            repository=source, classifier=IMAGE_ENCODER, model=IMAGE_MODEL, requests=count
+        ),
+        "tabular": lambda count: tabular_service(repository=source, model=TABULAR_MODEL, requests=count),
+    }
+    return [builders[key](count) for key, count in requests.items()]
+
+
 def compare(
     *,
     triton_http_url: str,
-    model: str,
-    encoder_file: Path,
-    tokenizer_file: Path,
+    services: list[Service],
     threads: int,
     concurrencies: list[int],
-    requests: int,
     rounds: int,
     log_path: Path,
     workers: tuple[int, ...] = (1,),
 ) -> list[dict]:
-    """Triton and the alternative deployed with each number of ``workers`` (threads divided between
-    them), alternating round by round at each concurrency."""
-    texts = samples.shuffled_sentences(len(samples.sentences()), seed=11)
-    with contextlib.ExitStack() as stack:
-        # label -> (endpoint, worker processes of the alternative; None for Triton)
-        arms: dict[str, tuple[str, int | None]] = {
-            "Triton (text_embedder)": (f"http://{triton_http_url}/v2/models/{model}/infer", None)
-        }
-        for count in dict.fromkeys(workers):
-            url = stack.enter_context(
-                running(
-                    options=text_options(
-                        encoder_file=encoder_file,
-                        tokenizer_file=tokenizer_file,
-                        model=model,
-                        threads=max(1, threads // count),
-                    ),
-                    log_path=log_path if count == 1 else log_path.with_name(f"{log_path.stem}_x{count}.log"),
-                    workers=count,
+    """Each service in turn: Triton and the service's alternative deployed with each number of
+    ``workers`` (threads divided between them), alternating round by round at each concurrency. Each
+    record names its ``service``."""
+    results = []
+    for service in services:
+        with contextlib.ExitStack() as stack:
+            # label -> (endpoint, worker processes of the alternative; None for Triton)
+            arms: dict[str, tuple[str, int | None]] = {
+                f"Triton ({service.model})": (
+                    f"http://{triton_http_url}/v2/models/{service.model}/infer",
+                    None,
                 )
-            )
-            arms[alternative_label(count)] = (f"{url}/v2/models/{model}/infer", count)
-        results = []
-        for concurrency in concurrencies:
-            for round_ in range(rounds):
-                for label, (endpoint, processes) in arms.items():
-                    outcome = run_json_load(
-                        endpoint, texts, label=label, concurrency=concurrency, requests=requests
+            }
+            for count in dict.fromkeys(workers):
+                url = stack.enter_context(
+                    running(
+                        options=service.options(max(1, threads // count)),
+                        log_path=log_path.with_name(f"{log_path.stem}_{service.key}_x{count}.log"),
+                        workers=count,
                     )
-                    record = asdict(outcome) | {"requests_per_s": outcome.requests_per_s, "round": round_}
-                    results.append(record | ({"workers": processes} if processes else {}))
-        return results
+                )
+                arms[alternative_label(count)] = (f"{url}/v2/models/{service.model}/infer", count)
+            for concurrency in concurrencies:
+                results += _rounds(service, arms, concurrency=concurrency, rounds=rounds)
+    return results
+
+
+def _rounds(
+    service: Service, arms: dict[str, tuple[str, int | None]], *, concurrency: int, rounds: int
+) -> list[dict]:
+    """Every arm once per round, in order, at ``concurrency``."""
+    results = []
+    for round_ in range(rounds):
+        for label, (endpoint, processes) in arms.items():
+            outcome = run_json_load(
+                endpoint,
+                service.bodies,
+                label=label,
+                concurrency=concurrency,
+                requests=service.requests,
+                warmup=max(8, concurrency),  # every connection opened, the first requests' costs paid
+            )
+            record = asdict(outcome) | {
+                "service": service.key,
+                "requests_per_s": outcome.requests_per_s,
+                "round": round_,
+            }
+            results.append(record | ({"workers": processes} if processes else {}))
+    return results
 
 
 def _wait_ready(process: subprocess.Popen) -> str:

@@ -21,6 +21,8 @@ from tritonrepo.errors import RepositoryError
 
 TEXT_MODEL, IMAGE_MODEL = "text_embedder", "image_classifier"
 TEXT_ENCODER, IMAGE_ENCODER = "minilm_onnx", "efficientnet_lite0_onnx"
+# The described tabular model (model_descriptions/diabetes_classifier.yaml), a native ONNX model served alone.
+TABULAR_MODEL = "diabetes_classifier_onnx"
 PUBLIC_MODELS = (
     "l2_normalize",
     "efficientnet_lite0_onnx",
@@ -74,8 +76,13 @@ class Plan:
     # Sentences the served text file runs in this process after each round of the `ragged` experiment's
     # text arms at c=32: the figure served throughput is held to.
     ragged_inprocess_texts: int = 512
-    minimal_concurrency: tuple[int, ...] = (1, 32)
-    minimal_requests: int = 600
+    minimal_concurrency: tuple[int, ...] = (1, 8, 32)
+    # The `minimal` experiment's services (loadtest.experiments.minimal.SERVICES) -> measured requests per
+    # arm and round: a measurement lasts a few seconds on 2 cores at 1 in flight, where an image request
+    # costs tens of milliseconds and a tabular row about one.
+    minimal_requests: dict[str, int] = field(
+        default_factory=lambda: {"text": 600, "image": 150, "tabular": 4000}
+    )
     # The alternative's rounds spread by a third at c=32 (onnxruntime's spinning thread pool, its fastest
     # setting, against the Python server's threads): the median of five steadies the ratio; longer
     # rounds did not (docs/benchmarks.md).
@@ -117,7 +124,7 @@ PLANS = {
         sweep_concurrency=(1, 8, 32, 64),
         instance_concurrency=(8, 32),
         ragged_concurrency=(1, 8, 32),
-        minimal_requests=2000,
+        minimal_requests={"text": 2000, "image": 500, "tabular": 12000},
         client_texts=1000,
         batch_cost_repeats=15,
         locust_users=16,
@@ -164,7 +171,8 @@ def served_clones(plan: Plan, source: Path, pad_nodes_image: Path, skip: tuple[s
     runs = set(registry.in_stage("served", skip))
     shipped = (TEXT_MODEL, IMAGE_MODEL) if runs - set(registry.MODEL_KEYS) else ()
     budget = plan.budget.services if "budget" in runs else ()
-    clones = [Clone(model=m) for m in dict.fromkeys((*plan.sweep_models, *shipped, *budget))]
+    tabular = (TABULAR_MODEL,) if "minimal" in runs and "tabular" in plan.minimal_requests else ()
+    clones = [Clone(model=m) for m in dict.fromkeys((*plan.sweep_models, *shipped, *budget, *tabular))]
     clones += [Clone(model=m, suffix=NOBATCH, batching=False) for m in plan.batching_models]
     if "ragged" in runs:
         arms = ragged_arms(source) | image_arms(pad_nodes_image)

@@ -17,7 +17,6 @@ import samples
 from export.efficientnet_lite import kind as export_image
 from export.precision import records
 from loadtest.baselines import workers
-from loadtest.baselines.pipelines import served_file
 from loadtest.experiments import clients as client_experiments
 from loadtest.experiments import inprocess, minimal, profiling, registry
 from loadtest.experiments.budget_runs import Target
@@ -41,7 +40,6 @@ from loadtest.experiments.served import PerfSession, arms_experiment, sweeps
 from loadtest.load import environment, payloads
 from loadtest.load.locust_run import LocustRun, run_locust
 from loadtest.load.observe import statistics_delta, statistics_snapshot
-from loadtest.load.preprocessing import tokenizer_file
 from loadtest.load.stub_timings import server_environment
 from tritonlocal import LocalTritonServer, ServerConfig
 from tritonrepo.clones import Clone, build_repository
@@ -200,12 +198,9 @@ def _served_experiments(
         "ragged": lambda: ragged_experiment(plan, session, source, pad_nodes_image, cores),
         "minimal": lambda: minimal.compare(
             triton_http_url=server.http_url,
-            model=TEXT_MODEL,
-            encoder_file=served_file(source, text_encoder_of(source)),
-            tokenizer_file=tokenizer_file(source),
+            services=minimal.shipped_services(source, plan.minimal_requests),
             threads=cores,
             concurrencies=list(plan.minimal_concurrency),
-            requests=plan.minimal_requests,
             rounds=plan.minimal_rounds,
             log_path=raw / "minimal_server.log",
             workers=minimal.worker_counts(cores),

@@ -1,20 +1,29 @@
-"""A closed-loop HTTP load generator speaking the KServe v2 JSON protocol, for any server that does.
+"""A closed-loop HTTP load generator speaking the KServe v2 protocol, for any server that does.
 
 Used where perf_analyzer cannot go: the simplest alternative (:mod:`loadtest.baselines.minimal_server`)
-answers the same JSON request as Triton, so one generator drives both and their figures compare.
-``concurrency`` workers each send one request, wait for the answer, and send the next, cycling through
-``texts``, until ``requests`` answers have come back. Connections are kept alive, as real clients do.
+answers the same requests as Triton, so one generator drives both and their figures compare. The requests
+are built once, before the load (:func:`text_request`, :func:`image_request`, :func:`tensors_request`):
+``concurrency`` workers each send one, wait for the answer, and send the next, cycling through them, until
+``requests`` answers have come back. Connections are kept alive, as real clients do.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import struct
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 import aiohttp
+import numpy as np
+from tritonclient.utils import np_to_triton_dtype
 
 from loadtest.load.quantiles import quantile
+
+# KServe v2's binary-data extension: the request's JSON header is this many bytes; the data follows it.
+BINARY_HEADER = "Inference-Header-Content-Length"
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -32,12 +41,57 @@ class JsonLoadResult:
         return self.requests / self.wall_s if self.wall_s else 0.0
 
 
-def request_body(text: str) -> dict:
-    return {"inputs": [{"name": "TEXT", "shape": [1, 1], "datatype": "BYTES", "data": [text]}]}
+@dataclass(frozen=True)
+class RequestBody:
+    """One request as it goes on the wire: its body and the headers that say how to read it."""
+
+    data: bytes
+    headers: Mapping[str, str] = field(default_factory=lambda: {"Content-Type": "application/json"})
+
+
+def text_request(text: str) -> RequestBody:
+    """One text as a JSON request with a BYTES ``TEXT`` input (what text_embedder takes)."""
+    tensor = {"name": "TEXT", "shape": [1, 1], "datatype": "BYTES", "data": [text]}
+    return RequestBody(json.dumps({"inputs": [tensor]}).encode())
+
+
+def tensors_request(row: Mapping[str, np.ndarray]) -> RequestBody:
+    """One row of named arrays (each without the batch axis) as a JSON request of a batch of one."""
+    inputs = [
+        {
+            "name": name,
+            "shape": [1, *value.shape],
+            "datatype": np_to_triton_dtype(value.dtype),
+            "data": value.ravel().tolist(),
+        }
+        for name, value in row.items()
+    ]
+    return RequestBody(json.dumps({"inputs": inputs}).encode())
+
+
+def image_request(image: bytes, *, outputs: Sequence[str], name: str = "IMAGE_BYTES") -> RequestBody:
+    """One encoded image as a BYTES input in the binary-data extension (as tritonclient sends it: a JSON
+    header, then the element's 4-byte little-endian length and its bytes), ``outputs`` asked as JSON so
+    that every server answers alike."""
+    data = struct.pack("<I", len(image)) + image
+    header = {
+        "inputs": [
+            {
+                "name": name,
+                "shape": [1, 1],
+                "datatype": "BYTES",
+                "parameters": {"binary_data_size": len(data)},
+            }
+        ],
+        "outputs": [{"name": output, "parameters": {"binary_data": False}} for output in outputs],
+    }
+    encoded = json.dumps(header).encode()
+    headers = {"Content-Type": "application/octet-stream", BINARY_HEADER: str(len(encoded))}
+    return RequestBody(encoded + data, headers)
 
 
 async def _run(
-    url: str, texts: list[str], *, concurrency: int, requests: int
+    url: str, bodies: Sequence[RequestBody], *, concurrency: int, requests: int
 ) -> tuple[list[float], int, float]:
     latencies: list[float] = []
     failures = 0
@@ -50,11 +104,11 @@ async def _run(
         async def worker() -> None:
             nonlocal sent, failures
             while sent < requests:
-                text = texts[sent % len(texts)]
+                body = bodies[sent % len(bodies)]
                 sent += 1
                 started = time.perf_counter()
                 try:
-                    async with http.post(url, json=request_body(text)) as response:
+                    async with http.post(url, data=body.data, headers=dict(body.headers)) as response:
                         await response.read()
                         ok = response.status == 200
                 except (aiohttp.ClientError, asyncio.TimeoutError):
@@ -68,15 +122,24 @@ async def _run(
 
 
 def run_json_load(
-    url: str, texts: list[str], *, label: str, concurrency: int, requests: int, warmup: int = 32
+    url: str,
+    bodies: Sequence[RequestBody],
+    *,
+    label: str,
+    concurrency: int,
+    requests: int,
+    warmup: int = 32,
 ) -> JsonLoadResult:
-    """POST ``requests`` one-text requests to ``url`` (…/v2/models/NAME/infer), ``concurrency`` at once."""
-    if not texts or concurrency < 1 or requests < 1:
+    """POST ``requests`` of ``bodies`` in turn to ``url`` (…/v2/models/NAME/infer), ``concurrency`` at
+    once, after ``warmup`` unmeasured ones."""
+    if not bodies or concurrency < 1 or requests < 1:
         raise ValueError(
-            f"need texts, concurrency >= 1 and requests >= 1, got {len(texts)}, {concurrency}, {requests}"
+            f"need request bodies, concurrency >= 1 and requests >= 1, got {len(bodies)}, {concurrency}, "
+            f"{requests}"
         )
-    asyncio.run(_run(url, texts, concurrency=concurrency, requests=warmup))
-    latencies, failures, wall_s = asyncio.run(_run(url, texts, concurrency=concurrency, requests=requests))
+    if warmup:
+        asyncio.run(_run(url, bodies, concurrency=concurrency, requests=warmup))
+    latencies, failures, wall_s = asyncio.run(_run(url, bodies, concurrency=concurrency, requests=requests))
     return JsonLoadResult(
         label=label,
         concurrency=concurrency,

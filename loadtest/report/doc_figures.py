@@ -37,7 +37,6 @@ BLOCK = re.compile(
     r"(?P<close><!-- /figures -->)",
     re.S,
 )
-VERDICT = {True: "met", False: "**missed**", None: "not measured"}
 
 
 def documents() -> list[Path]:
@@ -61,7 +60,7 @@ def run(report: Path) -> str:
 
 
 def targets(report: Path) -> str:
-    rows = [(v.name, v.required, v.measured, VERDICT[v.met]) for v in findings.verdicts(_results(report))]
+    rows = [(v.name, v.required, v.measured, v.verdict) for v in findings.verdicts(_results(report))]
     return table(("target", "required", "measured", "verdict"), rows) + "\n"
 
 
@@ -118,9 +117,10 @@ def _arms(report: Path, model: str) -> str:
 
 
 def minimal(report: Path) -> str:
-    """Triton against each deployment of the simplest alternative the run measured."""
+    """Triton against each deployment of each service's simplest alternative the run measured."""
     rows = [
         (
+            c.service,
             c.concurrency,
             c.alternative,
             f"{c.triton_per_s:.1f}" if c.triton_per_s else "-",
@@ -130,7 +130,15 @@ def minimal(report: Path) -> str:
         )
         for c in rounds.minimal_comparisons(_results(report))
     ]
-    header = ("in flight", "alternative", "Triton req/s", "alternative req/s", "Triton / it", "by round")
+    header = (
+        "service",
+        "in flight",
+        "alternative",
+        "Triton req/s",
+        "alternative req/s",
+        "Triton / it",
+        "by round",
+    )
     return table(header, rows) + "\n"
 
 

@@ -109,66 +109,88 @@ def _beside_inprocess(r: dict) -> str:
     )
 
 
+MINIMAL_SERVICES = {  # the `minimal` experiment's services, as its section names them
+    "text": "text: one sentence per JSON request; the alternative tokenises and runs the same encoder file",
+    "image": (
+        "image: one JPEG per request as binary data (KServe's binary-data extension), outputs asked as "
+        "JSON; the alternative runs image_preprocess's code, the same classifier file, softmax and top-5"
+    ),
+    "tabular": (
+        "tabular: one real row of the model description's check inputs per JSON request; the alternative "
+        "feeds the named inputs to the same ONNX file"
+    ),
+}
+MINIMAL_INTRO = (
+    "What a team writes first, for each service: an HTTP server (`python -m "
+    "loadtest.baselines.minimal_server`) that runs the service's steps with the same exported file and "
+    "runtime as Triton, one request at a time per process, no batching. It is measured as one process and "
+    "as one worker process per core sharing one port (SO_REUSEPORT: the kernel spreads the connections, as "
+    "a pre-fork web server deploys it), the cores' threads divided between the workers. It answers the "
+    "same KServe v2 requests as Triton, so one closed-loop generator (`loadtest.load.json_load`, HTTP with "
+    "keep-alive, the requests built before the load) drives every arm, alternating Triton, one process, "
+    "workers, Triton... at each concurrency; each ratio is of the medians over the rounds. The targets "
+    "(section Targets) are held to the faster deployment at each concurrency."
+)
+MINIMAL_SUMMARY = (
+    "concurrency",
+    "alternative deployed as",
+    "rounds",
+    "Triton req/s (median)",
+    "alternative req/s (median)",
+    "Triton / alternative",
+    "by round",
+)
+MINIMAL_RUN = ("concurrency", "round", "label", "requests", "failures", "requests_per_s", "p50_ms", "p99_ms")
+
+
 def minimal_section(r: dict) -> str:
+    """The `minimal` experiment: one table per service (Triton against each deployment of its
+    alternative, by concurrency), then every run."""
     runs = r.get("minimal") or []
     if not runs:
         return ""
-    columns = ("concurrency", "round", "label", "requests", "failures", "requests_per_s", "p50_ms", "p99_ms")
-    rows = [row_of(m | {"round": m.get("round", 0) + 1}, *columns) for m in runs]
-    header = ("concurrency", "round", "server", "requests", "failures", "req/s", "p50 ms", "p99 ms")
-    comparisons = rounds.minimal_comparisons(r)
-    summary = [
-        (
-            m.concurrency,
-            m.alternative,
-            m.rounds,
-            m.triton_per_s,
-            m.alternative_per_s,
-            rounds.ratio_text(m.triton_per_s, m.alternative_per_s),
-            m.range_text(),
-        )
-        for m in comparisons
+    rows = [
+        (rounds.run_service(m), *row_of(m | {"round": m.get("round", 0) + 1}, *MINIMAL_RUN)) for m in runs
     ]
-    summary_header = (
+    header = (
+        "service",
         "concurrency",
-        "alternative deployed as",
-        "rounds",
-        "Triton req/s (median)",
-        "alternative req/s (median)",
-        "Triton / alternative",
-        "by round",
+        "round",
+        "server",
+        "requests",
+        "failures",
+        "req/s",
+        "p50 ms",
+        "p99 ms",
     )
-    deployed = rounds.deployed_alternative(comparisons, TARGET_CONCURRENCY)
+    comparisons = rounds.minimal_comparisons(r)
+    services = dict.fromkeys(c.service for c in comparisons)
     return (
-        experiment("minimal").heading + "\n\nWhat a team writes first: an HTTP server (`python -m "
-        "loadtest.baselines.minimal_server`) that tokenises and runs the same exported encoder file with the "
-        "same runtime, one request at a time per process, no batching. It is measured as one process "
-        "and as one worker process per core sharing one port (SO_REUSEPORT: the kernel spreads the "
-        "connections, as a pre-fork web server deploys it), the cores' threads divided between the "
-        "workers. It answers the same KServe v2 JSON request as Triton, so one closed-loop generator "
-        "(`loadtest.load.json_load`, JSON over HTTP with keep-alive) drives every arm, alternating "
-        "Triton, one process, workers, Triton... at each concurrency; each ratio is of the medians over "
-        "the rounds."
-        + _deployed_text(deployed, r.get("machine", {}).get("logical_cores"))
+        experiment("minimal").heading
         + "\n\n"
-        + table(summary_header, summary)
+        + MINIMAL_INTRO
+        + "\n\n"
+        + "\n".join(f"- {MINIMAL_SERVICES.get(service, service)}" for service in services)
+        + "".join(_service_table([c for c in comparisons if c.service == service]) for service in services)
         + "\n\nEvery run:\n\n"
         + table(header, rows)
     )
 
 
-def _deployed_text(deployed: rounds.MinimalComparison | None, cores: int | None) -> str:
-    """Which deployment the target is held to, said plainly."""
-    if deployed is None:
-        return ""
-    if deployed.workers == 1:
-        return (
-            " This run measured the alternative as one process only: the target (section Targets) is "
-            "held to it, not to the deployment a user would make (one worker process per core)."
+def _service_table(comparisons: list[rounds.MinimalComparison]) -> str:
+    """One service's comparisons under a heading naming it and its served model."""
+    first = comparisons[0]
+    rows = [
+        (
+            c.concurrency,
+            c.alternative,
+            c.rounds,
+            c.triton_per_s,
+            c.alternative_per_s,
+            rounds.ratio_text(c.triton_per_s, c.alternative_per_s),
+            c.range_text(),
         )
-    return (
-        f" The target (section Targets) is held to the deployment a user would make, {deployed.alternative}"
-        + (f" (one per core of {cores})" if deployed.workers == cores else "")
-        + f": {rounds.ratio_text(deployed.triton_per_s, deployed.alternative_per_s)} at "
-        f"c={deployed.concurrency}; the one-process figures are beside it for comparison."
-    )
+        for c in comparisons
+    ]
+    model = f" (`{first.model}`)" if first.model else ""
+    return f"\n\n### {first.service}{model}\n\n" + table(MINIMAL_SUMMARY, rows)

@@ -51,9 +51,11 @@ def paired(first: dict[int, float], second: dict[int, float]) -> Paired:
 
 @dataclass(frozen=True, kw_only=True)
 class MinimalComparison(Paired):
-    """The `minimal` experiment at one concurrency: Triton first, one deployment of the simplest alternative
-    (``alternative``, as ``workers`` processes) second."""
+    """The `minimal` experiment for one service at one concurrency: Triton first, one deployment of the
+    service's simplest alternative (``alternative``, as ``workers`` processes) second."""
 
+    service: str
+    model: str
     concurrency: int
     alternative: str
     workers: int
@@ -68,29 +70,52 @@ class MinimalComparison(Paired):
 
 
 def minimal_comparisons(results: dict) -> list[MinimalComparison]:
-    """Triton against each deployment of the simplest alternative, per concurrency, fewest workers first
-    (runs from before rounds were recorded count as one round; from before worker counts were, as one
+    """Triton against each deployment of each service's simplest alternative, service by service in the
+    order measured, per concurrency, fewest workers first (runs from before services were recorded are
+    the text service's; from before rounds were, one round; from before worker counts were, one
     process)."""
     runs = results.get("minimal") or []
     comparisons = []
-    for concurrency in sorted({m["concurrency"] for m in runs}):
-        here = [m for m in runs if m["concurrency"] == concurrency]
-        triton = {m.get("round", 0): m["requests_per_s"] for m in here if _is_triton(m)}
-        arms = {m["label"]: m.get("workers", 1) for m in here if not _is_triton(m)}
-        for label, workers in sorted(arms.items(), key=lambda arm: arm[1]):
-            alone = {m.get("round", 0): m["requests_per_s"] for m in here if m["label"] == label}
-            both = paired(triton, alone)
-            comparisons.append(
-                MinimalComparison(concurrency=concurrency, alternative=label, workers=workers, **vars(both))
-            )
+    for service in dict.fromkeys(run_service(m) for m in runs):
+        of_service = [m for m in runs if run_service(m) == service]
+        model = next((_served_model(m) for m in of_service if _is_triton(m)), "")
+        for concurrency in sorted({m["concurrency"] for m in of_service}):
+            here = [m for m in of_service if m["concurrency"] == concurrency]
+            triton = {m.get("round", 0): m["requests_per_s"] for m in here if _is_triton(m)}
+            arms = {m["label"]: m.get("workers", 1) for m in here if not _is_triton(m)}
+            for label, workers in sorted(arms.items(), key=lambda arm: arm[1]):
+                alone = {m.get("round", 0): m["requests_per_s"] for m in here if m["label"] == label}
+                comparisons.append(
+                    MinimalComparison(
+                        service=service,
+                        model=model,
+                        concurrency=concurrency,
+                        alternative=label,
+                        workers=workers,
+                        **vars(paired(triton, alone)),
+                    )
+                )
     return comparisons
 
 
-def deployed_alternative(comparisons: list[MinimalComparison], concurrency: int) -> MinimalComparison | None:
-    """The deployment of the alternative a target is held to at ``concurrency``: the one with the most
-    worker processes (one per core, as a pre-fork server deploys it), else the one process."""
-    here = [c for c in comparisons if c.concurrency == concurrency]
-    return max(here, key=lambda c: c.workers, default=None)
+def run_service(run: dict) -> str:
+    """The service a `minimal` run measured; a run recorded before services were is the text service's."""
+    return str(run.get("service", "text"))
+
+
+def best_alternative(
+    comparisons: list[MinimalComparison], service: str, concurrency: int
+) -> MinimalComparison | None:
+    """The comparison with the faster deployment of ``service``'s alternative at ``concurrency`` (the
+    higher median: one process or one worker process per core), the one a target is held to."""
+    here = [c for c in comparisons if (c.service, c.concurrency) == (service, concurrency)]
+    return max(here, key=lambda c: c.alternative_per_s or 0.0, default=None)
+
+
+def _served_model(run: dict) -> str:
+    """The model in Triton's label, ``Triton (text_embedder)``."""
+    label = str(run["label"])
+    return label[label.find("(") + 1 : label.rfind(")")] if "(" in label else ""
 
 
 def _is_triton(run: dict) -> bool:

@@ -21,7 +21,7 @@ from export.precision.gates import TEXT_MIN_BATCHED_VS_ALONE_COSINE
 from loadtest.baselines.pipelines import served_file
 from loadtest.experiments import minimal
 from loadtest.experiments.plans import IMAGE_ENCODER, IMAGE_MODEL, TEXT_MODEL, text_encoder_of
-from loadtest.load.json_load import request_body, run_json_load
+from loadtest.load.json_load import RequestBody, run_json_load, text_request
 from loadtest.load.preprocessing import tokenizer_file
 from tritonlocal import LocalTritonServer
 
@@ -55,7 +55,7 @@ def _post(url: str, body: bytes) -> tuple[int, dict]:
 
 
 def _embedding(url: str, text: str) -> np.ndarray:
-    status, payload = _post(url, json.dumps(request_body(text)).encode())
+    status, payload = _post(url, text_request(text).data)
     assert status == 200, payload
     (output,) = [o for o in payload["outputs"] if o["name"] == "EMBEDDING"]
     return np.asarray(output["data"], dtype=np.float64)
@@ -95,9 +95,9 @@ def test_a_malformed_request_gets_a_400_naming_it_and_the_next_request_is_answer
 
 
 def test_the_alternative_accepts_32_connections_at_once(alternative: str) -> None:
-    texts = samples.shuffled_sentences(64, seed=5)
+    bodies = [text_request(text) for text in samples.shuffled_sentences(64, seed=5)]
     url = f"{alternative}/v2/models/{TEXT_MODEL}/infer"
-    outcome = run_json_load(url, texts, label="alternative", concurrency=32, requests=64, warmup=0)
+    outcome = run_json_load(url, bodies, label="alternative", concurrency=32, requests=64, warmup=0)
     assert outcome.failures == 0
     # A connection the listen backlog dropped is retried by TCP after 1 s (then 3 s): none may be.
     assert outcome.p99_ms < 1000.0
@@ -109,18 +109,21 @@ def test_experiment_9_alternates_the_servers_round_by_round_and_stops_the_altern
     before = {p.pid for p in _minimal_servers()}  # the module's own alternative may be running
     results = minimal.compare(
         triton_http_url=triton_server.http_url,
-        model=TEXT_MODEL,
-        encoder_file=served_file(SOURCE, text_encoder_of(SOURCE)),
-        tokenizer_file=tokenizer_file(SOURCE),
+        services=minimal.shipped_services(SOURCE, {"text": 12, "image": 6, "tabular": 12}),
         threads=1,
         concurrencies=[1, 4],
-        requests=12,
         rounds=2,
         log_path=tmp_path / "minimal_server.log",
     )
-    order = [(r["concurrency"], r["round"], r["label"].startswith("Triton")) for r in results]
-    assert order == [(c, n, triton) for c in (1, 4) for n in (0, 1) for triton in (True, False)]
-    assert all(r["failures"] == 0 and r["requests"] == 12 and r["requests_per_s"] > 0 for r in results)
+    order = [(r["service"], r["concurrency"], r["round"], r["label"].startswith("Triton")) for r in results]
+    assert order == [
+        (s, c, n, triton)
+        for s in minimal.SERVICES
+        for c in (1, 4)
+        for n in (0, 1)
+        for triton in (True, False)
+    ]
+    assert all(r["failures"] == 0 and r["requests_per_s"] > 0 for r in results)
     # the report tells the deployments of the alternative apart by their worker count
     assert {r.get("workers") for r in results if not r["label"].startswith("Triton")} == {1}
     assert {p.pid for p in _minimal_servers()} == before
@@ -152,3 +155,26 @@ def test_the_image_alternative_classifies_as_the_served_ensemble(
             np.testing.assert_allclose(ours.as_numpy("SCORES"), theirs.as_numpy("SCORES"), atol=1e-3)
         status, payload = _post(f"{url}/v2/models/{IMAGE_MODEL}/infer", b'{"inputs": []}')
         assert status == 400 and "IMAGE_BYTES input as binary data" in payload["error"]
+
+
+def _outputs(url: str, body: RequestBody) -> dict[str, list]:
+    request = urllib.request.Request(url, data=body.data, headers=dict(body.headers))
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return {o["name"]: o["data"] for o in json.loads(response.read())["outputs"]}
+
+
+@pytest.mark.parametrize("key", ["image", "tabular"])
+def test_the_prebuilt_requests_get_the_same_json_answers_from_triton_and_the_alternative(
+    triton_server: LocalTritonServer, tmp_path: Path, key: str
+) -> None:
+    (service,) = minimal.shipped_services(SOURCE, {key: 1})
+    with minimal.running(options=service.options(1), log_path=tmp_path / "minimal_server.log") as url:
+        for body in service.bodies[:3]:
+            served = _outputs(f"http://{triton_server.http_url}/v2/models/{service.model}/infer", body)
+            alone = _outputs(f"{url}/v2/models/{service.model}/infer", body)
+            assert sorted(served) == sorted(alone)
+            for name, values in served.items():
+                if name in ("CLASS_IDS", "LABELS"):
+                    assert values == alone[name], name
+                else:
+                    np.testing.assert_allclose(values, alone[name], atol=1e-3, err_msg=name)

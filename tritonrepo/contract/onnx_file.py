@@ -75,6 +75,13 @@ class _Graph:
         self.outputs = {o.name: _tensor(o) for o in self.session.get_outputs()}
 
 
+def triton_datatype(element_type: str) -> str:
+    """onnxruntime's element type of a graph tensor ('tensor(float)') as Triton's datatype name in a
+    request ('FP32', 'BYTES' for strings); an unknown type as it is."""
+    name = _ONNX_TYPES.get(element_type, element_type).removeprefix("TYPE_")
+    return "BYTES" if name == "STRING" else name
+
+
 def _tensor(arg) -> tuple[str, list[int]]:
     return _ONNX_TYPES.get(arg.type, arg.type), [
         d if isinstance(d, int) and d >= 0 else -1 for d in arg.shape

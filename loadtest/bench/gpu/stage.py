@@ -195,14 +195,19 @@ def _experiments(
         "precision": measured("precision", plan.precision_concurrency),
         "instances": measured("instances", plan.instance_concurrency),
         "served_vs_inprocess": lambda: served_vs_inprocess(plan, session, repository),
+        # the text service only: the GPU plan's comparison is of the text ensemble
         "minimal": lambda: minimal.compare(
             triton_http_url=http_url,
-            model=TEXT_MODEL,
-            encoder_file=served_file(repository, encoder_of(repository, "onnx")),
-            tokenizer_file=tokenizer_file(repository),
+            services=[
+                minimal.text_service(
+                    model=TEXT_MODEL,
+                    encoder_file=served_file(repository, encoder_of(repository, "onnx")),
+                    tokenizer_file=tokenizer_file(repository),
+                    requests=plan.minimal_requests,
+                )
+            ],
             threads=os.cpu_count() or 1,
             concurrencies=list(plan.minimal_concurrency),
-            requests=plan.minimal_requests,
             rounds=plan.minimal_rounds,
             log_path=raw / "minimal_server.log",
             workers=alternative_workers(plan),
