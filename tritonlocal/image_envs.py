@@ -87,8 +87,10 @@ def image_env(image: str) -> ImageEnv:
         requirements = prefix / f"requirements-{step}.txt"
         requirements.write_text("\n".join(lines) + "\n")
         deps = ["--no-deps"] if no_deps else []
-        _run([str(prefix / "bin" / "python"), "-m", "pip", "install", "--quiet", "--only-binary=:all:", *deps,
-              "-r", str(requirements)])  # fmt: skip
+        # --no-compile: pip would byte-compile every module it installs, most of which no command here
+        # imports; Python compiles what a command imports on first import, into the venv's __pycache__.
+        _run([str(prefix / "bin" / "python"), "-m", "pip", "install", "--quiet", "--only-binary=:all:",
+              "--no-compile", *deps, "-r", str(requirements)])  # fmt: skip
     if image == "bench":  # the bench target's last step (deploy/export/Dockerfile)
         _run([str(prefix / "bin" / "python"), "-m", "tritonlocal", "install-perf-analyzer"], cwd=ROOT)
     (prefix / ".complete").write_text(f"built in {time.monotonic() - started:.0f} s\n")

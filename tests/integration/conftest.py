@@ -176,10 +176,10 @@ def held_batch_server(
 
 @pytest.fixture(scope="session")
 def export_and_derive() -> Callable[..., tuple[list, Path]]:
-    """``run(description, project)``: the description's files exported in fp32 only (the shortest export)
-    into ``project/model_repository``, its records under ``project/precision``; then the local repository
-    derived from it as ``project/local_repository``, holding only the description's models (named
-    ``<its name>_*``). Returns the export's results and the local repository."""
+    """``run(description, project)``: the description's files exported in fp32 only, timed at batch 1 only
+    (the shortest export), into ``project/model_repository``, its records under ``project/precision``;
+    then the local repository derived from it as ``project/local_repository``, holding only the
+    description's models (named ``<its name>_*``). Returns the export's results and the local repository."""
     from export.pipeline import Options, export_model
     from export.precision.selection import Capabilities
     from tritonrepo.derive import derive_repository
@@ -191,6 +191,7 @@ def export_and_derive() -> Callable[..., tuple[list, Path]]:
             precision="fp32",
             capabilities=Capabilities.detect(),
             record_dir=project / "precision",
+            timing_batches=(1,),
         )
         results = export_model(description, options)
         for name in derive_repository(repository, local).written:
