@@ -43,7 +43,7 @@ from pathlib import Path
 from google.protobuf import text_format
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from tritonrepo.configs import ModelEntry, closure, instance_count, load_repository, threads_per_instance
+from tritonrepo.configs import ModelEntry, closure, load_repository, threads_per_instance
 from tritonrepo.cpu_overlay import apply_overlay
 from tritonrepo.derive import derive_local_config
 from tritonrepo.files import EXPORT_MANIFEST
@@ -150,8 +150,11 @@ def clone_config(
     (KIND_GPU instances kept where ``gpu_available``), or with ``derive=False`` its own configuration as
     NVIDIA's container serves it (``total_threads`` and ``gpu_available`` then change nothing)."""
     if derive:
-        instances = clone.instances or instance_count(entry.config)
-        threads = threads_per_instance(total_threads, instances) if entry.is_native else None
+        # A clone that changes the instance count divides the threads anew; the others keep the
+        # model's own layout (its CPU overlay's included).
+        threads = None
+        if entry.is_native and clone.instances:
+            threads = threads_per_instance(total_threads, clone.instances)
         config = derive_local_config(entry, gpu_available=gpu_available, intra_op_threads=threads)
     else:
         config = ModelConfig()

@@ -191,11 +191,46 @@ def instance_count(config: ModelConfig) -> int:
 
 
 def threads_per_instance(cores: int, instances: int) -> int:
-    """The one rule for sharing cores between a model's instances: ``cores // instances`` intra-op threads
-    each, never fewer than 1, since several thread pools that each take every core slow each other down."""
+    """The default share of the cores between a model's instances: ``cores // instances`` intra-op threads
+    each, never fewer than 1."""
     if cores < 1 or instances < 1:
         raise ValueError(f"cores and instances must be at least 1, got {cores} and {instances}")
     return max(1, cores // instances)
+
+
+ALL_CORES = "all"  # intra_op_threads: every instance may use every core
+
+
+@dataclass(frozen=True)
+class ThreadLayout:
+    """An exported model's intra-op threads per instance, and whether an idle pool thread may spin."""
+
+    threads: int
+    spinning: bool
+
+
+def intra_op_layout(cores: int, instances: int, requested: str | None = None) -> ThreadLayout:
+    """The one rule for an exported model's intra-op threads on a CPU.
+
+    ``requested``: None for :func:`threads_per_instance`; :data:`ALL_CORES` for every core in each
+    instance, so that a request that runs alone runs on all of them; or a number. Pools whose threads add
+    up to more than the cores do not spin: onnxruntime's threads otherwise spin after each operator and
+    each run, taking the core another instance or a Python step of the pipeline is waiting for."""
+    instances = max(1, instances)
+    if requested is None or requested == "":
+        threads = threads_per_instance(cores, instances)
+    elif requested == ALL_CORES:
+        threads = max(1, cores)
+    else:
+        try:
+            threads = int(requested)
+        except ValueError:
+            raise ValueError(
+                f"intra_op_threads must be a number or {ALL_CORES!r}, got {requested!r}"
+            ) from None
+        if threads < 1:
+            raise ValueError(f"intra_op_threads must be at least 1, got {threads}")
+    return ThreadLayout(threads=threads, spinning=threads * instances <= max(1, cores))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -19,7 +19,7 @@ from pathlib import Path
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from tritonrepo import cpu_overlay
-from tritonrepo.configs import ModelEntry, instance_count, load_repository, threads_per_instance
+from tritonrepo.configs import ModelEntry, instance_count, intra_op_layout, load_repository
 from tritonrepo.container_cpu import CPU_ONNXRUNTIME_PARAMETERS, keep_smallest_warmup, set_default_parameters
 from tritonrepo.files import EXPORT_OUTPUTS, NATIVE_RUNTIMES
 from tritonrepo.host_instances import scale_parsed_config, usable_cores
@@ -61,11 +61,12 @@ def derive_local_config(
         config.parameters["runtime"].string_value = runtime
         config.parameters["model_filename"].string_value = filename
         adopted = config.parameters["intra_op_threads"].string_value if overlay is not None else ""
-        # Divide the cores between the instances: several pools that each take every core slow each
-        # other down.
-        cores = usable_cores()
-        threads = intra_op_threads or int(adopted or threads_per_instance(cores, instance_count(config)))
-        config.parameters["intra_op_threads"].string_value = str(threads)
+        layout = intra_op_layout(
+            usable_cores(), instance_count(config), str(intra_op_threads) if intra_op_threads else adopted
+        )
+        config.parameters["intra_op_threads"].string_value = str(layout.threads)
+        if runtime == "onnxruntime" and not layout.spinning:
+            config.parameters["intra_op_spinning"].string_value = "false"
         # The local runner refuses a request outside the recorded bounds with an error naming the input,
         # instead of failing inside the runtime.
         bounds = entry.recorded_input_bounds()

@@ -66,6 +66,7 @@ class OnnxRunner:
         threads: int,
         outputs: Sequence[str] | None = None,
         memory_pattern: bool = True,
+        spinning: bool = True,
         profile_prefix: str | None = None,
     ) -> None:
         import onnxruntime as ort
@@ -74,6 +75,8 @@ class OnnxRunner:
         options.enable_mem_pattern = memory_pattern
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
+        if not spinning:
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         if profile_prefix:
             options.enable_profiling = True
             options.profile_file_prefix = profile_prefix

@@ -24,7 +24,9 @@ batches only requests of equal shapes.
 
 Config parameters (written by derive): ``runtime`` ("onnxruntime" or "torchscript"), ``model_filename``,
 ``intra_op_threads`` (a number, or ``auto`` for the cores divided between this model's instances, what a
-tuning that varies the instance count needs), optionally ``input_bounds`` (JSON: input name -> [low,
+tuning that varies the instance count needs), ``intra_op_spinning`` ("false": onnxruntime's pool threads
+sleep between operators instead of spinning, for pools that together take more than the cores;
+tritonrepo/configs.py, ``intra_op_layout``), optionally ``input_bounds`` (JSON: input name -> [low,
 high]); the libtorch backend's own ``DISABLE_OPTIMIZED_EXECUTION`` and ``ENABLE_JIT_PROFILING`` are
 honoured as it does.
 """
@@ -100,6 +102,7 @@ class TritonPythonModel:
                 threads=threads,
                 outputs=self.outputs,
                 memory_pattern=parameters.flag("enable_mem_pattern", default=True),
+                spinning=parameters.flag("intra_op_spinning", default=True),
             )
         elif runtime == "torchscript":
             self.runner = TorchScriptRunner(

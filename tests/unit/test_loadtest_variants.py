@@ -11,8 +11,18 @@ from pathlib import Path
 import pytest
 
 from tritonrepo.clones import Clone, build_repository, clone_config
-from tritonrepo.configs import closure, load_repository, parse_config, threads_per_instance
+from tritonrepo.configs import (
+    ALL_CORES,
+    ThreadLayout,
+    closure,
+    intra_op_layout,
+    load_repository,
+    parse_config,
+    threads_per_instance,
+)
+from tritonrepo.derive import derive_local_config
 from tritonrepo.files import EXPORT_OUTPUTS
+from tritonrepo.host_instances import usable_cores
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE = ROOT / "model_repository"
@@ -65,6 +75,29 @@ def test_threads_never_drop_below_one_per_instance() -> None:
     assert threads_per_instance(2, 1) == 2
     assert threads_per_instance(2, 2) == 1
     assert threads_per_instance(2, 4) == 1
+
+
+def test_pools_that_take_more_than_the_cores_do_not_spin() -> None:
+    assert intra_op_layout(2, 2) == ThreadLayout(threads=1, spinning=True)
+    assert intra_op_layout(2, 2, ALL_CORES) == ThreadLayout(threads=2, spinning=False)
+    assert intra_op_layout(2, 1, ALL_CORES) == ThreadLayout(threads=2, spinning=True)
+    assert intra_op_layout(16, 2, "4") == ThreadLayout(threads=4, spinning=True)
+    assert intra_op_layout(2, 4) == ThreadLayout(threads=1, spinning=False)
+    for bad in ("many", "0"):
+        with pytest.raises(ValueError, match="intra_op_threads"):
+            intra_op_layout(2, 2, bad)
+
+
+def test_the_derived_runner_turns_spinning_off_only_for_an_oversubscribed_onnx_model(models: dict) -> None:
+    lite0 = derive_local_config(models["efficientnet_lite0_onnx"], gpu_available=False, intra_op_threads=None)
+    cores = usable_cores()
+    assert lite0.parameters["intra_op_threads"].string_value == str(cores)
+    if cores > 1:  # two instances of every core: more threads than cores
+        assert lite0.parameters["intra_op_spinning"].string_value == "false"
+    else:
+        assert "intra_op_spinning" not in lite0.parameters
+    minilm = derive_local_config(models["minilm_onnx"], gpu_available=False, intra_op_threads=None)
+    assert "intra_op_spinning" not in minilm.parameters
 
 
 def test_an_ensemble_clone_calls_the_cloned_steps(models: dict) -> None:
@@ -132,11 +165,19 @@ def test_invalid_variants_are_refused(kwargs: dict, message: str) -> None:
         Clone(model="text_embedder", **kwargs)
 
 
-def test_an_unchanged_variant_divides_the_threads_between_the_configured_instances(models: dict) -> None:
-    configured = sum(group.count for group in models["minilm_onnx"].config.instance_group)
-    config = clone_config(models["minilm_onnx"], Clone(model="text_embedder"), total_threads=4)
-    assert sum(group.count for group in config.instance_group) == configured
-    assert config.parameters["intra_op_threads"].string_value == str(max(1, 4 // configured))
+@pytest.mark.parametrize("model", ["minilm_onnx", "efficientnet_lite0_onnx"])
+def test_a_clone_that_keeps_the_instances_keeps_the_models_own_thread_layout(
+    models: dict, model: str
+) -> None:
+    """The benchmark's clones measure what the local server serves, CPU overlay included; only a clone
+    that changes the instance count divides the threads anew."""
+    ensemble = "text_embedder" if model == "minilm_onnx" else "image_classifier"
+    served = derive_local_config(models[model], gpu_available=False, intra_op_threads=None)
+    config = clone_config(models[model], Clone(model=ensemble), total_threads=4)
+    assert dict(config.parameters) == dict(served.parameters)
+    assert list(config.instance_group) == list(served.instance_group)
+    four = clone_config(models[model], Clone(model=ensemble, suffix="__x4", instances=4), total_threads=4)
+    assert four.parameters["intra_op_threads"].string_value == "1"
 
 
 UNOPTIMISED = Clone(

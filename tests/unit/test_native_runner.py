@@ -207,3 +207,17 @@ def test_the_torchscript_route_feeds_forward_in_libtorch_order_and_matches_the_r
     got = np.concatenate([r.outputs["EMBEDDING__0"] for r in responses])
     min_cosine = 0.99999 if records.served_variant("minilm_torchscript") == "fp32" else TEXT_MIN_COSINE
     assert (got * reference).sum(axis=1).min() >= min_cosine
+
+
+@pytest.mark.parametrize("spinning", [True, False])
+def test_an_onnx_runners_pool_spins_only_when_allowed(two_layer_onnx: Path, spinning: bool) -> None:
+    runner = exported_runtime.OnnxRunner(two_layer_onnx, threads=2, spinning=spinning)
+    options = runner.session.get_session_options()
+    assert options.intra_op_num_threads == 2
+    if spinning:  # onnxruntime's default: its pool spins
+        with pytest.raises(RuntimeError, match="does not have configuration"):
+            options.get_session_config_entry("session.intra_op.allow_spinning")
+    else:
+        assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    rows = np.ones((3, 16), dtype=np.float32)
+    assert runner.run({runner.input_names[0]: rows})[0].shape == (3, 8)
