@@ -32,7 +32,7 @@ from pathlib import Path
 
 import samples
 from loadtest.baselines.pipelines import served_file
-from loadtest.experiments.plans import IMAGE_ENCODER, IMAGE_MODEL, TABULAR_MODEL, TEXT_MODEL, text_encoder_of
+from loadtest.experiments.plans import IMAGE_ENCODER, IMAGE_MODEL, TEXT_MODEL, tabular_model, text_encoder_of
 from loadtest.load.json_load import RequestBody, image_request, run_json_load, tensors_request, text_request
 from loadtest.load.model_rows import described_rows
 from loadtest.load.payloads import image_variants
@@ -198,9 +198,11 @@ def shipped_services(source: Path, requests: Mapping[str, int]) -> list[Service]
         "image": lambda count: image_service(
             repository=source, classifier=IMAGE_ENCODER, model=IMAGE_MODEL, requests=count
         ),
-        "tabular": lambda count: tabular_service(repository=source, model=TABULAR_MODEL, requests=count),
     }
-    return [builders[key](count) for key, count in requests.items()]
+    tabular = tabular_model()
+    if tabular is not None:  # no description serves a model that takes rows: no tabular service
+        builders["tabular"] = lambda count: tabular_service(repository=source, model=tabular, requests=count)
+    return [builders[key](count) for key, count in requests.items() if key in builders]
 
 
 def compare(

@@ -14,6 +14,7 @@ from export.precision import records
 from loadtest.baselines.pipelines import ExportedModel
 from loadtest.experiments import registry
 from loadtest.experiments.budget_stage import BudgetPlan
+from loadtest.load.model_rows import row_services
 from loadtest.load.perf import PerfSettings
 from tritonrepo.clones import Clone
 from tritonrepo.configs import closure, exported_step, load_holding, load_repository, pipeline_steps
@@ -21,8 +22,14 @@ from tritonrepo.errors import RepositoryError
 
 TEXT_MODEL, IMAGE_MODEL = "text_embedder", "image_classifier"
 TEXT_ENCODER, IMAGE_ENCODER = "minilm_onnx", "efficientnet_lite0_onnx"
-# The described tabular model (model_descriptions/diabetes_classifier.yaml), a native ONNX model served alone.
-TABULAR_MODEL = "diabetes_classifier_onnx"
+
+
+def tabular_model() -> str | None:
+    """The `minimal` experiment's tabular service: the first described model that takes rows, served alone
+    as ONNX (loadtest.load.model_rows.row_services); None where no description serves one."""
+    return next(iter(row_services()), None)
+
+
 PUBLIC_MODELS = (
     "l2_normalize",
     "efficientnet_lite0_onnx",
@@ -171,7 +178,8 @@ def served_clones(plan: Plan, source: Path, pad_nodes_image: Path, skip: tuple[s
     runs = set(registry.in_stage("served", skip))
     shipped = (TEXT_MODEL, IMAGE_MODEL) if runs - set(registry.MODEL_KEYS) else ()
     budget = plan.budget.services if "budget" in runs else ()
-    tabular = (TABULAR_MODEL,) if "minimal" in runs and "tabular" in plan.minimal_requests else ()
+    tabular_served = tabular_model() if "minimal" in runs and "tabular" in plan.minimal_requests else None
+    tabular = (tabular_served,) if tabular_served else ()
     clones = [Clone(model=m) for m in dict.fromkeys((*plan.sweep_models, *shipped, *budget, *tabular))]
     clones += [Clone(model=m, suffix=NOBATCH, batching=False) for m in plan.batching_models]
     if "ragged" in runs:

@@ -70,6 +70,18 @@ def described_services(folder: Path = DESCRIPTIONS) -> tuple[str, ...]:
     return tuple(services)
 
 
+def row_services(folder: Path = DESCRIPTIONS) -> tuple[str, ...]:
+    """The described services that take rows: each ``torch_module`` description's ONNX model with no
+    preprocessing in front of it (the models :func:`described_rows` fills)."""
+    return tuple(
+        s.model
+        for description in load_descriptions(folder)
+        if description.module is not None and not description.preprocessing
+        for s in description.served
+        if s.format == "onnx"
+    )
+
+
 def described_rows(model: str, config: ModelConfig, folder: Path = DESCRIPTIONS) -> list[Row] | None:
     """Every row ``check_inputs()`` of ``model``'s description returns, checked against the description
     (datatypes, dims, ranges) and against ``config``; None where no description names check inputs."""

@@ -20,13 +20,20 @@ import samples
 from loadtest.baselines import minimal_server
 from loadtest.baselines.pipelines import served_file
 from loadtest.experiments import minimal
-from loadtest.experiments.plans import PLANS, TABULAR_MODEL, served_clones
+from loadtest.experiments.plans import PLANS, served_clones, tabular_model
 from loadtest.load.json_load import image_request, run_json_load, tensors_request, text_request
 from loadtest.load.model_rows import described_rows
 from loadtest.report import doc_figures, findings, ragged_section, rounds
 from tritonrepo.configs import load_model_config
 from tritonrepo.exported_runtime import OnnxRunner
 from tritonrepo.paths import REPOSITORY
+
+TABULAR_MODEL = "diabetes_classifier_onnx"
+
+
+def test_the_tabular_service_is_the_described_model_that_takes_rows() -> None:
+    assert tabular_model() == TABULAR_MODEL
+
 
 PER_CORE = "2 worker processes, one request at a time each"
 ONE = "one process, one request at a time"
