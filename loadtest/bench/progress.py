@@ -21,16 +21,17 @@ from tritonrepo.progress import Progress, duration
 
 # Seconds each experiment takes on 2 cores, by mode, and the served stage's own start (the clones'
 # repository, the server loading them). Quick: the wall time of the recorded quick run's points and
-# stages (docs/reports/quick-example), `minimal` scaled from its text service by what its three services
-# measure; full: its documented "about 45 minutes" spread in the same proportions, scaled by what its plan
-# measures more. Estimates for the time left only: a run never waits for them or stops at them.
+# stages (docs/reports/quick-example), `minimal` from a quiet run of its three services
+# (docs/measurements.md) scaled to the plan's requests; full: its documented "about 45 minutes" spread in
+# the same proportions, scaled by what its plan measures more. Estimates for the time left only: a run
+# never waits for them or stops at them.
 EXPECTED_S: dict[str, dict[str, float]] = {
     "quick": {
         "served_start": 40,
         "batching": 110,
         "instances": 45,
         "ragged": 175,
-        "minimal": 280,
+        "minimal": 300,
         "sweeps": 55,
         "clients": 10,
         "batchcost": 10,
@@ -45,7 +46,7 @@ EXPECTED_S: dict[str, dict[str, float]] = {
         "batching": 220,
         "instances": 180,
         "ragged": 500,
-        "minimal": 750,
+        "minimal": 950,
         "sweeps": 720,
         "clients": 50,
         "batchcost": 15,

@@ -2,7 +2,7 @@
 
 Writes ``reports/<run id>/``: ``report.md`` with tables and PNG plots, ``results.json`` (everything
 measured), and ``raw/`` (perf_analyzer CSVs and logs, their input data, Locust CSVs and HTML, server
-statistics, onnxruntime profiles). Quick mode takes about 8 minutes on 2 cores, full mode about 45.
+statistics, onnxruntime profiles). Quick mode takes about 17 minutes on 2 cores, full mode about 60.
 
     python -m loadtest.bench --mode quick
     python -m loadtest.bench --mode full --output reports --run-id my-run
@@ -83,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--mode",
         choices=sorted((*plans.PLANS, GPU_MODE)),
         default="quick",
-        help="quick (about 8 min on 2 cores), full (about 45 min), gpu (on a CUDA machine)",
+        help="quick (about 17 min on 2 cores), full (about 60 min), gpu (on a CUDA machine)",
     )
     _add_gpu_options(parser)
     parser.add_argument("--output", type=Path, default=REPORTS, help="the folder the run's folder goes in")

@@ -88,7 +88,7 @@ class Plan:
     # arm and round: a measurement lasts a few seconds on 2 cores at 1 in flight, where an image request
     # costs tens of milliseconds and a tabular row about one.
     minimal_requests: dict[str, int] = field(
-        default_factory=lambda: {"text": 600, "image": 150, "tabular": 4000}
+        default_factory=lambda: {"text": 300, "image": 150, "tabular": 3000}
     )
     # The alternative's rounds spread by a third at c=32 (onnxruntime's spinning thread pool, its fastest
     # setting, against the Python server's threads): the median of five steadies the ratio; longer
@@ -131,7 +131,7 @@ PLANS = {
         sweep_concurrency=(1, 8, 32, 64),
         instance_concurrency=(8, 32),
         ragged_concurrency=(1, 8, 32),
-        minimal_requests={"text": 2000, "image": 500, "tabular": 12000},
+        minimal_requests={"text": 1200, "image": 300, "tabular": 8000},
         client_texts=1000,
         batch_cost_repeats=15,
         locust_users=16,
