@@ -11,18 +11,9 @@ from pathlib import Path
 import pytest
 
 from tritonrepo.clones import Clone, build_repository, clone_config
-from tritonrepo.configs import (
-    ALL_CORES,
-    ThreadLayout,
-    closure,
-    intra_op_layout,
-    load_repository,
-    parse_config,
-    threads_per_instance,
-)
+from tritonrepo.configs import closure, load_repository, parse_config
 from tritonrepo.derive import derive_local_config
 from tritonrepo.files import EXPORT_OUTPUTS
-from tritonrepo.host_instances import usable_cores
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE = ROOT / "model_repository"
@@ -69,35 +60,6 @@ def test_a_one_instance_variant_drops_the_bounded_queue_it_would_stall_behind(mo
     assert not config.dynamic_batching.HasField("default_queue_policy")
     two = clone_config(models["minilm_onnx"], dataclasses.replace(one, instances=2), total_threads=2)
     assert two.dynamic_batching.HasField("default_queue_policy")
-
-
-def test_threads_never_drop_below_one_per_instance() -> None:
-    assert threads_per_instance(2, 1) == 2
-    assert threads_per_instance(2, 2) == 1
-    assert threads_per_instance(2, 4) == 1
-
-
-def test_pools_that_take_more_than_the_cores_do_not_spin() -> None:
-    assert intra_op_layout(2, 2) == ThreadLayout(threads=1, spinning=True)
-    assert intra_op_layout(2, 2, ALL_CORES) == ThreadLayout(threads=2, spinning=False)
-    assert intra_op_layout(2, 1, ALL_CORES) == ThreadLayout(threads=2, spinning=True)
-    assert intra_op_layout(16, 2, "4") == ThreadLayout(threads=4, spinning=True)
-    assert intra_op_layout(2, 4) == ThreadLayout(threads=1, spinning=False)
-    for bad in ("many", "0"):
-        with pytest.raises(ValueError, match="intra_op_threads"):
-            intra_op_layout(2, 2, bad)
-
-
-def test_the_derived_runner_turns_spinning_off_only_for_an_oversubscribed_onnx_model(models: dict) -> None:
-    lite0 = derive_local_config(models["efficientnet_lite0_onnx"], gpu_available=False, intra_op_threads=None)
-    cores = usable_cores()
-    assert lite0.parameters["intra_op_threads"].string_value == str(cores)
-    if cores > 1:  # two instances of every core: more threads than cores
-        assert lite0.parameters["intra_op_spinning"].string_value == "false"
-    else:
-        assert "intra_op_spinning" not in lite0.parameters
-    minilm = derive_local_config(models["minilm_onnx"], gpu_available=False, intra_op_threads=None)
-    assert "intra_op_spinning" not in minilm.parameters
 
 
 def test_an_ensemble_clone_calls_the_cloned_steps(models: dict) -> None:
