@@ -64,3 +64,18 @@ def parse_url(url: str, protocol: str | None = None) -> Endpoint:
         raise ValueError(f"url {url!r} has an invalid port: {e}") from e
     chosen = parts.scheme.lower()
     return Endpoint(protocol=chosen, host=parts.hostname or "", port=port or DEFAULT_PORTS[chosen])
+
+
+def server_addresses(url: str, grpc_url: str | None = None) -> tuple[str, str]:
+    """A server's HTTP and gRPC ``host:port`` from ``url`` (``http://host:port`` or ``host:port``) and
+    ``grpc_url`` (default: the same host, gRPC's default port), as the commands' ``--url`` and
+    ``--grpc-url`` name them. Raises ValueError naming what is wrong (:func:`parse_url`)."""
+    try:
+        http = parse_url(url, "http")
+    except ValueError as e:
+        raise ValueError(f"--url: {e}") from e
+    try:
+        grpc = parse_url(grpc_url or f"{http.address.rsplit(':', 1)[0]}:{DEFAULT_PORTS['grpc']}", "grpc")
+    except ValueError as e:
+        raise ValueError(f"--grpc-url: {e}") from e
+    return http.address, grpc.address

@@ -23,8 +23,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from clients import parse_url
-from clients.endpoint import DEFAULT_PORTS
+from clients.endpoint import server_addresses
 from loadtest.experiments.budget_runs import Target
 from loadtest.experiments.budget_stage import SERVICES, BudgetPlan, run_budgets
 from loadtest.load import environment
@@ -130,9 +129,8 @@ def _target(args: argparse.Namespace) -> Target | None:
         if args.grpc_url:
             raise ValueError("--grpc-url goes with --url")
         return None
-    http = parse_url(args.url, "http")
-    grpc = parse_url(args.grpc_url or f"{http.host}:{DEFAULT_PORTS['grpc']}", "grpc")
-    return Target(http_url=http.address, grpc_url=grpc.address)
+    http, grpc = server_addresses(args.url, args.grpc_url)
+    return Target(http_url=http, grpc_url=grpc)
 
 
 def _header(argv: list[str] | None, note: str, target: Target | None) -> dict:

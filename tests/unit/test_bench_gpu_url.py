@@ -30,9 +30,10 @@ def test_the_url_gives_the_grpc_endpoint_on_the_same_host_unless_one_is_given() 
 @pytest.mark.parametrize(
     "url,message",
     [
-        ("https://host:8000", "--url must be http://HOST:PORT"),
+        ("https://host:8000", "TLS is not supported"),
         ("http://host:8000/v2/models", "no path"),
-        ("http://host:port", "port that is not a number"),
+        ("http://host:port", "invalid port"),
+        ("grpc://host:8001", "--url: .* says grpc"),
     ],
 )
 def test_a_url_that_is_not_a_servers_root_is_refused_with_an_example(url: str, message: str) -> None:
@@ -66,7 +67,7 @@ def test_a_url_where_no_server_answers_exits_1_before_anything_is_written(
         (["--grpc-url", "h:8001"], "--grpc-url goes with --url"),
         (["--records", "build/precision"], "--records goes with --url or --write-repository"),
         (["--write-repository", "x", "--url", "http://h:8000"], "--write-repository writes"),
-        (["--url", "ftp://h"], "--url must be http://HOST:PORT"),
+        (["--url", "ftp://h"], "--url: unsupported URL scheme"),
     ],
 )
 def test_url_options_out_of_place_are_usage_errors(
@@ -182,3 +183,8 @@ def test_a_route_the_server_did_not_load_loses_only_its_arm(tmp_path: Path) -> N
     }
     report = _results(tmp_path, lost_arms={"torchscript": "the server did not load it"}).read_text()
     assert "The torchscript route's arm is left out: the server did not load it" in report
+
+
+def test_a_grpc_url_of_another_protocol_is_refused_naming_its_option() -> None:
+    with pytest.raises(ValueError, match="--grpc-url: .* says http"):
+        server_urls("http://gpu-host:8000", "http://gpu-host:8001")

@@ -14,11 +14,10 @@ import json
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 
+from clients.endpoint import server_addresses
 from tritonrepo.access import ADMIN_HEADER
 
-DEFAULT_HTTP_PORT, DEFAULT_GRPC_PORT = 8000, 8001
 TIMEOUT_S = 10.0
 COMPOSE_BENCH = (
     "docker compose --env-file deploy/versions.env --env-file deploy/secrets.env run --rm bench-gpu"
@@ -47,28 +46,8 @@ class ServerUrls:
 def server_urls(url: str, grpc_url: str | None = None) -> ServerUrls:
     """``--url`` (``http://host:port``; the port defaults to 8000) and ``--grpc-url`` (``host:port``;
     default: the same host, port 8001) as :class:`ServerUrls`. Raises ValueError naming what is wrong."""
-    http = _host_port(url, "--url", ("http",), DEFAULT_HTTP_PORT)
-    if grpc_url is None:
-        return ServerUrls(http_url=http, grpc_url=f"{http.rsplit(':', 1)[0]}:{DEFAULT_GRPC_PORT}")
-    return ServerUrls(
-        http_url=http, grpc_url=_host_port(grpc_url, "--grpc-url", ("grpc",), DEFAULT_GRPC_PORT)
-    )
-
-
-def _host_port(url: str, option: str, schemes: tuple[str, ...], default_port: int) -> str:
-    parts = urlsplit(url if "://" in url else f"{schemes[0]}://{url}")
-    try:
-        port = parts.port or default_port
-    except ValueError as e:
-        raise ValueError(f"{option} {url!r} has a port that is not a number ({e})") from e
-    if parts.scheme not in schemes or not parts.hostname or parts.path.strip("/") or parts.query:
-        raise ValueError(
-            f"{option} must be {schemes[0]}://HOST:PORT or HOST:PORT (a server's root, no path), "
-            f"got {url!r}; "
-            f"e.g. {schemes[0]}://tritonserver-bench:{default_port}"
-        )
-    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
-    return f"{host}:{port}"
+    http, grpc = server_addresses(url, grpc_url)
+    return ServerUrls(http_url=http, grpc_url=grpc)
 
 
 def not_ready(http_url: str, models: list[str]) -> list[str]:
