@@ -19,16 +19,16 @@ from tritonrepo.configs import load_model_config
 def overlay_for(winner: Measurement) -> ModelConfig:
     """The partial configuration that reproduces ``winner``'s settings in the derived repository."""
     overlay = ModelConfig()
-    overlay.instance_group.add(kind=ModelInstanceGroup.KIND_CPU, count=winner.instances)
-    overlay.dynamic_batching.max_queue_delay_microseconds = winner.max_queue_delay_us
-    overlay.dynamic_batching.preferred_batch_size.extend(winner.preferred_batch_sizes)
+    overlay.instance_group.add(kind=ModelInstanceGroup.KIND_CPU, count=winner.settings.instances)
+    overlay.dynamic_batching.max_queue_delay_microseconds = winner.settings.max_queue_delay_us
+    overlay.dynamic_batching.preferred_batch_size.extend(winner.settings.preferred_batch_sizes)
     return overlay
 
 
 def check_fits(winner: Measurement, max_batch_size: int) -> None:
     """Refuse a winner preferring a batch size above the model's ``max_batch_size``: Triton refuses to
     load such a configuration, so the derived repository would no longer serve the model."""
-    too_large = [size for size in winner.preferred_batch_sizes if size > max_batch_size]
+    too_large = [size for size in winner.settings.preferred_batch_sizes if size > max_batch_size]
     if too_large:
         raise ValueError(
             f"{winner.model}: the winner {winner.variant} prefers batch sizes {too_large}, above the "

@@ -96,7 +96,7 @@ def _winner_row(pipeline: str, outcome: ModelOutcome) -> str:
     w = outcome.winner
     ratio = f"{outcome.ratio:.2f}x" if outcome.ratio is not None else "-"
     return (
-        f"| {pipeline} | {outcome.model} | `{w.variant}` | {w.settings()} | {w.throughput_per_s:.1f} | "
+        f"| {pipeline} | {outcome.model} | `{w.variant}` | {w.settings} | {w.throughput_per_s:.1f} | "
         f"{w.p99_ms:.0f} | {shipped_cells} | {ratio} |"
     )
 
@@ -123,7 +123,7 @@ def _verdicts(plan: TunePlan, by_model: dict[str, ModelOutcome]) -> list[str]:
             )
         else:
             lines.append(
-                f"- {pipeline}: winner: `{outcome.winner.variant}` ({outcome.winner.settings()}), "
+                f"- {pipeline}: winner: `{outcome.winner.variant}` ({outcome.winner.settings}), "
                 f"p99 {outcome.winner.p99_ms:.0f} ms within {plan.latency_budget_ms:g} ms."
             )
     return lines
@@ -136,7 +136,7 @@ def _measurement_table(measurements: list[Measurement]) -> list[str]:
     ]
     for m in measurements:
         lines.append(
-            f"| `{m.variant}` | {m.settings()} | {m.concurrency} | {m.throughput_per_s:.1f} | "
+            f"| `{m.variant}` | {m.settings} | {m.concurrency} | {m.throughput_per_s:.1f} | "
             f"{m.p99_ms:.0f} | {'yes' if m.within_budget else 'no'} |"
         )
     return lines

@@ -24,6 +24,32 @@ SHIPPED_SUFFIX = "_config_default"
 
 
 @dataclass(frozen=True, kw_only=True)
+class Settings:
+    """What a tuning varies in a configuration, read from its config.pbtxt with Triton's schema."""
+
+    instances: int
+    max_queue_delay_us: int
+    preferred_batch_sizes: tuple[int, ...]
+    max_batch_size: int
+
+    @classmethod
+    def of(cls, config: ModelConfig) -> Settings:
+        return cls(
+            instances=sum(max(1, group.count) for group in config.instance_group) or 1,
+            max_queue_delay_us=int(config.dynamic_batching.max_queue_delay_microseconds),
+            preferred_batch_sizes=tuple(config.dynamic_batching.preferred_batch_size),
+            max_batch_size=int(config.max_batch_size),
+        )
+
+    def __str__(self) -> str:
+        preferred = ",".join(str(s) for s in self.preferred_batch_sizes) or "-"
+        return (
+            f"{self.instances} instance(s), queue delay {self.max_queue_delay_us} us, "
+            f"preferred batch {preferred}, max batch {self.max_batch_size}"
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
 class Measurement:
     """One perf_analyzer measurement of one configuration, with the settings that configuration has."""
 
@@ -33,21 +59,11 @@ class Measurement:
     throughput_per_s: float
     p99_ms: float
     within_budget: bool
-    instances: int
-    max_queue_delay_us: int
-    preferred_batch_sizes: tuple[int, ...]
-    max_batch_size: int
+    settings: Settings
 
     @property
     def shipped(self) -> bool:
         return self.variant.endswith(SHIPPED_SUFFIX)
-
-    def settings(self) -> str:
-        preferred = ",".join(str(s) for s in self.preferred_batch_sizes) or "-"
-        return (
-            f"{self.instances} instance(s), queue delay {self.max_queue_delay_us} us, "
-            f"preferred batch {preferred}, max batch {self.max_batch_size}"
-        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -90,7 +106,7 @@ def read_measurements(export: Path, output_repository: Path) -> list[Measurement
                 throughput_per_s=float(row["Throughput (infer/sec)"]),
                 p99_ms=float(row["p99 Latency (ms)"]),
                 within_budget=row["Satisfies Constraints"].strip().lower() == "yes",
-                **_settings(config),
+                settings=Settings.of(config),
             )
         )
     return measurements
@@ -125,12 +141,3 @@ def outcomes(measurements: list[Measurement], models: list[str], *, min_gain: fl
 def _rank(measurement: Measurement) -> tuple[float, bool]:
     # Highest throughput; on an exact tie, the shipped configuration (no change without a gain).
     return (measurement.throughput_per_s, measurement.shipped)
-
-
-def _settings(config: ModelConfig) -> dict:
-    return {
-        "instances": sum(max(1, group.count) for group in config.instance_group) or 1,
-        "max_queue_delay_us": int(config.dynamic_batching.max_queue_delay_microseconds),
-        "preferred_batch_sizes": tuple(config.dynamic_batching.preferred_batch_size),
-        "max_batch_size": int(config.max_batch_size),
-    }

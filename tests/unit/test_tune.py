@@ -7,7 +7,7 @@ import pytest
 
 from loadtest.tune.adopt import adopt
 from loadtest.tune.plan import SWEEPS, make_plan, model_config_parameters
-from loadtest.tune.results import Measurement, outcomes
+from loadtest.tune.results import Measurement, Settings, outcomes
 from tritonrepo import cpu_overlay
 from tritonrepo.configs import load_repository
 from tritonrepo.derive import derive_local_config, derive_repository
@@ -56,10 +56,9 @@ def _measurement(
         throughput_per_s=throughput,
         p99_ms=p99,
         within_budget=within,
-        instances=instances,
-        max_queue_delay_us=4000,
-        preferred_batch_sizes=preferred,
-        max_batch_size=16,
+        settings=Settings(
+            instances=instances, max_queue_delay_us=4000, preferred_batch_sizes=preferred, max_batch_size=16
+        ),
     )
 
 
