@@ -31,14 +31,14 @@ import onnx
 import onnxruntime
 import torch
 
-from description.generated_configs import Generated, generate, write_configs
+from description.generated_configs import Generated, generate, native_spec, write_configs
 from description.model import IMAGE_KIND, PYTHON_KIND, ModelDescription, ServedFile
 from export.common import ModelConfig, fingerprint, is_up_to_date, write_manifest
 from export.efficientnet_lite import kind as image
 from export.kinds import Kind, Parity, Plan, Target
 from export.minilm import kind as text
 from export.precision import device
-from export.precision.records import write_record
+from export.precision.records import batching_choice, write_record
 from export.precision.selection import (
     Capabilities,
     Selection,
@@ -266,7 +266,14 @@ def _write_file(
             reference=plan.reference,
             progress=options.progress,
         )
-    write_record(selection.as_dict(), options.record_dir)
+    record = selection.as_dict()
+    native = native_spec(description)
+    record["batching"] = batching_choice(
+        record,
+        max_batch_size=config.max_batch_size,
+        latency_budget_ms=native.dynamic_batching.latency_budget_ms if native else None,
+    )
+    write_record(record, options.record_dir)
     if selection.served is None:
         return ExportResult(model=config.name, path=destination, written=False, failure=selection.failure)
     parity = plan.parity[0] if plan.parity else None
