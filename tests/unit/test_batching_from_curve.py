@@ -109,6 +109,15 @@ def test_a_description_states_its_latency_budget_once_and_a_bad_one_is_refused(t
     )  # type: ignore[union-attr]
 
 
+def test_a_latency_budget_on_a_python_model_is_refused_as_it_has_no_curve(tmp_path: Path) -> None:
+    data = yaml.safe_load((ROOT / "model_descriptions" / "all_minilm_l6_v2.yaml").read_text())
+    data["configs"]["python_models"][0]["dynamic_batching"]["latency_budget_ms"] = 50
+    with pytest.raises(
+        DescriptionError, match=r"python_models\[0\]\.dynamic_batching\.latency_budget_ms: a Python"
+    ):
+        parse_description(data, source=tmp_path / "model.yaml")
+
+
 def _record(curve: dict[int, float], device: str = "cpu") -> dict:
     served = {"variant": "onnx-fp32", "device": device, "status": "served", "items_per_s": curve}
     passed = {"variant": "onnx-int8", "device": device, "status": "passed", "items_per_s": LINEAR}
