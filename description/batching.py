@@ -131,11 +131,16 @@ def _peak_capped(
     rates: dict[int, float], fits: list[int], peak: int, peak_ms: float, budget_ms: float
 ) -> tuple[tuple[int, ...], str]:
     beyond = [size for size in rates if size > peak]
-    why = "the budget" if beyond and beyond[0] not in fits else "the curve"
+    if not beyond:
+        why = "the largest size timed"
+    elif beyond[0] not in fits:
+        why = f"a batch of {beyond[0]} would exceed the budget"
+    else:
+        why = "throughput falls beyond it"
     reason = (
         f"throughput peaks at {peak} ({rates[peak]:.0f} items/s, {rates[peak] / rates[1]:.2f}x batch 1; the "
-        f"batch computes in {peak_ms:.1f} ms of the {budget_ms:g} ms budget; {why} caps it there): the "
-        "largest preferred size"
+        f"batch computes in {peak_ms:.3g} ms of the {budget_ms:g} ms budget; {why}): the largest "
+        "preferred size"
     )
     return tuple(size for size in fits if peak / 2 <= size <= peak), reason
 
@@ -144,7 +149,7 @@ def _paying_delay(gain: float, single_ms: float, left_ms: float) -> tuple[int, s
     delay_ms = min(single_ms, left_ms)
     bound = "one batch-1 call" if single_ms <= left_ms else "what the budget leaves after the peak batch"
     reason = (
-        f"a batch pays ({gain:.2f}x): wait up to {bound}, {delay_ms:.3f} ms (batch 1 computes in "
-        f"{single_ms:.3f} ms; the budget leaves {left_ms:.1f} ms after the peak batch)"
+        f"a batch pays ({gain:.2f}x): wait up to {bound}, {delay_ms:.3g} ms (batch 1 computes in "
+        f"{single_ms:.3g} ms; the budget leaves {left_ms:.3g} ms after the peak batch)"
     )
     return int(delay_ms * 1000), reason
