@@ -243,7 +243,9 @@ def test_derive_serves_the_batching_the_recorded_curve_chose_with_its_reasons(tm
     path = tmp_path / "local" / "classifier" / "config.pbtxt"
     derived = parse_config(path)
     assert list(derived.dynamic_batching.preferred_batch_size) == [8, 16] == chosen["preferred_batch_sizes"]
-    assert derived.dynamic_batching.max_queue_delay_microseconds == chosen["max_queue_delay_us"] > 0
+    assert (
+        derived.dynamic_batching.max_queue_delay_microseconds == chosen["max_queue_delay_us"] == 0
+    )  # not 1000
     assert derived.dynamic_batching.default_queue_policy.max_queue_size == 32  # the rest is kept
     text = " ".join(
         line.strip("# ") for line in path.read_text().splitlines() if line.lstrip().startswith("#")
@@ -262,13 +264,13 @@ def test_derive_serves_the_batching_the_recorded_curve_chose_with_its_reasons(tm
 def test_a_batching_value_stated_by_hand_wins_over_the_curve_and_says_so(tmp_path: Path) -> None:
     source, records = tmp_path / "source", tmp_path / "records"
     folder = _write(source, "classifier", NATIVE_CONFIG, {"model.onnx": "x"})
-    (folder / "local_cpu.pbtxt").write_text("dynamic_batching { max_queue_delay_microseconds: 0 }\n")
+    (folder / "local_cpu.pbtxt").write_text("dynamic_batching { max_queue_delay_microseconds: 2000 }\n")
     chosen = _record_curve(records)
     derive_repository(source, tmp_path / "local", records=records)
     path = tmp_path / "local" / "classifier" / "config.pbtxt"
     derived = parse_config(path).dynamic_batching
     assert list(derived.preferred_batch_size) == chosen["preferred_batch_sizes"]  # not stated: the curve's
-    assert derived.max_queue_delay_microseconds == 0  # stated by hand in the overlay
+    assert derived.max_queue_delay_microseconds == 2000 != chosen["max_queue_delay_us"]  # stated by hand
     assert "max_queue_delay_microseconds: stated by hand in classifier/local_cpu.pbtxt" in path.read_text()
 
     # On a GPU host the description's values are stated by hand, and a curve timed on the CPU is not used.
