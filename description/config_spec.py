@@ -218,6 +218,12 @@ def _python(model: str, where: str, data: Any) -> PythonSpec:
     spec = PythonSpec(
         model=str(name), **_model_fields(model, where, section), parameters=_parameters(section)
     )
+    if spec.dynamic_batching.latency_budget_ms is not None:
+        raise DescriptionError(
+            f"model {model!r}: {where}.dynamic_batching.latency_budget_ms: a Python model has no measured "
+            "batch-cost curve to choose from; state its preferred_batch_sizes and max_queue_delay_us "
+            "(a budget belongs to the served files: configs.native or module)"
+        )
     section.done()
     return spec
 

@@ -62,6 +62,7 @@ METRICS = {"max_abs_diff": False, "cosine": True, "top1_agreement": True}
 INSTANCE_KINDS = ("KIND_GPU", "KIND_CPU")
 DEFAULT_MAX_QUEUE_SIZE = 128
 DEFAULT_QUEUE_TIMEOUT_US = 1_000_000
+MAX_BUDGET_MS = 60_000  # a minute: beyond it a budget is a typo (seconds meant), not a latency target
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -91,6 +92,10 @@ class DynamicBatching:
     preferred_batch_sizes: tuple[int, ...]
     max_queue_size: int = DEFAULT_MAX_QUEUE_SIZE
     queue_timeout_us: int = DEFAULT_QUEUE_TIMEOUT_US
+    # The time a batch may take to compute, from which the derivation chooses the preferred sizes and delay
+    # on the export's measured batch-cost curve where no value is stated by hand (description/batching.py);
+    # None: the stated values everywhere.
+    latency_budget_ms: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -248,9 +253,23 @@ def parse_batching(model: str, where: str, data: Any) -> DynamicBatching:
         preferred_batch_sizes=tuple(preferred),
         max_queue_size=section.integer("max_queue_size", DEFAULT_MAX_QUEUE_SIZE, minimum=1),
         queue_timeout_us=section.integer("queue_timeout_us", DEFAULT_QUEUE_TIMEOUT_US, minimum=1),
+        latency_budget_ms=_latency_budget(section),
     )
     section.done()
     return batching
+
+
+def _latency_budget(section: Reader) -> float | None:
+    budget = section.get("latency_budget_ms", None)
+    if budget is None:
+        return None
+    if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not 0 < budget <= MAX_BUDGET_MS:
+        raise section.error(
+            "latency_budget_ms",
+            f"{budget!r} is not a number of milliseconds above 0 and at most {MAX_BUDGET_MS}",
+            "give the time one batch may take to compute, e.g. 200, or leave it out",
+        )
+    return float(budget)
 
 
 def parse_instances(model: str, where: str, data: Any) -> InstanceGroup:

@@ -197,9 +197,9 @@ def _parser() -> argparse.ArgumentParser:
         "--timing-batches",
         type=_batch_sizes,
         metavar="N,N,...",
-        help="time every variant at these batch sizes (say 1,2,4,8,16,32,64: its batch-cost curve, in the "
-        "records) instead of the kind's own (1 and a full batch); the served variant is the fastest by "
-        "the geometric mean over the sizes timed",
+        help="time every variant at these batch sizes (its batch-cost curve, in the records) instead of "
+        "the default curve: the powers of two from 1 up to the config's max_batch_size or 32; the served "
+        "variant is the fastest by the geometric mean over the sizes timed",
     )
     parser.add_argument(
         "--configs-only",

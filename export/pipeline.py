@@ -31,15 +31,22 @@ import onnx
 import onnxruntime
 import torch
 
-from description.generated_configs import Generated, generate, write_configs
+from description.generated_configs import Generated, generate, native_spec, write_configs
 from description.model import IMAGE_KIND, PYTHON_KIND, ModelDescription, ServedFile
 from export.common import ModelConfig, fingerprint, is_up_to_date, write_manifest
 from export.efficientnet_lite import kind as image
 from export.kinds import Kind, Parity, Plan, Target
 from export.minilm import kind as text
 from export.precision import device
-from export.precision.records import write_record
-from export.precision.selection import Capabilities, Selection, Variant, resized_workload, select_and_write
+from export.precision.records import batching_choice, write_record
+from export.precision.selection import (
+    Capabilities,
+    Selection,
+    Variant,
+    curve_sizes,
+    curve_workload,
+    select_and_write,
+)
 from export.progress import ExportProgress
 from export.torch_module import kind as module_kind
 from tritonrepo.atomic_files import write_atomically
@@ -64,7 +71,7 @@ class Options:
     precision: str = "auto"  # "auto" serves the fastest variant that passes its gate; a precision pins it
     capabilities: Capabilities
     record_dir: Path = PRECISION_RECORDS
-    timing_batches: tuple[int, ...] = ()  # the batch sizes each variant is timed at; (): the kind's own
+    timing_batches: tuple[int, ...] = ()  # the batch sizes each variant is timed at; (): the curve's
     progress: ExportProgress = field(default_factory=ExportProgress)  # quiet unless the command line asks
 
 
@@ -249,9 +256,9 @@ def _write_file(
             destination=destination,
             variants=allowed_variants(plan.variants, description),
             gate=plan.gate,
-            workload=resized_workload(plan.workload, options.timing_batches)
-            if options.timing_batches
-            else plan.workload,
+            workload=curve_workload(
+                plan.workload, options.timing_batches or curve_sizes(config.max_batch_size)
+            ),
             choice=options.precision,
             capabilities=options.capabilities,
             keep_dir=options.record_dir / config.name,
@@ -259,7 +266,14 @@ def _write_file(
             reference=plan.reference,
             progress=options.progress,
         )
-    write_record(selection.as_dict(), options.record_dir)
+    record = selection.as_dict()
+    native = native_spec(description)
+    record["batching"] = batching_choice(
+        record,
+        max_batch_size=config.max_batch_size,
+        latency_budget_ms=native.dynamic_batching.latency_budget_ms if native else None,
+    )
+    write_record(record, options.record_dir)
     if selection.served is None:
         return ExportResult(model=config.name, path=destination, written=False, failure=selection.failure)
     parity = plan.parity[0] if plan.parity else None

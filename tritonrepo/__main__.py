@@ -21,7 +21,7 @@ from tritonrepo.contract import check_repository
 from tritonrepo.contract.release_notes import pinned_tag
 from tritonrepo.derive import derive_repository, gpu_is_available
 from tritonrepo.errors import RepositoryError
-from tritonrepo.paths import CPU_REPOSITORY, LOCAL_REPOSITORY, REPOSITORY
+from tritonrepo.paths import CPU_REPOSITORY, LOCAL_REPOSITORY, PRECISION_RECORDS, REPOSITORY
 
 EXIT_CODES = "0 done, 1 the repository is malformed or a file is missing, 2 a usage error"
 # The CPU copy's former command: refused with a pointer to the new one for one release.
@@ -71,6 +71,13 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="intra-op threads per model instance (default: an adopted tuning's, else the cores divided "
         "between the instances)",
+    )
+    derive.add_argument(
+        "--records",
+        type=Path,
+        default=PRECISION_RECORDS,
+        help="the export's records, whose batching chosen from each measured curve is served where no value "
+        "is stated by hand",
     )
     cpu_copy = _derived_command(
         sub,
@@ -122,7 +129,11 @@ def _derived_command(
 
 def _derive(args: argparse.Namespace) -> int:
     result = derive_repository(
-        args.source, args.target, gpu_available=gpu_is_available(), intra_op_threads=args.threads
+        args.source,
+        args.target,
+        gpu_available=gpu_is_available(),
+        intra_op_threads=args.threads,
+        records=args.records,
     )
     print(f"wrote {args.target} with {len(result.written)} models: {', '.join(result.written)}")
     for name, reason in result.skipped.items():

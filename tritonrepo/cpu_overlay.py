@@ -10,7 +10,8 @@ Fields present in the file replace the deployable values: ``instance_group`` and
 as a whole, each field set inside ``dynamic_batching`` on its own (the queue policy is kept), and each
 key of ``parameters``. A ``dynamic_batching`` section always sets the queue delay, 0 included: the
 config schema is proto3, which cannot tell a delay of 0 from an absent one, and a 0 that fell back to
-the deployable delay would be a setting silently not applied.
+the deployable delay would be a setting silently not applied. What the overlay states is stated by hand:
+it wins over the batching the export chose from its measured curve (tritonrepo/recorded_batching.py).
 """
 
 from __future__ import annotations

@@ -7,7 +7,9 @@ selection of :mod:`export.precision.selection`). The fp32 file is kept beside it
 when another precision is served. The benchmarks read which precision a model serves (:func:`served_variant`),
 the kept fp32 file (:func:`kept_file`) and a Markdown section of every gate's numbers
 (:func:`report_section`), with each variant's batch-cost curve where the export timed more than two batch
-sizes (``--timing-batches``).
+sizes (by default: export/precision/selection.py, ``curve_sizes``) and what the served variant's curve
+chose for the dynamic batcher (:func:`batching_choice`, recorded as ``batching``, which
+``python -m tritonrepo derive`` applies: tritonrepo/recorded_batching.py).
 
     python -m export.precision.records [RECORDS]   # that section, for the records under RECORDS
     (build/precision/)
@@ -20,6 +22,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from description.batching import MIN_CURVE_SIZES, choose_batching
 from export.common import ExportError
 from export.precision import serving_runtime
 from tritonrepo.atomic_files import write_text_atomically
@@ -33,6 +36,25 @@ def write_record(record: dict, directory: Path = PRECISION_RECORDS) -> Path:
     path = Path(directory) / f"{record['model']}.json"
     write_text_atomically(path, json.dumps(record, indent=2, sort_keys=True) + "\n")
     return path
+
+
+def batching_choice(record: dict, *, max_batch_size: int, latency_budget_ms: float | None) -> dict | None:
+    """What the served variant's batch-cost curve chooses for the dynamic batcher within
+    ``latency_budget_ms`` (description/batching.py), with the device and variant it was timed as, for the
+    derivation (tritonrepo/recorded_batching.py); None without a budget or a curve of MIN_CURVE_SIZES."""
+    served = next((c for c in record["candidates"] if c["status"] == "served"), None)
+    if latency_budget_ms is None or served is None:
+        return None
+    rates = {size: rate for size, rate in _rates(served).items() if size <= max_batch_size}
+    if len(rates) < MIN_CURVE_SIZES or 1 not in rates:
+        return None
+    choice = choose_batching(rates, max_batch_size=max_batch_size, latency_budget_ms=latency_budget_ms)
+    return {
+        "device": served["device"],
+        "variant": served["variant"],
+        "latency_budget_ms": latency_budget_ms,
+        **choice.as_dict(),
+    }
 
 
 def load_records(directory: Path = PRECISION_RECORDS) -> list[dict]:
@@ -53,7 +75,16 @@ def report_section(directory: Path = PRECISION_RECORDS) -> str:
     served = ", ".join(f"{r['model']}: {_served(r)} (--precision {r['choice']})" for r in records)
     curves = batch_cost_table(records)
     section = f"Served variants: {served}.\n\n{markdown_table(records)}\n"
-    return section + (f"\nItems/s at each batch size timed, in one process:\n\n{curves}\n" if curves else "")
+    if curves:
+        section += f"\nItems/s at each batch size timed, in one process:\n\n{curves}\n"
+    choices = batching_table(records)
+    if choices:
+        section += (
+            "\nWhat each served variant's curve chose for the dynamic batcher within its description's "
+            "latency budget (`python -m tritonrepo derive` applies it where no value is stated by hand):"
+            f"\n\n{choices}\n"
+        )
+    return section
 
 
 def batch_cost_table(records: Sequence[dict]) -> str:
@@ -74,6 +105,25 @@ def batch_cost_table(records: Sequence[dict]) -> str:
         largest = max(rates)
         cost = largest * rates[1] / rates[largest] if 1 in rates else float("nan")
         rows.append(f"| {model} | {candidate['variant']} | {candidate['status']} | {cells} | {cost:.2f}x |")
+    return "\n".join(rows)
+
+
+def batching_table(records: Sequence[dict]) -> str:
+    """Each recorded batching choice (:func:`batching_choice`) and its reasons; empty when none is."""
+    chosen = [(r["model"], r["batching"]) for r in records if r.get("batching")]
+    if not chosen:
+        return ""
+    rows = [
+        "| model | timed as | budget | preferred sizes | queue delay | why |",
+        "|---|---|---:|---|---:|---|",
+    ]
+    for model, b in chosen:
+        reasons = b["reasons"]
+        why = _cell(f"sizes: {reasons['preferred_batch_sizes']}; delay: {reasons['max_queue_delay_us']}")
+        rows.append(
+            f"| {model} | {b['variant']} ({b['device']}) | {b['latency_budget_ms']:g} ms | "
+            f"{b['preferred_batch_sizes']} | {b['max_queue_delay_us']} us | {why} |"
+        )
     return "\n".join(rows)
 
 

@@ -12,9 +12,12 @@ rounds, best round kept: this machine is shared and noisy), and moves the fastes
 variant that fails its gate, or raises, is reported and never served. ``--precision fp32`` (or any one
 precision) pins the choice.
 
-"Fastest" is the geometric mean of items/s over the measured batch sizes (1 and 32 by default), so a
-variant must be quick for a lone request and for a full batch. ``--timing-batches`` measures other sizes
-instead (:func:`resized_workload`): a whole batch-cost curve per variant, recorded the same way. Every
+Each variant is timed on a batch-cost curve (:func:`curve_sizes`: the powers of two from 1 up to the
+config's max_batch_size or 32, whichever is smaller), from which the derivation chooses the dynamic
+batcher's settings (description/batching.py); ``--timing-batches`` measures other sizes instead. The
+sizes the pipeline brings its own batches for (1 and a full batch) keep them; the others are formed from
+its batch-1 items (:func:`curve_workload`). "Fastest" is the geometric mean of items/s over the measured
+sizes, so a variant must be quick for a lone request, for a full batch and between. Every
 decision, with each gate's numbers and each timing, is returned as a :class:`Selection`, recorded beside
 the file (the manifest) and under ``build/precision/<model>.json`` (the fp32 file kept beside it when
 another precision is served) by :mod:`export.precision.records`, which reads them back for the benchmark.
@@ -55,6 +58,25 @@ KEPT_PRECISIONS = ("fp32",)  # the benchmark compares the served file with the f
 
 Runner = timing.Runner
 Batch = timing.Batch  # (runner input, number of items in it)
+
+
+CURVE_LARGEST = 32  # beyond it a batch's gain is small and each call at that size costs the export seconds
+
+
+def curve_sizes(max_batch_size: int) -> tuple[int, ...]:
+    """The batch sizes every variant is timed at by default: the powers of two from 1 up to the smaller of
+    ``max_batch_size`` and CURVE_LARGEST, and that largest size itself."""
+    largest = max(1, min(max_batch_size, CURVE_LARGEST))
+    return tuple(sorted({1 << k for k in range(largest.bit_length()) if 1 << k <= largest} | {largest}))
+
+
+def curve_workload(workload: Mapping[int, list[Batch]], sizes: Sequence[int]) -> dict[int, list[Batch]]:
+    """The workload at each of ``sizes``: the pipeline's own batches where it has that size (a text
+    batch sorted by length, a slice of the gate set), otherwise its batch-1 items grouped
+    (:func:`resized_workload`)."""
+    missing = [size for size in sizes if size not in workload]
+    resized = resized_workload(workload, missing) if missing else {}
+    return {size: workload[size] if size in workload else resized[size] for size in sorted(set(sizes))}
 
 
 def resized_workload(workload: Mapping[int, list[Batch]], sizes: Sequence[int]) -> dict[int, list[Batch]]:
@@ -374,8 +396,11 @@ def _time(
     model: str = "",
 ) -> None:
     """Items/s of each passing candidate at each batch size (export/precision/timing.py): interleaved rounds,
-    each size warmed up in the first, the best round kept. A candidate whose runner raises becomes an error
-    (and is no longer timed)."""
+    each size warmed up in the first, the best round kept. Batch 1 and the largest size are timed for
+    ``min_s`` per round, the sizes between (the rest of the curve) for at most timing.CURVE_MIN_S; every
+    size in every round, so that the curve compares them alike. A candidate whose runner raises becomes an
+    error (and is no longer timed)."""
+    ends = {min(workload), max(workload)} if workload else set()
     for round_ in range(1, timing.TIMING_ROUNDS + 1):
         for candidate in candidates:
             if candidate.status != "passed":
@@ -384,7 +409,8 @@ def _time(
             try:
                 for size, batches in workload.items():
                     runner = runners[candidate.variant]
-                    rate = timing.items_per_second(runner, batches, min_s=min_s, warm=round_ > 1)
+                    size_s = min_s if size in ends else min(min_s, timing.CURVE_MIN_S)
+                    rate = timing.items_per_second(runner, batches, min_s=size_s, warm=round_ > 1)
                     candidate.items_per_s[size] = max(rate, candidate.items_per_s.get(size, 0.0))
             except Exception as e:  # noqa: BLE001 - recorded; the other candidates are still timed
                 candidate.status, candidate.reason = "error", f"timing: {type(e).__name__}: {e}"

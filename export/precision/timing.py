@@ -32,6 +32,11 @@ from export.precision import onnx_graph
 
 TIMING_ROUNDS = 3
 TIMING_MIN_S = 0.5
+# The sizes between batch 1 and the largest are timed for less per round: they shape the batch-cost curve
+# the derivation reads (description/batching.py), while the two ends decide most of the choice of variant;
+# timed as long as the ends, the curve would more than double the timing of every variant. Each still
+# takes the best of the interleaved rounds, as the ends do: a curve's sizes are compared with each other.
+CURVE_MIN_S = 0.2
 WARMUP_MIN_CALLS = 3  # the profiling executor's recording and optimising calls, and one settled call
 WARMUP_MAX_CALLS = 30
 SETTLED_CALLS = 2  # calls in a row no longer falling: warm

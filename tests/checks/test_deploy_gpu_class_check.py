@@ -136,6 +136,7 @@ def test_every_file_the_export_writes_for_a_model_of_any_tensors_is_accepted_whe
     served file gets a manifest naming it and where it was gated, so the server starts on a CPU host and
     is refused, naming both files, on a GPU."""
     monkeypatch.setattr(timing, "TIMING_ROUNDS", 1)  # which variant is served does not matter here
+    monkeypatch.setattr(timing, "CURVE_MIN_S", 0.01)  # nor the batch-cost curve between its ends
     repository = tmp_path / "models"
     options = Options(
         repository=repository,

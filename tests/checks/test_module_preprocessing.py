@@ -16,6 +16,8 @@ from description.model import load_description
 from export.pipeline import Options, export_model
 from export.precision import timing
 from export.precision.device import Capabilities
+from tritonrepo.configs import parse_config
+from tritonrepo.derive import derive_repository
 
 CODE = '''
 import numpy as np
@@ -46,8 +48,10 @@ output [ { name: "VALUES" data_type: TYPE_FP32 dims: [ %s ] } ]
 
 @pytest.fixture(autouse=True)
 def one_timing_round(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Time each variant once: these tests read what was checked and written, not how fast it ran."""
+    """Time each variant once, briefly between the curve's ends: these tests read what was checked and
+    written, not how fast it ran."""
     monkeypatch.setattr(timing, "TIMING_ROUNDS", 1)
+    monkeypatch.setattr(timing, "CURVE_MIN_S", 0.01)
 
 
 def _project(tmp_path: Path, *, produced_dims: str = "4", preprocessing: dict | None = None) -> Path:
@@ -75,7 +79,7 @@ def _project(tmp_path: Path, *, produced_dims: str = "4", preprocessing: dict | 
                 {"name": "SCORES", "dtype": "FP32", "dims": [3], "metric": "max_abs_diff", "tolerance": 1e-5}
             ],
             "max_batch_size": 8,
-            "dynamic_batching": {"max_queue_delay_us": 100},
+            "dynamic_batching": {"max_queue_delay_us": 100, "latency_budget_ms": 50},
             "instance_groups": [{"kind": "KIND_CPU", "count": 2}],
         },
         "served": [{"model": "toy_onnx", "format": "onnx"}],
@@ -124,6 +128,25 @@ def test_timing_batches_time_every_variant_at_each_size_asked_and_record_them(tm
     record = json.loads((tmp_path / "records" / "toy_onnx.json").read_text())
     (served,) = [c for c in record["candidates"] if c["status"] == "served"]
     assert sorted(served["items_per_s"], key=int) == ["1", "2", "4", "8"]
+
+
+def test_the_default_curve_is_recorded_with_the_batching_it_chose_and_derive_serves_it(
+    tmp_path: Path,
+) -> None:
+    _export(tmp_path, _project(tmp_path))
+    record = json.loads((tmp_path / "records" / "toy_onnx.json").read_text())
+    (served,) = [c for c in record["candidates"] if c["status"] == "served"]
+    assert sorted(served["items_per_s"], key=int) == ["1", "2", "4", "8"]  # up to max_batch_size 8
+    chosen = record["batching"]
+    assert (chosen["device"], chosen["latency_budget_ms"]) == ("cpu", 50)
+    assert chosen["preferred_batch_sizes"] and max(chosen["preferred_batch_sizes"]) <= 8
+
+    derive_repository(tmp_path / "repository", tmp_path / "local", records=tmp_path / "records")
+    path = tmp_path / "local" / "toy_onnx" / "config.pbtxt"
+    batching = parse_config(path).dynamic_batching
+    assert list(batching.preferred_batch_size) == chosen["preferred_batch_sizes"]
+    assert batching.max_queue_delay_microseconds == chosen["max_queue_delay_us"]
+    assert "from the onnx-fp32 curve, budget 50 ms" in path.read_text()
 
 
 def test_a_preprocessing_model_whose_outputs_are_not_the_module_inputs_is_refused(tmp_path: Path) -> None:

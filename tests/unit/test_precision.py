@@ -45,6 +45,22 @@ def test_a_resized_workload_refuses_what_it_cannot_form(workload: dict, sizes: l
         precision.resized_workload(workload, sizes)
 
 
+def test_every_variant_is_timed_on_the_powers_of_two_up_to_its_max_batch_size_or_32() -> None:
+    assert precision.curve_sizes(64) == (1, 2, 4, 8, 16, 32)
+    assert precision.curve_sizes(8) == (1, 2, 4, 8)
+    assert precision.curve_sizes(24) == (1, 2, 4, 8, 16, 24)  # the full batch itself, as the kinds time it
+    assert precision.curve_sizes(1) == (1,)
+
+
+def test_the_curve_keeps_the_pipelines_own_batches_and_forms_the_sizes_between() -> None:
+    images = [(np.full((1, 3, 2, 2), i, np.float32), 1) for i in range(5)]
+    own_full = [(np.zeros((4, 3, 2, 2)), 4)]
+    curve = precision.curve_workload({1: images, 4: own_full}, precision.curve_sizes(4))
+    assert list(curve) == [1, 2, 4]
+    assert curve[1] is images and curve[4] is own_full  # a length-sorted text batch stays as it was
+    assert [count for _, count in curve[2]] == [2, 2, 2]
+
+
 # -- gates --------------------------------------------------------------------------------------------------
 def _unit(rows: np.ndarray) -> np.ndarray:
     return rows / np.linalg.norm(rows, axis=1, keepdims=True)

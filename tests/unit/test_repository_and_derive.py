@@ -218,3 +218,67 @@ def test_a_python_model_whose_files_are_missing_is_skipped_as_an_unexported_mode
     assert not (tmp_path / "local" / "text_tokenizer").exists()
     warned = [r.getMessage() for r in caplog.records]
     assert f"not serving text_tokenizer locally: {result.skipped['text_tokenizer']}" in warned
+
+
+# The text encoder's recorded curve on the 2-core CPU (tests/unit/test_batching_from_curve.py): within a
+# 60 ms budget it peaks at 16, so the derivation would serve preferred sizes 8 and 16 with a short delay.
+CURVE = {"1": 139.0, "2": 180.0, "4": 230.0, "8": 270.0, "16": 300.0}
+
+
+def _record_curve(records: Path, device: str = "cpu", budget_ms: float = 60) -> dict:
+    from export.precision.records import batching_choice, write_record
+
+    served = {"variant": "onnx-fp32", "device": device, "status": "served", "items_per_s": CURVE}
+    record = {"model": "classifier", "candidates": [served]}
+    record["batching"] = batching_choice(record, max_batch_size=16, latency_budget_ms=budget_ms)
+    write_record(record, records)
+    return record["batching"]
+
+
+def test_derive_serves_the_batching_the_recorded_curve_chose_with_its_reasons(tmp_path: Path) -> None:
+    source, records = tmp_path / "source", tmp_path / "records"
+    _write(source, "classifier", NATIVE_CONFIG, {"model.onnx": "x"})
+    chosen = _record_curve(records)
+    derive_repository(source, tmp_path / "local", records=records)
+    path = tmp_path / "local" / "classifier" / "config.pbtxt"
+    derived = parse_config(path)
+    assert list(derived.dynamic_batching.preferred_batch_size) == [8, 16] == chosen["preferred_batch_sizes"]
+    assert (
+        derived.dynamic_batching.max_queue_delay_microseconds == chosen["max_queue_delay_us"] == 0
+    )  # not 1000
+    assert derived.dynamic_batching.default_queue_policy.max_queue_size == 32  # the rest is kept
+    text = " ".join(
+        line.strip("# ") for line in path.read_text().splitlines() if line.lstrip().startswith("#")
+    )
+    for reason in chosen["reasons"].values():
+        assert " ".join(reason.split()) in text, reason
+    lines = path.read_text().splitlines()
+    first = lines.index("  preferred_batch_size: 8")
+    assert lines[first - 1].startswith("  # ") and "peaks at 16" in path.read_text()
+
+    derive_repository(source, tmp_path / "unrecorded", records=tmp_path / "none")  # no export: as stated
+    kept = parse_config(tmp_path / "unrecorded" / "classifier" / "config.pbtxt").dynamic_batching
+    assert (list(kept.preferred_batch_size), kept.max_queue_delay_microseconds) == ([4, 8], 1000)
+
+
+def test_a_batching_value_stated_by_hand_wins_over_the_curve_and_says_so(tmp_path: Path) -> None:
+    source, records = tmp_path / "source", tmp_path / "records"
+    folder = _write(source, "classifier", NATIVE_CONFIG, {"model.onnx": "x"})
+    (folder / "local_cpu.pbtxt").write_text("dynamic_batching { max_queue_delay_microseconds: 2000 }\n")
+    chosen = _record_curve(records)
+    derive_repository(source, tmp_path / "local", records=records)
+    path = tmp_path / "local" / "classifier" / "config.pbtxt"
+    derived = parse_config(path).dynamic_batching
+    assert list(derived.preferred_batch_size) == chosen["preferred_batch_sizes"]  # not stated: the curve's
+    assert derived.max_queue_delay_microseconds == 2000 != chosen["max_queue_delay_us"]  # stated by hand
+    assert "max_queue_delay_microseconds: stated by hand in classifier/local_cpu.pbtxt" in path.read_text()
+
+    # On a GPU host the description's values are stated by hand, and a curve timed on the CPU is not used.
+    _record_curve(records, device="cuda")
+    derive_repository(source, tmp_path / "gpu", gpu_available=True, records=records)
+    on_gpu = tmp_path / "gpu" / "classifier" / "config.pbtxt"
+    batching = parse_config(on_gpu).dynamic_batching
+    assert (list(batching.preferred_batch_size), batching.max_queue_delay_microseconds) == ([4, 8], 1000)
+    assert "preferred_batch_size: stated by hand in the description" in " ".join(
+        line.strip("# ") for line in on_gpu.read_text().splitlines()
+    )
