@@ -22,7 +22,7 @@ import torch
 from PIL import Image
 
 from description.model import load_description
-from export.common import ExportError, is_up_to_date, write_manifest
+from export.common import ExportError, fingerprint, is_up_to_date, write_manifest
 from export.efficientnet_lite import kind as image
 from export.efficientnet_lite import network as efficientnet_lite
 from export.efficientnet_lite import variants as image_variants
@@ -348,6 +348,18 @@ def test_manifest_goes_stale_when_the_file_or_its_inputs_change(tmp_path: Path) 
     assert not is_up_to_date(artifact, "inputs-v2")
     artifact.write_bytes(b"edited by hand")
     assert not is_up_to_date(artifact, "inputs-v1")
+
+
+def test_the_fingerprint_reads_the_files_names_and_contents_not_where_they_lie(tmp_path: Path) -> None:
+    code, weights = tmp_path / "code" / "kind.py", tmp_path / "weights" / "model.safetensors"
+    configs = [tmp_path / folder / "minilm_onnx" / "config.pbtxt" for folder in ("a", "z")]  # either side
+    for path, text in ((code, "code"), (weights, "weights"), *((c, "config") for c in configs)):
+        path.parent.mkdir(parents=True)
+        path.write_text(text)
+    here, there = (fingerprint(files=[code, config, weights], values={"v": "1"}) for config in configs)
+    assert here == there  # a copy of the repository finds its exported files up to date
+    configs[1].write_text("changed")
+    assert fingerprint(files=[code, configs[1], weights], values={"v": "1"}) != here
 
 
 def test_a_failed_write_leaves_the_existing_file_and_no_temporary(tmp_path: Path) -> None:
