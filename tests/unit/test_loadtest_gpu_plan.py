@@ -79,8 +79,9 @@ def test_the_runs_copy_holds_the_exported_files_and_their_records_only_in_the_dr
     source, records = tmp_path / "model_repository", tmp_path / "precision"
     shutil.copytree(ROOT / "model_repository", source, ignore=shutil.ignore_patterns(*EXPORT_OUTPUTS))
     (source / "minilm_onnx" / "1" / "model.onnx").write_bytes(b"exported")
+    (source / "minilm_torchscript" / "1" / "model.pt").write_bytes(b"exported, its record lost")
     records.mkdir()
-    for model in ("minilm_onnx", "minilm_torchscript", "efficientnet_lite0_onnx"):
+    for model in ("minilm_onnx", "efficientnet_lite0_onnx"):
         (records / f"{model}.json").write_text("{}")
     (records / "minilm_onnx").mkdir()
     (records / "minilm_onnx" / "onnx-fp32.onnx").write_bytes(b"kept")
@@ -91,8 +92,11 @@ def test_the_runs_copy_holds_the_exported_files_and_their_records_only_in_the_dr
         assert exported.stat().st_ino == (source / "minilm_onnx" / "1" / "model.onnx").stat().st_ino
         assert config.stat().st_ino != (source / "minilm_onnx" / "config.pbtxt").stat().st_ino
         copied_records = sorted(path.name for path in copied.iterdir())
-        assert copied_records == ["minilm_onnx", "minilm_onnx.json", "minilm_torchscript.json"]
+        assert copied_records == ["minilm_onnx", "minilm_onnx.json"]
         assert (copied / "minilm_onnx" / "onnx-fp32.onnx").read_bytes() == b"kept"
+        # A file without its record is exported again: the run serves no file it has no record of.
+        assert not (repository / "minilm_torchscript" / "1" / "model.pt").exists()
+        assert (repository / "minilm_torchscript" / "config.pbtxt").is_file()
     else:
         assert not exported.exists() and not copied.exists()
 

@@ -109,7 +109,8 @@ def copy_for_export(plan: GpuPlan, source: Path, source_records: Path, work: Pat
     """(the copy of ``source``, its records folder) under ``work``, for the export to write into. The GPU
     run's copy has the committed files only; the dry run's (:attr:`GpuPlan.reuse_exports`) has the
     exported files too and the records in ``source_records`` of the encoders the benchmark serves, so
-    the export finds what is up to date there as it would in ``source``."""
+    the export finds what is up to date there as it would in ``source`` (an encoder without its record
+    loses its files in the copy: exported again)."""
     repository, records = work / "repository", work / "precision"
     for folder in (repository, records):
         if folder.exists():
@@ -121,8 +122,12 @@ def copy_for_export(plan: GpuPlan, source: Path, source_records: Path, work: Pat
     records.mkdir(parents=True)
     for encoder in sorted({encoder_of(source, route) for route in ROUTES}):
         record = Path(source_records) / f"{encoder}.json"
-        if record.is_file():
-            shutil.copy2(record, records / record.name)
+        if not record.is_file():  # its files are exported again, so that the run has them with a record
+            for path in (repository / encoder).glob("*/*"):
+                if path.is_file() and _exported(path):
+                    path.unlink()
+            continue
+        shutil.copy2(record, records / record.name)
         if (Path(source_records) / encoder).is_dir():  # the files it kept beside the served one
             shutil.copytree(Path(source_records) / encoder, records / encoder, copy_function=_link)
     return repository, records
@@ -131,13 +136,17 @@ def copy_for_export(plan: GpuPlan, source: Path, source_records: Path, work: Pat
 def _link(source: str | Path, destination: str | Path) -> None:
     """An exported file as a hard link where the file system allows one (the export replaces a file it
     rewrites, tritonrepo.atomic_files, never writing through the link); any other file copied."""
-    if any(fnmatch.fnmatch(Path(source).name, pattern) for pattern in EXPORT_OUTPUTS):
+    if _exported(Path(source)):
         try:
             os.link(source, destination)
             return
         except OSError:  # another file system: copied
             pass
     shutil.copy2(source, destination)
+
+
+def _exported(path: Path) -> bool:
+    return any(fnmatch.fnmatch(path.name, pattern) for pattern in EXPORT_OUTPUTS)
 
 
 def serve_and_measure(plan: GpuPlan, repository: Path, records: Path, work: Path, raw: Path) -> dict:
