@@ -75,10 +75,12 @@ def shown(path: Path) -> str:
 
 
 def fingerprint(*, files: Iterable[Path], values: dict[str, str]) -> str:
-    """A hash of the named files' contents and of some values (library versions, options)."""
+    """A hash of the named files' contents and of some values (library versions, options). Where a file
+    lies does not count, only its name and contents: a copy of a repository (the GPU benchmark's dry run
+    exports into one) finds the files exported in the original up to date."""
     digest = hashlib.sha256()
-    for path in sorted(Path(p) for p in files):
-        digest.update(path.name.encode() + b"\0" + sha256_file(path).encode() + b"\0")
+    for name, content in sorted((Path(p).name, sha256_file(p)) for p in files):
+        digest.update(name.encode() + b"\0" + content.encode() + b"\0")
     for key in sorted(values):
         digest.update(f"{key}={values[key]}\0".encode())
     return digest.hexdigest()

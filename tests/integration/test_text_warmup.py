@@ -20,10 +20,10 @@ ENCODERS = ("minilm_onnx", "minilm_torchscript")
 
 def _repository(target: Path, *, truncate: str | None = None) -> Path:
     """The encoders as the local server serves them, with every warm-up sample of config.pbtxt kept;
-    ``truncate``: a model whose warm-up files are replaced by copies one token short."""
+    ``truncate``: the one encoder served, its warm-up files replaced by copies one token short."""
     models = load_repository(ROOT / "model_repository")
     target.mkdir()
-    for name in ENCODERS:
+    for name in ENCODERS if truncate is None else (truncate,):
         entry = models[name]
         config = derive_local_config(entry, gpu_available=False, intra_op_threads=1)
         del config.model_warmup[:]
