@@ -153,7 +153,8 @@ def held_batch_server(
     wait in DynamicBatchScheduler::WaitForPayloadSlotAvailable); two such waits took requests past
     the tokenizer's 1 s queue timeout (docs/failure-modes.md).
 
-    The copy's queue timeout is HELD_QUEUE_TIMEOUT_US: the wait is the fixture's own doing, and on a
+    The copy prefers no batch size, so that the held requests leave as one batch. Its queue timeout is
+    HELD_QUEUE_TIMEOUT_US: the wait is the fixture's own doing, and on a
     starved machine the requests sent first could otherwise be rejected before the last one arrives,
     failing together ("Request timeout expired", test_requests_held_past_their_queue_timeout_fail_...).
     A request may still shorten its own. Stopped at the end of the test."""
@@ -166,6 +167,9 @@ def held_batch_server(
             policy = config.dynamic_batching.default_queue_policy
             if policy.default_timeout_microseconds:  # 0 (none) stays none; a request cannot lengthen it
                 policy.default_timeout_microseconds = HELD_QUEUE_TIMEOUT_US
+            # Without preferred sizes the batcher forms one batch of every held request (up to
+            # max_batch_size): a model that prefers batches of 4 would otherwise split 8 into two.
+            del config.dynamic_batching.preferred_batch_size[:]
             (repository / model / "config.pbtxt").write_text(format_config(config))
             monkeypatch.setenv("TRITONSERVER_DELAY_SCHEDULER", str(requests))
             config = ServerConfig(model_repository=repository, exit_timeout_s=2, stop_timeout_s=10)
