@@ -61,6 +61,10 @@ Batch = timing.Batch  # (runner input, number of items in it)
 
 
 CURVE_LARGEST = 32  # beyond it a batch's gain is small and each call at that size costs the export seconds
+# The batches formed for a size the pipeline brings none of. Timing calls at least a quarter of a size's
+# batches each round, and grouping all 264 check photographs in twos made 132 batches, 34 calls a round:
+# a curve's point needs a few distinct batches, not every item.
+CURVE_BATCHES = 4
 
 
 def curve_sizes(max_batch_size: int) -> tuple[int, ...]:
@@ -72,10 +76,11 @@ def curve_sizes(max_batch_size: int) -> tuple[int, ...]:
 
 def curve_workload(workload: Mapping[int, list[Batch]], sizes: Sequence[int]) -> dict[int, list[Batch]]:
     """The workload at each of ``sizes``: the pipeline's own batches where it has that size (a text
-    batch sorted by length, a slice of the gate set), otherwise its batch-1 items grouped
+    batch sorted by length, a slice of the gate set), otherwise CURVE_BATCHES of its batch-1 items grouped
     (:func:`resized_workload`)."""
     missing = [size for size in sizes if size not in workload]
-    resized = resized_workload(workload, missing) if missing else {}
+    formed = resized_workload(workload, missing) if missing else {}
+    resized = {size: batches[:CURVE_BATCHES] for size, batches in formed.items()}
     return {size: workload[size] if size in workload else resized[size] for size in sorted(set(sizes))}
 
 

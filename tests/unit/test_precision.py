@@ -59,6 +59,10 @@ def test_the_curve_keeps_the_pipelines_own_batches_and_forms_the_sizes_between()
     assert list(curve) == [1, 2, 4]
     assert curve[1] is images and curve[4] is own_full  # a length-sorted text batch stays as it was
     assert [count for _, count in curve[2]] == [2, 2, 2]
+    many = [(np.full((1, 3, 2, 2), i, np.float32), 1) for i in range(64)]
+    formed = precision.curve_workload({1: many}, precision.curve_sizes(8))
+    assert [len(formed[size]) for size in (2, 4, 8)] == [precision.CURVE_BATCHES] * 3  # not 32, 16, 8
+    assert len({float(batch[0, 0, 0, 0]) for batch, _ in formed[2]}) == precision.CURVE_BATCHES  # distinct
 
 
 # -- gates --------------------------------------------------------------------------------------------------
