@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,6 @@ from loadtest.bench.gpu.plan import DRY_RUN, GPU, GpuPlan
 from loadtest.experiments.minimal import alternative_label
 from loadtest.tune.cli import main as tune_main
 from loadtest.tune.plan import SWEEPS, make_plan, model_config_parameters
-from tritonrepo.files import EXPORT_OUTPUTS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -30,17 +28,9 @@ def test_the_gpu_plan_exports_serves_kind_gpu_and_measures_what_the_targets_read
 
 def test_the_dry_run_is_the_same_plan_on_the_cpu_with_tiny_counts() -> None:
     assert DRY_RUN.kind == "KIND_CPU"
-    # The export runs too, with the CPU standing in for the GPU, into a copy of the exported files: what
-    # `make export` left up to date is not exported again. The GPU run exports every file on its device.
-    assert DRY_RUN.export_args == ("--served-on", "cpu", "--only", "text") and DRY_RUN.reuse_exports
-    assert not GPU.reuse_exports
-    same = {f.name for f in dataclasses.fields(GpuPlan)} - {
-        "name",
-        "kind",
-        "export_args",
-        "perf",
-        "reuse_exports",
-    }
+    # The export runs too, with the CPU standing in for the GPU; fp32 and the served encoder keep it short.
+    assert DRY_RUN.export_args == ("--served-on", "cpu", "--precision", "fp32", "--only", "text")
+    same = {f.name for f in dataclasses.fields(GpuPlan)} - {"name", "kind", "export_args", "perf"}
     for name in same:
         small, big = getattr(DRY_RUN, name), getattr(GPU, name)
         if isinstance(big, tuple):
@@ -68,37 +58,8 @@ def test_the_export_runs_for_the_gpu_it_serves_into_the_given_repository(tmp_pat
         "--repository", str(tmp_path / "repository"), "--records", str(tmp_path / "precision"),
     ]  # fmt: skip
     dry = stage.export_command(DRY_RUN, tmp_path / "repository", tmp_path / "precision")
-    assert dry[3:7] == ["--served-on", "cpu", "--only", "text"]
-    assert dry[7:] == command[5:]
-
-
-@pytest.mark.parametrize("plan", [GPU, DRY_RUN], ids=["gpu", "dry run"])
-def test_the_runs_copy_holds_the_exported_files_and_their_records_only_in_the_dry_run(
-    tmp_path: Path, plan: GpuPlan
-) -> None:
-    source, records = tmp_path / "model_repository", tmp_path / "precision"
-    shutil.copytree(ROOT / "model_repository", source, ignore=shutil.ignore_patterns(*EXPORT_OUTPUTS))
-    (source / "minilm_onnx" / "1" / "model.onnx").write_bytes(b"exported")
-    (source / "minilm_torchscript" / "1" / "model.pt").write_bytes(b"exported, its record lost")
-    records.mkdir()
-    for model in ("minilm_onnx", "efficientnet_lite0_onnx"):
-        (records / f"{model}.json").write_text("{}")
-    (records / "minilm_onnx").mkdir()
-    (records / "minilm_onnx" / "onnx-fp32.onnx").write_bytes(b"kept")
-    repository, copied = stage.copy_for_export(plan, source, records, tmp_path / "work")
-    exported, config = (repository / "minilm_onnx" / name for name in ("1/model.onnx", "config.pbtxt"))
-    assert config.read_text() == (source / "minilm_onnx" / "config.pbtxt").read_text()
-    if plan.reuse_exports:  # the export replaces a file it rewrites: a link to the source's file is safe
-        assert exported.stat().st_ino == (source / "minilm_onnx" / "1" / "model.onnx").stat().st_ino
-        assert config.stat().st_ino != (source / "minilm_onnx" / "config.pbtxt").stat().st_ino
-        copied_records = sorted(path.name for path in copied.iterdir())
-        assert copied_records == ["minilm_onnx", "minilm_onnx.json"]
-        assert (copied / "minilm_onnx" / "onnx-fp32.onnx").read_bytes() == b"kept"
-        # A file without its record is exported again: the run serves no file it has no record of.
-        assert not (repository / "minilm_torchscript" / "1" / "model.pt").exists()
-        assert (repository / "minilm_torchscript" / "config.pbtxt").is_file()
-    else:
-        assert not exported.exists() and not copied.exists()
+    assert dry[3:9] == ["--served-on", "cpu", "--precision", "fp32", "--only", "text"]
+    assert dry[9:] == command[5:]
 
 
 def test_a_gpu_run_without_cuda_is_refused_with_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -70,9 +70,8 @@ def run(
     urls: ServerUrls | None = None,
     records: Path = PRECISION_RECORDS,
 ) -> Path:
-    """The run's report. ``urls``: measure that running server instead of exporting and starting the
-    local one. ``records``: the precision records of the export that wrote ``source``'s files (the --url
-    server's; the dry run's copy starts from them)."""
+    """The run's report. ``urls``: measure that running server (``records``: the precision records of the
+    export that wrote ``source``'s files) instead of exporting and starting the local one."""
     plan: GpuPlan = DRY_RUN if dry_run else GPU
     device = stage.device_facts(plan)  # a GPU plan without CUDA stops here, before any work
     admin_key = os.environ.get(ADMIN_KEY_VARIABLE) or None  # what opens a --url server's restricted APIs
@@ -100,7 +99,7 @@ def run(
     }
     if urls is None:
         work.mkdir(parents=True, exist_ok=True)
-        repository, records, results["export"] = stage.prepare_repository(plan, source, work, raw, records)
+        repository, records, results["export"] = stage.prepare_repository(plan, source, work, raw)
     else:
         repository, results["export"] = source, {"records": str(records)}
     results["precision_section"] = report_section(records)

@@ -1,7 +1,6 @@
 """The GPU benchmark's steps, in one run: export on the GPU into a copy of the repository, serve the
 clones side by side with KIND_GPU instances, measure, stop the server, then let Model Analyzer search
-queue delay and instances. The dry run takes the same steps on the CPU, its copy starting from the
-repository's exported files and their records (its export redoes only what is out of date).
+queue delay and instances. The dry run takes the same steps on the CPU (its export pinned to fp32).
 
 Every experiment is a function of the running server; one that fails is recorded with its message and
 the next still runs, as in the CPU benchmark (:mod:`loadtest.experiments.stages`).
@@ -9,7 +8,6 @@ the next still runs, as in the CPU benchmark (:mod:`loadtest.experiments.stages`
 
 from __future__ import annotations
 
-import fnmatch
 import logging
 import os
 import shutil
@@ -23,7 +21,6 @@ from typing import Any
 from loadtest.baselines.pipelines import ExportedModel, served_file
 from loadtest.bench.gpu import server as server_facts
 from loadtest.bench.gpu.plan import (
-    ROUTES,
     TEXT_MODEL,
     GpuPlan,
     encoder_of,
@@ -83,13 +80,15 @@ def export_command(plan: GpuPlan, repository: Path, records: Path) -> list[str]:
     ]  # fmt: skip
 
 
-def prepare_repository(
-    plan: GpuPlan, source: Path, work: Path, raw: Path, source_records: Path
-) -> tuple[Path, Path, dict]:
-    """(repository, precision records, what was done): the run's copy (:func:`copy_for_export`) and the
-    export run into it (on this GPU; in the dry run on the CPU), its records beside it, its log in
-    ``raw/export.log``. The source is left as it is."""
-    repository, records = copy_for_export(plan, source, source_records, work)
+def prepare_repository(plan: GpuPlan, source: Path, work: Path, raw: Path) -> tuple[Path, Path, dict]:
+    """(repository, precision records, what was done): the repository's own files copied without their
+    exported files, and the export run into the copy (on this GPU; in the dry run on the CPU, pinned to
+    fp32), its records beside it, its log in ``raw/export.log``. The source is left as it is."""
+    repository = work / "repository"
+    if repository.exists():
+        shutil.rmtree(repository)
+    shutil.copytree(source, repository, ignore=shutil.ignore_patterns(*EXPORT_OUTPUTS))
+    records = work / "precision"
     command = export_command(plan, repository.resolve(), records.resolve())
     log = raw / "export.log"
     started = time.monotonic()
@@ -103,50 +102,6 @@ def prepare_repository(
         records,
         {"command": "python " + " ".join(command[1:]), "log": log.name, "seconds": seconds},
     )
-
-
-def copy_for_export(plan: GpuPlan, source: Path, source_records: Path, work: Path) -> tuple[Path, Path]:
-    """(the copy of ``source``, its records folder) under ``work``, for the export to write into. The GPU
-    run's copy has the committed files only; the dry run's (:attr:`GpuPlan.reuse_exports`) has the
-    exported files too and the records in ``source_records`` of the encoders the benchmark serves, so
-    the export finds what is up to date there as it would in ``source`` (an encoder without its record
-    loses its files in the copy: exported again)."""
-    repository, records = work / "repository", work / "precision"
-    for folder in (repository, records):
-        if folder.exists():
-            shutil.rmtree(folder)
-    if not plan.reuse_exports:
-        shutil.copytree(source, repository, ignore=shutil.ignore_patterns(*EXPORT_OUTPUTS))
-        return repository, records
-    shutil.copytree(source, repository, ignore=shutil.ignore_patterns("__pycache__"), copy_function=_link)
-    records.mkdir(parents=True)
-    for encoder in sorted({encoder_of(source, route) for route in ROUTES}):
-        record = Path(source_records) / f"{encoder}.json"
-        if not record.is_file():  # its files are exported again, so that the run has them with a record
-            for path in (repository / encoder).glob("*/*"):
-                if path.is_file() and _exported(path):
-                    path.unlink()
-            continue
-        shutil.copy2(record, records / record.name)
-        if (Path(source_records) / encoder).is_dir():  # the files it kept beside the served one
-            shutil.copytree(Path(source_records) / encoder, records / encoder, copy_function=_link)
-    return repository, records
-
-
-def _link(source: str | Path, destination: str | Path) -> None:
-    """An exported file as a hard link where the file system allows one (the export replaces a file it
-    rewrites, tritonrepo.atomic_files, never writing through the link); any other file copied."""
-    if _exported(Path(source)):
-        try:
-            os.link(source, destination)
-            return
-        except OSError:  # another file system: copied
-            pass
-    shutil.copy2(source, destination)
-
-
-def _exported(path: Path) -> bool:
-    return any(fnmatch.fnmatch(path.name, pattern) for pattern in EXPORT_OUTPUTS)
 
 
 def serve_and_measure(plan: GpuPlan, repository: Path, records: Path, work: Path, raw: Path) -> dict:
