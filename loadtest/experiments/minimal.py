@@ -27,7 +27,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import samples
@@ -257,11 +257,7 @@ def _rounds(
                 requests=service.requests,
                 warmup=max(8, concurrency),  # every connection opened, the first requests' costs paid
             )
-            record = asdict(outcome) | {
-                "service": service.key,
-                "requests_per_s": outcome.requests_per_s,
-                "round": round_,
-            }
+            record = outcome.record() | {"service": service.key, "round": round_}
             results.append(record | ({"workers": processes} if processes else {}))
     return results
 

@@ -28,17 +28,34 @@ BINARY_HEADER = "Inference-Header-Content-Length"
 
 @dataclass(kw_only=True, frozen=True)
 class JsonLoadResult:
+    """One arm's measured requests: each answered request's latency, and how many failed."""
+
     label: str
     concurrency: int
-    requests: int
     failures: int
     wall_s: float
-    p50_ms: float
-    p99_ms: float
+    latencies_ms: tuple[float, ...]
 
     @property
     def requests_per_s(self) -> float:
-        return self.requests / self.wall_s if self.wall_s else 0.0
+        return len(self.latencies_ms) / self.wall_s if self.wall_s else 0.0
+
+    @property
+    def p99_ms(self) -> float:
+        return quantile(self.latencies_ms, 0.99)
+
+    def record(self) -> dict:
+        """The figures a report keeps, without the latencies themselves."""
+        return {
+            "label": self.label,
+            "concurrency": self.concurrency,
+            "requests": len(self.latencies_ms),
+            "failures": self.failures,
+            "wall_s": self.wall_s,
+            "p50_ms": quantile(self.latencies_ms, 0.5),
+            "p99_ms": self.p99_ms,
+            "requests_per_s": self.requests_per_s,
+        }
 
 
 @dataclass(frozen=True)
@@ -141,11 +158,5 @@ def run_json_load(
         asyncio.run(_run(url, bodies, concurrency=concurrency, requests=warmup))
     latencies, failures, wall_s = asyncio.run(_run(url, bodies, concurrency=concurrency, requests=requests))
     return JsonLoadResult(
-        label=label,
-        concurrency=concurrency,
-        requests=len(latencies),
-        failures=failures,
-        wall_s=wall_s,
-        p50_ms=quantile(latencies, 0.5),
-        p99_ms=quantile(latencies, 0.99),
+        label=label, concurrency=concurrency, failures=failures, wall_s=wall_s, latencies_ms=tuple(latencies)
     )
