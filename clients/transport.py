@@ -6,6 +6,8 @@ The transports differ in small ways that are handled here and nowhere else:
 - timeouts: gRPC takes ``client_timeout`` per call; tritonclient's blocking HTTP client only takes one
   at construction (so there is one client per timeout value); asyncio calls run under ``wait_for``;
 - tritonclient's blocking clients are not thread-safe, so each thread gets its own;
+- a blocking gRPC client is closed once: tritonclient closes it again when it is collected (see
+  ``_GrpcClient``);
 - restricted APIs: Triton's gRPC endpoint looks for the key header under a ``triton-grpc-protocol-``
   prefix (``triton-grpc-protocol-triton-admin-key``), HTTP under its plain name; gRPC calls send each
   extra header under both names, so one ``headers={"triton-admin-key": ...}`` works for either protocol;
@@ -118,6 +120,22 @@ class TransportBase:
             raise wrapped from e
 
 
+class _GrpcClient(grpcclient.InferenceServerClient):
+    """tritonclient's blocking gRPC client, closed at most once.
+
+    tritonclient's client closes its channel again when it is collected, and under gevent (the Locust
+    image's gRPC users) each close counts the channel out of grpcio's gevent poller once more. A worker
+    whose clients had been closed by :meth:`SyncTransport.close` then sometimes hung at exit inside that
+    second close, called by the garbage collector (tests/images/test_locust_image.py)."""
+
+    _closed = False
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            super().close()
+
+
 class SyncTransport(TransportBase):
     """Blocking calls; safe to use from several threads at once (one tritonclient client per thread)."""
 
@@ -146,7 +164,7 @@ class SyncTransport(TransportBase):
         key = None if self.is_grpc else timeout_s  # gRPC takes the timeout per call
         if key not in clients:
             if self.is_grpc:
-                client = grpcclient.InferenceServerClient(self.endpoint.address)
+                client = _GrpcClient(self.endpoint.address)
             else:
                 client = httpclient.InferenceServerClient(
                     self.endpoint.address, connection_timeout=timeout_s, network_timeout=timeout_s

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from clients.endpoint import Endpoint, parse_url
+from clients.transport import SyncTransport
 
 
 @pytest.mark.parametrize(
@@ -53,3 +54,16 @@ def test_every_cli_command_prints_its_help(command: str, capsys: pytest.CaptureF
         main([command, "--help"])
     assert done.value.code == 0
     assert "usage:" in capsys.readouterr().out
+
+
+def test_a_blocking_grpc_client_closes_its_channel_once_though_collected_after_its_close() -> None:
+    """tritonclient's __del__ closes the client again; a second close of the channel is what hung a Locust
+    worker's exit under gevent (clients/transport.py, _GrpcClient)."""
+    transport = SyncTransport(parse_url("grpc://127.0.0.1:1"))
+    client = transport._client(timeout_s=5.0)  # no connection is made until a call
+    channel, closes = client._channel, []
+    close = channel.close
+    channel.close = lambda: (closes.append(1), close())[1]
+    transport.close()
+    client.__del__()  # what the garbage collector calls
+    assert closes == [1]
