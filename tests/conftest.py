@@ -10,7 +10,9 @@ installs (tritonlocal/image_envs.py), against a real local tritonserver."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
@@ -31,11 +33,44 @@ _TIERS = {
 }
 
 
+# The order the tiers run in: the images tier last, so that its environments, built by a process of their own
+# from the start of the session (pytest_collection_finish), are ready by then.
+_ORDER = ("checks", "unit", "integration", "images")
+_IMAGE_ENVS = ("bench", "export", "locust")  # in the order the images tier's files use them
+_BUILDER = pytest.StashKey[subprocess.Popen]()
+
+
+def _tier(item: pytest.Item) -> str:
+    return Path(str(item.fspath)).parent.name
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        tier = Path(str(item.fspath)).parent.name
-        if tier in _TIERS:
-            item.add_marker(_TIERS[tier])
+        if _tier(item) in _TIERS:
+            item.add_marker(_TIERS[_tier(item)])
+    items.sort(key=lambda item: _ORDER.index(_tier(item)) if _tier(item) in _ORDER else len(_ORDER))
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Where the images tier runs after other tests, its environments are built meanwhile (minutes on a
+    fresh clone, tritonlocal/image_envs.py); a test that needs one before it is ready waits for it."""
+    tiers = {_tier(item) for item in session.items}
+    if "images" not in tiers or tiers == {"images"} or session.config.option.collectonly:
+        return
+    log = ROOT / "build" / "logs" / "image-envs.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("w") as output:
+        session.config.stash[_BUILDER] = subprocess.Popen(
+            [sys.executable, "-m", "tritonlocal.image_envs", *_IMAGE_ENVS],
+            cwd=ROOT, stdout=output, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    builder = session.config.stash.get(_BUILDER, None)
+    if builder is not None and builder.poll() is None:  # the run ended early: stop the build and its pip
+        os.killpg(builder.pid, signal.SIGTERM)
+        builder.wait(timeout=60)
 
 
 @pytest.fixture(scope="session")

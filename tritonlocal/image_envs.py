@@ -16,6 +16,7 @@ brings with it (perf_analyzer loads its libcudart).
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import importlib.metadata
 import json
@@ -26,6 +27,8 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -71,18 +74,25 @@ class ImageEnv:
 
 
 def image_env(image: str) -> ImageEnv:
-    """The environment of ``image`` (a key of IMAGES), built when no cached one has the same installs."""
+    """The environment of ``image`` (a key of IMAGES), built when no cached one has the same installs.
+    One build at a time, across processes: a caller that finds a build under way waits for it."""
     python = _image_python()
     steps = _steps(image)
     key = hashlib.sha256(json.dumps([python[1], steps]).encode()).hexdigest()[:16]
     prefix = CACHE / f"{image}-{key}"
     tools = _tools(CACHE / "tools")
-    if (prefix / ".complete").is_file():
-        return ImageEnv(image, prefix, tools)
+    if not (prefix / ".complete").is_file():
+        with _build_lock():
+            if not (prefix / ".complete").is_file():
+                _build(image, prefix, python[0], steps)
+    return ImageEnv(image, prefix, tools)
+
+
+def _build(image: str, prefix: Path, python: str, steps: list[tuple[bool, list[str]]]) -> None:
     for stale in CACHE.glob(f"{image}-*"):  # one environment per image: an older one is removed
         shutil.rmtree(stale, ignore_errors=True)
     started = time.monotonic()
-    _run([python[0], "-m", "venv", str(prefix)])
+    _run([python, "-m", "venv", str(prefix)])
     for step, (no_deps, lines) in enumerate(steps):
         requirements = prefix / f"requirements-{step}.txt"
         requirements.write_text("\n".join(lines) + "\n")
@@ -95,7 +105,17 @@ def image_env(image: str) -> ImageEnv:
         _run([str(prefix / "bin" / "python"), "-m", "tritonlocal", "install-perf-analyzer"], cwd=ROOT)
     (prefix / ".complete").write_text(f"built in {time.monotonic() - started:.0f} s\n")
     logger.info("built %s in %.0f s", prefix, time.monotonic() - started)
-    return ImageEnv(image, prefix, tools)
+
+
+@contextmanager
+def _build_lock() -> Iterator[None]:
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with open(CACHE / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def export_workspace(target: Path) -> Path:
@@ -155,3 +175,21 @@ def _run(command: list[str], cwd: Path | None = None) -> None:
         raise InstallationError(
             f"building an image environment failed: {' '.join(command)}\n{done.stderr.strip()[-3000:]}"
         )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m tritonlocal.image_envs [IMAGE ...]``: build the images' environments (all by default)
+    before they are needed; the test suite starts it when it collects the images tier."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    images = (sys.argv[1:] if argv is None else argv) or list(IMAGES)
+    unknown = sorted(set(images) - set(IMAGES))
+    if unknown:
+        print(f"no image {', '.join(unknown)}; images: {', '.join(IMAGES)}", file=sys.stderr)
+        return 2
+    for image in images:
+        image_env(image)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
