@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -60,10 +61,13 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     log = ROOT / "build" / "logs" / "image-envs.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("w") as output:
-        session.config.stash[_BUILDER] = subprocess.Popen(
+        builder = subprocess.Popen(
             [sys.executable, "-m", "tritonlocal.image_envs", *_IMAGE_ENVS],
             cwd=ROOT, stdout=output, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
+    session.config.stash[_BUILDER] = builder
+    # Reaped as soon as it ends, so that no test that lists the session's children finds it a zombie.
+    threading.Thread(target=builder.wait, name="image-envs-builder", daemon=True).start()
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

@@ -62,8 +62,15 @@ def _embedding(url: str, text: str) -> np.ndarray:
 
 
 def _minimal_servers() -> list[psutil.Process]:
-    children = psutil.Process().children(recursive=True)
-    return [p for p in children if "loadtest.baselines.minimal_server" in " ".join(p.cmdline())]
+    found = []
+    for child in psutil.Process().children(recursive=True):
+        try:
+            command = " ".join(child.cmdline())
+        except (psutil.NoSuchProcess, psutil.ZombieProcess):  # another child of the session's, just ended
+            continue
+        if "loadtest.baselines.minimal_server" in command:
+            found.append(child)
+    return found
 
 
 def test_the_alternative_answers_as_the_served_ensemble(
