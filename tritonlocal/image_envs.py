@@ -28,7 +28,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -165,7 +165,8 @@ def _tools(folder: Path) -> Path:
     for tool in BASE_TOOLS:
         found, link = shutil.which(tool, path=search), folder / tool
         if found and not link.is_symlink():
-            link.symlink_to(found)
+            with suppress(FileExistsError):  # another process linked it meanwhile
+                link.symlink_to(found)
     return folder
 
 
