@@ -42,6 +42,9 @@ logger = logging.getLogger(__name__)
 
 ONNX_OPSET = 17  # opset 17 is read by the onnxruntime in Triton 2.51 (it reads up to 21)
 TOP_K = 5
+# Eager PyTorch runs these networks on a CPU about twice as fast in chunks of 4 to 8 images as of 32
+# (the 264 images of the gate set: 7-10 s against 15-22 s on two cores).
+EAGER_CHUNK = 8
 ARCHITECTURES = ("efficientnet_lite",)
 Runner = Callable[[np.ndarray], np.ndarray]
 
@@ -72,11 +75,8 @@ def check_data(repository: Path, model: torch.nn.Module, preprocess_model: str) 
     gate_names, encoded = image_variants.augmented_images(paths)
     gate_pixels = module.preprocess(encoded, settings)
 
-    def eager(batch: np.ndarray) -> np.ndarray:
-        with torch.no_grad():
-            return model(torch.from_numpy(batch)).numpy()
-
-    gate_logits = image_variants.run_in_batches(eager, gate_pixels)
+    eager = functools.partial(eager_logits, model)
+    gate_logits = eager(gate_pixels)
     return CheckData(
         image_names=[p.name for p in paths],
         pixels=module.preprocess([p.read_bytes() for p in paths], settings),
@@ -333,14 +333,20 @@ def verify(runner: Runner, prepared: Prepared, batch_sizes: list[int], *, what: 
     return Parity(metric="max |logit diff|", value=worst, tolerance=tolerance, detail=detail)
 
 
+def eager_logits(model: torch.nn.Module, pixels: np.ndarray) -> np.ndarray:
+    """Eager PyTorch's logits for ``pixels``, run in chunks of :data:`EAGER_CHUNK` images (each image's
+    logits are its own at any batch size)."""
+    with torch.no_grad():
+        chunks = (pixels[i : i + EAGER_CHUNK] for i in range(0, len(pixels), EAGER_CHUNK))
+        return np.concatenate([model(torch.from_numpy(chunk)).numpy() for chunk in chunks])
+
+
 def eager_batch(model: torch.nn.Module, check: CheckData, size: int) -> tuple[np.ndarray, np.ndarray]:
     """A batch of ``size`` check images (cycled) and eager PyTorch's logits for it (cached)."""
     if size not in check.batches:
         indices = np.arange(size) % len(check.pixels)
         batch = np.ascontiguousarray(check.pixels[indices])
-        with torch.no_grad():
-            logits = model(torch.from_numpy(batch)).numpy()
-        check.batches[size] = (batch, logits)
+        check.batches[size] = (batch, eager_logits(model, batch))
     return check.batches[size]
 
 

@@ -95,7 +95,10 @@ AUGMENTATIONS: dict[str, _Augment] = {
 
 
 def augmented_images(paths: list[Path]) -> tuple[list[str], list[bytes]]:
-    """Each photograph under every augmentation, mirrored and not: (names, PNG bytes)."""
+    """Each photograph under every augmentation, mirrored and not: (names, PNG bytes).
+
+    The PNGs are stored uncompressed: they decode to the same pixels at any level, and compressing the
+    264 of them took about 17 s of each image export on two cores, against 3 s stored."""
     names, encoded = [], []
     for path in paths:
         photo = Image.open(path).convert("RGB")
@@ -103,7 +106,7 @@ def augmented_images(paths: list[Path]) -> tuple[list[str], list[bytes]]:
             base = ImageOps.mirror(photo) if mirrored else photo
             for name, augment in AUGMENTATIONS.items():
                 buffer = io.BytesIO()
-                augment(base).save(buffer, format="PNG")
+                augment(base).save(buffer, format="PNG", compress_level=0)
                 names.append(f"{path.name}:{'mirror:' if mirrored else ''}{name}")
                 encoded.append(buffer.getvalue())
     return names, encoded
