@@ -247,6 +247,7 @@ HOST_CORES_NOTE = (
 # only if an instance is waiting for work at that instant. A request that arrives while the one instance
 # is still finishing the previous batch (its responses already sent) is not picked up until the batcher's
 # idle poll, 500 ms later. A second instance is idle exactly then.
+QUEUE_MIN_INSTANCES = 2  # per instance group of a model with a bounded queue (QUEUE_INSTANCES_NOTE)
 QUEUE_INSTANCES_NOTE = (
     "At least two instances, as every model with a bounded queue: with one, a request that arrives while it "
     "finishes the previous batch waits for Triton's batcher to poll, 500 ms later (docs/measurements.md, "
@@ -259,7 +260,7 @@ def check_queue_instances(config: ModelConfig) -> None:
     if not config.dynamic_batching.HasField("default_queue_policy"):
         return
     counts = [group.count for group in config.instance_group] or [1]
-    if min(counts) < 2:
+    if min(counts) < QUEUE_MIN_INSTANCES:
         raise DescriptionError(
             f"{config.name}: an instance group of {min(counts)} instance(s) with a bounded queue. "
             f"{QUEUE_INSTANCES_NOTE} Set count: 2 (or more) in its instance_groups."

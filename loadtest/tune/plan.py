@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from description.config_rules import QUEUE_INSTANCES_NOTE, QUEUE_MIN_INSTANCES
 from tritonrepo.choices import check_choice
 from tritonrepo.configs import ModelEntry, exported_step, load_repository
 from tritonrepo.derive import derive_local_config
@@ -42,6 +43,11 @@ class Sweep:
         ):
             if not values or any(v < 1 for v in values):
                 raise ValueError(f"sweep {self.name}: {label} must be positive numbers, got {values}")
+        if min(self.instance_counts) < QUEUE_MIN_INSTANCES:
+            raise ValueError(
+                f"sweep {self.name}: instance_counts {self.instance_counts}: every batching model has a "
+                f"bounded queue, and so at least {QUEUE_MIN_INSTANCES} instances. {QUEUE_INSTANCES_NOTE}"
+            )
         if not self.max_queue_delays_us or any(v < 0 for v in self.max_queue_delays_us):
             raise ValueError(
                 f"sweep {self.name}: max_queue_delays_us must be >= 0, got {self.max_queue_delays_us}"
@@ -64,7 +70,7 @@ SWEEPS = {
     # About 10 minutes on 2 cores for image_classifier and text_embedder: 8 variants + shipped per model.
     "quick": Sweep(
         name="quick",
-        instance_counts=(1, 2),
+        instance_counts=(2, 3),
         max_queue_delays_us=(500, 4000),
         preferred_batch_sizes=((4, 8), (16, 32)),
         concurrency=(8,),
@@ -73,7 +79,7 @@ SWEEPS = {
     # One variant beside the shipped configuration, seconds of load: what the end-to-end test runs.
     "minimal": Sweep(
         name="minimal",
-        instance_counts=(1,),
+        instance_counts=(2,),
         max_queue_delays_us=(1000,),
         preferred_batch_sizes=((4, 8),),
         concurrency=(2,),
@@ -83,7 +89,7 @@ SWEEPS = {
     # reach further and the load is that of the GPU benchmark's targets.
     "gpu": Sweep(
         name="gpu",
-        instance_counts=(1, 2, 3),
+        instance_counts=(2, 3, 4),
         max_queue_delays_us=(0, 500, 2000, 8000),
         preferred_batch_sizes=((16, 32), (32, 64)),
         concurrency=(64, 128),

@@ -23,7 +23,7 @@ def test_the_gpu_plan_exports_serves_kind_gpu_and_measures_what_the_targets_read
     assert GPU.batching_concurrency == (1, 2, 4, 8, 16, 32, 64, 128)  # 1..128 in flight
     assert 64 in GPU.batching_concurrency and GPU.served_concurrency == 64
     assert GPU.instance_counts == (1, 2) and GPU.rounds >= 2
-    assert GPU.analyzer_sweep in SWEEPS and SWEEPS[GPU.analyzer_sweep].instance_counts[:2] == (1, 2)
+    assert GPU.analyzer_sweep in SWEEPS and SWEEPS[GPU.analyzer_sweep].instance_counts[:2] == (2, 3)
 
 
 def test_the_dry_run_is_the_same_plan_on_the_cpu_with_tiny_counts() -> None:
@@ -97,7 +97,7 @@ def test_the_alternative_is_labelled_by_its_worker_processes() -> None:
 
 def test_model_analyzer_searches_kind_gpu_instances_on_a_gpu(tmp_path: Path) -> None:
     parameters = model_config_parameters(SWEEPS["gpu"], "KIND_GPU")
-    assert parameters["instance_group"] == [[{"kind": "KIND_GPU", "count": n}] for n in (1, 2, 3)]
+    assert parameters["instance_group"] == [[{"kind": "KIND_GPU", "count": n}] for n in (2, 3, 4)]
     assert 0 in parameters["dynamic_batching"]["max_queue_delay_microseconds"]
     source = ROOT / "model_repository"
     gpu = make_plan(["text_embedder"], sweep="gpu", latency_budget_ms=1000, source=source, kind="KIND_GPU")

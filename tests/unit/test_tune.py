@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -167,6 +168,12 @@ def test_the_sweep_gives_model_analyzer_one_list_per_swept_field() -> None:
     assert sweep.variants == 8
 
 
+def test_no_sweep_tries_fewer_instances_than_a_bounded_queue_needs() -> None:
+    assert all(min(sweep.instance_counts) >= 2 for sweep in SWEEPS.values())
+    with pytest.raises(ValueError, match=r"instance_counts \(1, 2\).* at least 2 instances.*500 ms"):
+        replace(SWEEPS["quick"], instance_counts=(1, 2))
+
+
 def test_the_winner_is_the_fastest_within_the_budget_not_the_fastest_overall() -> None:
     rows = [
         _measurement("classifier_config_default", 50.0, 300, within=True),
@@ -202,7 +209,7 @@ def test_an_adopted_winner_is_what_derive_then_serves(tmp_path: Path) -> None:
     _model(tmp_path)
     rows = [
         _measurement("classifier_config_default", 50.0, 300, within=True),
-        _measurement("classifier_config_3", 70.0, 350, within=True, instances=1),
+        _measurement("classifier_config_3", 70.0, 350, within=True, instances=3),
     ]
     written = adopt(
         outcomes(rows, ["classifier"], min_gain=0.05),
@@ -213,7 +220,7 @@ def test_an_adopted_winner_is_what_derive_then_serves(tmp_path: Path) -> None:
     assert written == [tmp_path / "repo" / "classifier" / cpu_overlay.FILENAME]
     entry = load_repository(tmp_path / "repo")["classifier"]
     config = derive_local_config(entry, gpu_available=False, intra_op_threads=None)
-    assert [g.count for g in config.instance_group] == [1]
+    assert [g.count for g in config.instance_group] == [3]
     assert config.dynamic_batching.max_queue_delay_microseconds == 4000
     assert list(config.dynamic_batching.preferred_batch_size) == [8, 16]
 
