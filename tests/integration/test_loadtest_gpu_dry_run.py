@@ -50,7 +50,7 @@ def test_the_dry_run_exports_into_its_copy_on_the_cpu_and_reports_no_error(
     assert results["plan"]["kind"] == "KIND_CPU" and results["errors"] == []
     export = results["export"]
     assert export["command"].startswith(
-        "python -m export --served-on cpu --precision fp32 --only text --repository "
+        "python -m export --served-on cpu --precision fp32 --only text --timing-batches 1,4 --repository "
     )
     assert export["seconds"] > 0 and (folder / "raw" / export["log"]).is_file()
     log = (folder / "raw" / export["log"]).read_text()

@@ -29,7 +29,9 @@ def test_the_gpu_plan_exports_serves_kind_gpu_and_measures_what_the_targets_read
 def test_the_dry_run_is_the_same_plan_on_the_cpu_with_tiny_counts() -> None:
     assert DRY_RUN.kind == "KIND_CPU"
     # The export runs too, with the CPU standing in for the GPU; fp32 and the served encoder keep it short.
-    assert DRY_RUN.export_args == ("--served-on", "cpu", "--precision", "fp32", "--only", "text")
+    assert DRY_RUN.export_args == (
+        "--served-on", "cpu", "--precision", "fp32", "--only", "text", "--timing-batches", "1,4",
+    )  # fmt: skip
     same = {f.name for f in dataclasses.fields(GpuPlan)} - {"name", "kind", "export_args", "perf"}
     for name in same:
         small, big = getattr(DRY_RUN, name), getattr(GPU, name)
@@ -58,8 +60,7 @@ def test_the_export_runs_for_the_gpu_it_serves_into_the_given_repository(tmp_pat
         "--repository", str(tmp_path / "repository"), "--records", str(tmp_path / "precision"),
     ]  # fmt: skip
     dry = stage.export_command(DRY_RUN, tmp_path / "repository", tmp_path / "precision")
-    assert dry[3:9] == ["--served-on", "cpu", "--precision", "fp32", "--only", "text"]
-    assert dry[9:] == command[5:]
+    assert tuple(dry[3:11]) == DRY_RUN.export_args and dry[11:] == command[5:]
 
 
 def test_a_gpu_run_without_cuda_is_refused_with_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:

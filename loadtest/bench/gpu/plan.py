@@ -80,7 +80,9 @@ GPU = GpuPlan(
 DRY_RUN = GpuPlan(
     name="gpu-dry-run",
     kind="KIND_CPU",
-    export_args=("--served-on", "cpu", "--precision", "fp32", "--only", "text"),
+    # fp32 on the CPU, the text encoder alone, its batch-cost curve timed at two sizes: the plumbing of
+    # the GPU run's export in well under a minute.
+    export_args=("--served-on", "cpu", "--precision", "fp32", "--only", "text", "--timing-batches", "1,4"),
     perf=PerfSettings(measurement_interval_ms=300, max_trials=3, stability_percent=100, timeout_s=60),
     batching_concurrency=(1, 4),
     rounds=1,
