@@ -6,6 +6,7 @@ Load goes to 127.0.0.1 only and is bounded in count and time. nginx comes from D
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import re
 import shutil
@@ -39,12 +40,26 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return repo
 
 
-@pytest.fixture()
-def replica_set(repository: Path) -> Iterator[LocalReplicaSet]:
+@contextlib.contextmanager
+def _running(repository: Path) -> Iterator[LocalReplicaSet]:
     find_nginx()  # fails with the bootstrap instruction when the package is missing
     with LocalReplicaSet(
         ReplicaSetConfig(model_repository=repository, replicas=REPLICAS, exit_timeout_s=2)
     ) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def replicas(repository: Path) -> Iterator[LocalReplicaSet]:
+    """One replica set for the tests that leave both replicas running (each counts what it adds)."""
+    with _running(repository) as running:
+        yield running
+
+
+@pytest.fixture()
+def replica_set(repository: Path) -> Iterator[LocalReplicaSet]:
+    """A replica set of its own for a test that takes one of the replicas away."""
+    with _running(repository) as running:
         yield running
 
 
@@ -90,11 +105,13 @@ def _inference_counts(servers: list[LocalTritonServer], until: int = 0, wait_s: 
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
-def test_load_through_nginx_reaches_every_replica(replica_set: LocalReplicaSet, protocol: str) -> None:
-    send = _client_for(protocol, replica_set.http_url if protocol == "http" else replica_set.grpc_url)
+def test_load_through_nginx_reaches_every_replica(replicas: LocalReplicaSet, protocol: str) -> None:
+    before = _inference_counts(replicas.servers)
+    send = _client_for(protocol, replicas.http_url if protocol == "http" else replicas.grpc_url)
     with ThreadPoolExecutor(max_workers=8) as pool:
         answers = list(pool.map(send, range(200)))
-    per_replica = _inference_counts(replica_set.servers, until=200)
+    after = _inference_counts(replicas.servers, until=sum(before) + 200)
+    per_replica = [count - earlier for count, earlier in zip(after, before, strict=True)]
     print(f"\n{protocol}: 200 requests through nginx, per replica {per_replica}")
     assert all(answers)
     assert sum(per_replica) == 200
@@ -181,9 +198,10 @@ def _body_limit_bytes() -> int:
     return int(match.group(1)) * 1024 * 1024
 
 
-def test_a_body_over_the_limit_is_refused_by_the_proxy_with_413(replica_set: LocalReplicaSet) -> None:
+def test_a_body_over_the_limit_is_refused_by_the_proxy_with_413(replicas: LocalReplicaSet) -> None:
     limit = _body_limit_bytes()
-    host, port = replica_set.http_url.rsplit(":", 1)
+    served_before = sum(_inference_counts(replicas.servers))
+    host, port = replicas.http_url.rsplit(":", 1)
     connection = http.client.HTTPConnection(host, int(port), timeout=10)
     # Declared size over the limit: nginx answers from the headers, before reading the body.
     connection.putrequest("POST", f"/v2/models/{MODEL}/infer")
@@ -193,7 +211,7 @@ def test_a_body_over_the_limit_is_refused_by_the_proxy_with_413(replica_set: Loc
     response = connection.getresponse()
     assert response.status == 413, response.read()[:200]
     connection.close()
-    assert sum(_inference_counts(replica_set.servers)) == 0
+    assert sum(_inference_counts(replicas.servers)) == served_before
     # A body at the limit passes the proxy and reaches the server, which judges its content (Triton
     # answers an empty JSON object with its own parse error).
     at_limit = http.client.HTTPConnection(host, int(port), timeout=60)
