@@ -263,7 +263,7 @@ def check_queue_instances(config: ModelConfig) -> None:
     if min(counts) < QUEUE_MIN_INSTANCES:
         raise DescriptionError(
             f"{config.name}: an instance group of {min(counts)} instance(s) with a bounded queue. "
-            f"{QUEUE_INSTANCES_NOTE} Set count: 2 (or more) in its instance_groups."
+            f"{QUEUE_INSTANCES_NOTE} Set count: {QUEUE_MIN_INSTANCES} (or more) in its instance_groups."
         )
 
 

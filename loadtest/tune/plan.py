@@ -45,8 +45,8 @@ class Sweep:
                 raise ValueError(f"sweep {self.name}: {label} must be positive numbers, got {values}")
         if min(self.instance_counts) < QUEUE_MIN_INSTANCES:
             raise ValueError(
-                f"sweep {self.name}: instance_counts {self.instance_counts}: every batching model has a "
-                f"bounded queue, and so at least {QUEUE_MIN_INSTANCES} instances. {QUEUE_INSTANCES_NOTE}"
+                f"sweep {self.name}: instance_counts {self.instance_counts}; every batching model has a "
+                f"bounded queue. {QUEUE_INSTANCES_NOTE}"
             )
         if not self.max_queue_delays_us or any(v < 0 for v in self.max_queue_delays_us):
             raise ValueError(
