@@ -22,11 +22,15 @@ gets the runner of exported files, with its runtime and helpers beside it.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import filecmp
 import hashlib
 import os
+import secrets
 import shutil
 import textwrap
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -69,21 +73,65 @@ def write_repository(
 ) -> dict[str, str]:
     """Write ``target`` afresh with ``models``, their files placed as ``placement`` says (:data:`LINK` or
     :data:`COPY`) and ``made_by`` (the command or module) in each header; returns served model name ->
-    sha256 of its configuration (without the header)."""
+    sha256 of its configuration (without the header).
+
+    The repository is written beside ``target`` and takes its place only where it differs, one writer
+    at a time: a server may be running from ``target`` (the tests' session servers, ``make serve``), and
+    writing the same repository again (each ``python -m demo`` and ``tritonlocal serve`` derives) leaves
+    its files as they were. A write that fails leaves ``target`` as it was."""
     check_choice("placement", placement, PLACEMENTS)
     source, target = Path(source), Path(target)
     if target.resolve() == source.resolve():
         raise ValueError(f"target {target} is the source repository; choose another folder such as build/")
-    if target.exists():
-        shutil.rmtree(target)
-    target.mkdir(parents=True)
-    written: dict[str, str] = {}
-    for model in models:
-        name = model.config.name
-        if name in written:
-            raise ValueError(f"two models of {target} are named {name!r}; give each derived model its own")
-        written[name] = write_model(model, target / name, placement=placement, made_by=made_by)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with _one_writer_in(target.parent):
+        staging = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}")
+        try:
+            staging.mkdir()
+            written: dict[str, str] = {}
+            for model in models:
+                name = model.config.name
+                if name in written:
+                    raise ValueError(
+                        f"two models of {target} are named {name!r}; give each derived model its own"
+                    )
+                written[name] = write_model(model, staging / name, placement=placement, made_by=made_by)
+            if not (target.is_dir() and same_tree(staging, target)):
+                if target.exists():
+                    shutil.rmtree(target)
+                staging.rename(target)  # the same folder: the relative links stay valid
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
     return written
+
+
+@contextlib.contextmanager
+def _one_writer_in(folder: Path) -> Iterator[None]:
+    """Held while a repository is written into ``folder``, by any process (a lock on the folder itself)."""
+    descriptor = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(descriptor)  # releases the lock
+
+
+def same_tree(one: Path, other: Path) -> bool:
+    """Whether two folders hold the same names, links to the same targets and files of the same bytes."""
+    names = sorted(os.listdir(one))
+    if names != sorted(os.listdir(other)):
+        return False
+    for name in names:
+        a, b = one / name, other / name
+        if a.is_symlink() or b.is_symlink():
+            if not (a.is_symlink() and b.is_symlink() and os.readlink(a) == os.readlink(b)):
+                return False
+        elif a.is_dir() or b.is_dir():
+            if not (a.is_dir() and b.is_dir() and same_tree(a, b)):
+                return False
+        elif not (os.path.samefile(a, b) or filecmp.cmp(a, b, shallow=False)):
+            return False
+    return True
 
 
 def write_model(model: DerivedModel, folder: Path, *, placement: str, made_by: str) -> str:
