@@ -12,6 +12,12 @@ SERVING_RUNTIME := build/serving-runtime
 SERVING_STAMP := $(SERVING_RUNTIME)/.installed
 comma := ,
 
+# The tests run in TEST_WORKERS processes (pytest-xdist), each taking a whole file at a time, in the tiers'
+# order: most tests wait on a server or a process for much of their time, and another file uses the core
+# meanwhile. TEST_WORKERS=0 runs them in this one process.
+TEST_WORKERS ?= 2
+PYTEST := $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
+
 .DEFAULT_GOAL := help
 .PHONY: help venv system-tools export derive demo test test-unit test-checks test-integration serve bench bench-full bench-gpu budget tune lint lock clean
 
@@ -67,16 +73,16 @@ demo: $(EXPORTED) ## main job: start a local tritonserver, send real requests, s
 	$(PY) -m demo
 
 test: $(EXPORTED) system-tools ## run the test suite against a real local tritonserver
-	$(PY) -m pytest
+	$(PYTEST)
 
 test-unit: $(STAMP) $(SERVING_STAMP) ## tests that need no server and no system tool (no root), no process of their own
-	$(PY) -m pytest tests/unit
+	$(PYTEST) tests/unit
 
 test-checks: $(STAMP) $(SERVING_STAMP) ## the commands and tools run as processes (git, mypy, pip, deploy scripts), no server
-	$(PY) -m pytest tests/checks
+	$(PYTEST) tests/checks
 
 test-integration: $(EXPORTED) system-tools ## tests against the real server, the system tools and the Python images' environments
-	$(PY) -m pytest tests/integration tests/images
+	$(PYTEST) tests/integration tests/images
 
 # MODELS=a,b: measure those models instead of the shipped ones (the sweep, batching on vs off); the run
 # exports what they need and nothing else.

@@ -54,9 +54,20 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Where the images tier runs after other tests, its environments are built meanwhile (minutes on a
-    fresh clone, tritonlocal/image_envs.py); a test that needs one before it is ready waits for it."""
-    tiers = {_tier(item) for item in session.items}
-    if "images" not in tiers or tiers == {"images"} or session.config.option.collectonly:
+    fresh clone, tritonlocal/image_envs.py); a test that needs one before it is ready waits for it. Under
+    pytest-xdist the controller builds them (pytest_xdist_node_collection_finished), for every worker."""
+    if not hasattr(session.config, "workerinput"):
+        _build_image_envs(session.config, {_tier(item) for item in session.items})
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node: Any, ids: Sequence[str]) -> None:
+    if _BUILDER not in node.config.stash:  # the first worker's collection; the others collect the same
+        _build_image_envs(node.config, {Path(nodeid.split("::")[0]).parent.name for nodeid in ids})
+
+
+def _build_image_envs(config: pytest.Config, tiers: set[str]) -> None:
+    if "images" not in tiers or tiers == {"images"} or config.option.collectonly:
         return
     log = ROOT / "build" / "logs" / "image-envs.log"
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -65,7 +76,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             [sys.executable, "-m", "tritonlocal.image_envs", *_IMAGE_ENVS],
             cwd=ROOT, stdout=output, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
-    session.config.stash[_BUILDER] = builder
+    config.stash[_BUILDER] = builder
     # Reaped as soon as it ends, so that no test that lists the session's children finds it a zombie.
     threading.Thread(target=builder.wait, name="image-envs-builder", daemon=True).start()
 
