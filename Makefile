@@ -72,7 +72,7 @@ derive: $(EXPORTED) ## write build/local_repository from model_repository
 demo: $(EXPORTED) ## main job: start a local tritonserver, send real requests, show what batching achieved
 	$(PY) -m demo
 
-test: $(EXPORTED) system-tools ## run the test suite against a real local tritonserver
+test: $(EXPORTED) system-tools ## run the test suite against real local tritonservers, in TEST_WORKERS=2 processes (0: one)
 	$(PYTEST)
 
 test-unit: $(STAMP) $(SERVING_STAMP) ## tests that need no server and no system tool (no root), no process of their own
