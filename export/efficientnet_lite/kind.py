@@ -42,9 +42,9 @@ logger = logging.getLogger(__name__)
 
 ONNX_OPSET = 17  # opset 17 is read by the onnxruntime in Triton 2.51 (it reads up to 21)
 TOP_K = 5
-# Eager PyTorch runs these networks on a CPU about twice as fast in chunks of 4 to 8 images as of 32
-# (the 264 images of the gate set: 7-10 s against 15-22 s on two cores).
-EAGER_CHUNK = 8
+# Eager PyTorch runs these networks on a CPU fastest in chunks of 2 images: on two cores about 1.9x the
+# images/s of chunks of 8 and 3x that of 32 (docs/measurements.md, "The image kind's check inputs").
+EAGER_CHUNK = 2
 ARCHITECTURES = ("efficientnet_lite",)
 Runner = Callable[[np.ndarray], np.ndarray]
 
