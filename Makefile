@@ -69,7 +69,7 @@ export: $(EXPORTED) ## export TorchScript and ONNX models from the real weights 
 derive: $(EXPORTED) ## write build/local_repository from model_repository
 	$(PY) -m tritonrepo derive
 
-demo: $(EXPORTED) ## main job: start a local tritonserver, send real requests, show what batching achieved
+demo: $(STAMP) $(SERVING_STAMP) ## main job: export the two files it serves, start a local tritonserver, send real requests, show what batching achieved
 	$(PY) -m demo
 
 test: $(EXPORTED) system-tools ## run the test suite against real local tritonservers, in TEST_WORKERS=2 processes (0: one)

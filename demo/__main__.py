@@ -2,9 +2,10 @@
 
     .venv/bin/python -m demo            # or: make demo
 
-1. derives build/local_repository (refusing to go on if the exported models are missing: make export)
-   and writes build/demo_repository from model_repository: the image and text ensembles as shipped, each
-   beside a clone with dynamic batching turned off;
+1. exports the files the image and text ensembles serve, and nothing else (export/needed.py: the
+   EfficientNet-Lite0 and MiniLM ONNX files, each kept when up to date; ``make export`` exports every
+   described model), derives build/local_repository and writes build/demo_repository from
+   model_repository: the two ensembles as shipped, each beside a clone with dynamic batching turned off;
 2. starts a real tritonserver on free loopback ports;
 3. classifies the real photos shipped in scikit-image and embeds a few sentences;
 4. sends the same workload (the six photos; realistic mixed-length sentences) one request at a time, then
@@ -22,11 +23,14 @@ from pathlib import Path
 
 from clients.sync_client import TritonClient
 from demo.batching import ENSEMBLES, NOBATCH, build_demo_repository, compare, print_comparison
+from export.needed import export_needed
+from export.progress import ExportProgress
 from samples import photograph_paths, shuffled_sentences
 from tritonlocal import LocalTritonServer, ServerConfig
 from tritonrepo.commands import command_parser
 from tritonrepo.local import derive_local
-from tritonrepo.paths import BUILD, ROOT
+from tritonrepo.paths import BUILD, REPOSITORY, ROOT
+from tritonrepo.progress import Progress
 
 DEMO_REPOSITORY = BUILD / "demo_repository"
 SENTENCES = (
@@ -62,10 +66,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.rounds > args.requests:
         parser.error(f"--rounds must be at most --requests ({args.requests}), got {args.rounds}")
 
+    failures = export_needed(ENSEMBLES, REPOSITORY, progress=ExportProgress(Progress()))
+    for failure in failures:
+        print(f"not exported: {failure}", file=sys.stderr)
     missing = {name: reason for name, reason in derive_local().skipped.items() if name in ENSEMBLES}
     for name, reason in missing.items():
         print(f"cannot serve {name}: {reason}", file=sys.stderr)
-    if missing:
+    if failures or missing:
         return 1
     served = build_demo_repository(DEMO_REPOSITORY, cores=os.cpu_count() or 1)
     print(

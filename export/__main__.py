@@ -32,7 +32,6 @@ import contextlib
 import logging
 import os
 import sys
-import time
 from pathlib import Path
 
 from tqdm.contrib.logging import logging_redirect_tqdm
@@ -41,7 +40,7 @@ from description.errors import DescriptionError
 from description.generated_configs import generate, write_configs
 from description.model import IMAGE_KIND, ModelDescription, load_descriptions
 from export.common import ExportError, add_folder_options
-from export.pipeline import ExportResult, Options, estimated_variants, export_model
+from export.pipeline import ExportResult, Options, export_models
 from export.precision.selection import CHOICES, Capabilities
 from export.progress import ExportProgress
 from export.required import REQUIRED_VARIABLE, required_models
@@ -91,25 +90,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{description.name}: {', '.join(map(str, written)) or 'configs up to date'}")
         return EXIT_OK
     with contextlib.closing(options.progress), logging_redirect_tqdm(loggers=[logging.getLogger()]):
-        failed = _export(descriptions, options)
+        failed = export_models(descriptions, options)
     return _exit_status(failed, required)
-
-
-def _export(descriptions: list[ModelDescription], options: Options) -> list[ExportResult]:
-    """Every description in turn, its results printed; the results without a servable file."""
-    progress = options.progress
-    progress.start({d.name: estimated_variants(d, options) for d in descriptions})
-    failed: list[ExportResult] = []
-    for description in descriptions:
-        started = time.perf_counter()
-        progress.model(description.name)
-        results = export_model(description, options)
-        progress.write(f"{description.name}: done in {time.perf_counter() - started:.1f} s")
-        for result in results:
-            progress.write(f"  {result}")
-        failed += [result for result in results if result.failure]
-    progress.step("finished")
-    return failed
 
 
 def _exit_status(failed: list[ExportResult], required: set[str] | None) -> int:

@@ -33,7 +33,7 @@ import torch
 
 from description.generated_configs import Generated, generate, native_spec, write_configs
 from description.model import IMAGE_KIND, PYTHON_KIND, ModelDescription, ServedFile
-from export.common import ModelConfig, fingerprint, is_up_to_date, write_manifest
+from export.common import ModelConfig, fingerprint, is_up_to_date, shown, write_manifest
 from export.efficientnet_lite import kind as image
 from export.kinds import Kind, Parity, Plan, Target
 from export.minilm import kind as text
@@ -73,6 +73,7 @@ class Options:
     record_dir: Path = PRECISION_RECORDS
     timing_batches: tuple[int, ...] = ()  # the batch sizes each variant is timed at; (): the curve's
     progress: ExportProgress = field(default_factory=ExportProgress)  # quiet unless the command line asks
+    files: frozenset[str] | None = None  # the served files to export (export/needed.py); None: every one
 
 
 @dataclass(kw_only=True)
@@ -91,12 +92,12 @@ class ExportResult:
         if self.failure:
             return f"{self.model}: FAILED, no servable file: {self.failure}"
         if not self.written:
-            return f"{self.model}: up to date ({self.path})"
+            return f"{self.model}: up to date ({shown(self.path)})"
         if self.selection is None:
-            return f"{self.model}: wrote {self.path}"
+            return f"{self.model}: wrote {shown(self.path)}"
         parity = f"; {self.parity}" if self.parity else ""
         served = self.selection.served
-        return f"{self.model}: wrote {self.path} in {self.seconds:.1f} s, serving {served}{parity}"
+        return f"{self.model}: wrote {shown(self.path)} in {self.seconds:.1f} s, serving {served}{parity}"
 
 
 def export_model(description: ModelDescription, options: Options) -> list[ExportResult]:
@@ -120,7 +121,8 @@ def export_model(description: ModelDescription, options: Options) -> list[Export
         return [_failed(model, options.repository / model, e)]
     results = [ExportResult(model=path.parent.name, path=path, written=True) for path in configs]
     results += [
-        export_file(description, kind, served, prepared, options, made) for served in description.served
+        export_file(description, kind, served, prepared, options, made)
+        for served in selected_files(description, options)
     ]
     try:
         support = kind.support_files(description, options.repository, made)
@@ -128,11 +130,36 @@ def export_model(description: ModelDescription, options: Options) -> list[Export
         model = description.served[0].model
         return [*results, _failed(model, options.repository / model, e)]
     for destination, source in support.items():
+        if options.files is not None and destination.parent.parent.name not in options.files:
+            continue
         try:
             results.append(copy_support_file(source, destination, description, options))
         except Exception as e:  # noqa: BLE001
             results.append(_failed(destination.parent.parent.name, destination, e))
     return results
+
+
+def export_models(descriptions: Sequence[ModelDescription], options: Options) -> list[ExportResult]:
+    """Every description in turn (:func:`export_model`), its results written to ``options.progress``; the
+    results without a servable file."""
+    progress = options.progress
+    progress.start({d.name: estimated_variants(d, options) for d in descriptions})
+    failed: list[ExportResult] = []
+    for description in descriptions:
+        started = time.perf_counter()
+        progress.model(description.name)
+        results = export_model(description, options)
+        progress.write(f"{description.name}: done in {time.perf_counter() - started:.1f} s")
+        for result in results:
+            progress.write(f"  {result}")
+        failed += [result for result in results if result.failure]
+    progress.step("finished")
+    return failed
+
+
+def selected_files(description: ModelDescription, options: Options) -> list[ServedFile]:
+    """The served files of ``description`` this export writes: those in ``options.files``, or every one."""
+    return [s for s in description.served if options.files is None or s.model in options.files]
 
 
 def _once(make: Callable[[], Any]) -> Callable[[], Any]:
@@ -321,7 +348,7 @@ def estimated_variants(description: ModelDescription, options: Options) -> dict[
         if options.precision in ("auto", name)
         and device.why_unavailable(name, on, options.capabilities) is None
     ]
-    return {served.model: len(requested) for served in description.served}
+    return {served.model: len(requested) for served in selected_files(description, options)}
 
 
 def allowed_variants(variants: Sequence[Variant], description: ModelDescription) -> list[Variant]:

@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from loadtest.bench.exports import export_needed
+from export.needed import export_needed
 from loadtest.bench.progress import BenchProgress, expected_stage_s
 from loadtest.bench.results import write_results
 from loadtest.experiments import plans, registry

@@ -15,7 +15,7 @@ import torch
 import yaml
 
 from description.model import load_description
-from export.pipeline import Options, export_model
+from export.pipeline import Options, estimated_variants, export_model, export_models
 from export.precision import timing
 from export.precision.device import Capabilities
 from export.torch_module.kind import load_model
@@ -276,6 +276,25 @@ def test_a_good_module_is_exported_to_both_formats_equal_to_eager_with_generated
     assert [r.selection.served for r in files] == ["onnx-fp32", "torchscript-fp32"]  # type: ignore[union-attr]
     assert all(r.parity is not None and r.parity.value <= 1e-5 for r in files)
     assert all(not r.written for r in _export(tmp_path, tmp_path / "toy.yaml"))  # up to date: nothing to do
+
+
+def test_an_export_of_some_files_writes_those_and_leaves_the_descriptions_other_files_alone(
+    tmp_path: Path,
+) -> None:
+    options = Options(
+        repository=tmp_path / "repository",
+        precision="fp32",
+        capabilities=Capabilities(cpu_flags=frozenset(), served_on="cpu"),
+        record_dir=tmp_path / "records",
+        files=frozenset({"toy_torchscript"}),
+    )
+    description = load_description(_project(tmp_path))
+    assert estimated_variants(description, options) == {"toy_torchscript": 1}
+    results = export_models([description], options)
+    assert results == []  # nothing failed
+    assert (tmp_path / "repository" / "toy_torchscript" / "1" / "model.pt").is_file()
+    assert not (tmp_path / "repository" / "toy_onnx" / "1").exists()
+    assert not (tmp_path / "records" / "toy_onnx.json").exists()
 
 
 def test_bf16_torchscript_is_gated_with_the_outputs_metric_and_served_when_it_passes(tmp_path: Path) -> None:

@@ -15,9 +15,12 @@ REQUESTS, IN_FLIGHT = 12, 4
 def test_the_demo_classifies_embeds_and_compares_batching_off_and_on(
     triton_repository: Path, run_python: Callable[..., subprocess.CompletedProcess[str]]
 ) -> None:
-    # triton_repository: the exported files are there (the demo refuses to start without them).
+    # triton_repository: the exported files are there and up to date.
     args = ("--requests", str(REQUESTS), "--in-flight", str(IN_FLIGHT), "--rounds", "2")
     printed = run_python("-m", "demo", *args, timeout_s=600).stdout
+    # It exports what its two ensembles serve (here up to date: make test exported them) and nothing else.
+    exported = re.findall(r"^  (\w+): up to date \(", printed, re.M)
+    assert sorted(exported) == ["efficientnet_lite0_onnx", "minilm_onnx", "text_tokenizer"], printed
     assert re.search(
         r"^tritonserver 2\.51 ready on http://127\.0\.0\.1:\d+ and grpc 127\.0\.0\.1:\d+$", printed, re.M
     )

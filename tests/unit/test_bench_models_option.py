@@ -192,7 +192,7 @@ def test_a_run_with_models_serves_them_and_their_clones_and_nothing_shipped(
 
 
 def test_a_run_with_models_exports_the_descriptions_serving_their_files_only() -> None:
-    from loadtest.bench.exports import needed
+    from export.needed import needed
 
     def names(*models: str) -> list[str]:
         return [description.name for description in needed(models, REPOSITORY)]
