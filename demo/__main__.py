@@ -4,8 +4,8 @@
 
 1. exports the files the image and text ensembles serve, and nothing else (export/needed.py: the
    EfficientNet-Lite0 and MiniLM ONNX files, each kept when up to date; ``make export`` exports every
-   described model), derives build/local_repository and writes build/demo_repository from
-   model_repository: the two ensembles as shipped, each beside a clone with dynamic batching turned off;
+   described model), and writes build/demo_repository from model_repository: the two ensembles as
+   shipped, each beside a clone with dynamic batching turned off;
 2. starts a real tritonserver on free loopback ports;
 3. classifies the real photos shipped in scikit-image and embeds a few sentences;
 4. sends the same workload (the six photos; realistic mixed-length sentences) one request at a time, then
@@ -23,12 +23,13 @@ from pathlib import Path
 
 from clients.sync_client import TritonClient
 from demo.batching import ENSEMBLES, NOBATCH, build_demo_repository, compare, print_comparison
-from export.needed import export_needed
+from export.needed import export_needed, needed_files
 from export.progress import ExportProgress
 from samples import photograph_paths, shuffled_sentences
 from tritonlocal import LocalTritonServer, ServerConfig
 from tritonrepo.commands import command_parser
-from tritonrepo.local import derive_local
+from tritonrepo.configs import load_repository
+from tritonrepo.derive import why_files_missing
 from tritonrepo.paths import BUILD, REPOSITORY, ROOT
 from tritonrepo.progress import Progress
 
@@ -69,7 +70,12 @@ def main(argv: list[str] | None = None) -> int:
     failures = export_needed(ENSEMBLES, REPOSITORY, progress=ExportProgress(Progress()))
     for failure in failures:
         print(f"not exported: {failure}", file=sys.stderr)
-    missing = {name: reason for name, reason in derive_local().skipped.items() if name in ENSEMBLES}
+    entries = load_repository(REPOSITORY)
+    missing = {
+        name: reason
+        for name in sorted(needed_files(ENSEMBLES, REPOSITORY))
+        if (reason := why_files_missing(entries[name]))
+    }
     for name, reason in missing.items():
         print(f"cannot serve {name}: {reason}", file=sys.stderr)
     if failures or missing:
