@@ -67,18 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.rounds > args.requests:
         parser.error(f"--rounds must be at most --requests ({args.requests}), got {args.rounds}")
 
-    failures = export_needed(ENSEMBLES, REPOSITORY, progress=ExportProgress(Progress()))
-    for failure in failures:
-        print(f"not exported: {failure}", file=sys.stderr)
-    entries = load_repository(REPOSITORY)
-    missing = {
-        name: reason
-        for name in sorted(needed_files(ENSEMBLES, REPOSITORY))
-        if (reason := why_files_missing(entries[name]))
-    }
-    for name, reason in missing.items():
-        print(f"cannot serve {name}: {reason}", file=sys.stderr)
-    if failures or missing:
+    if not exported():
         return 1
     served = build_demo_repository(DEMO_REPOSITORY, cores=os.cpu_count() or 1)
     print(
@@ -108,6 +97,23 @@ def main(argv: list[str] | None = None) -> int:
             print()
     print("The full, repeated measurement with plots: make bench (see docs/benchmarks.md).")
     return 0
+
+
+def exported() -> bool:
+    """Export what the ensembles serve (each file kept when up to date); whether every file they load is
+    there, each one that is not named on standard error."""
+    failures = export_needed(ENSEMBLES, REPOSITORY, progress=ExportProgress(Progress()))
+    for failure in failures:
+        print(f"not exported: {failure}", file=sys.stderr)
+    entries = load_repository(REPOSITORY)
+    missing = {
+        name: reason
+        for name in sorted(needed_files(ENSEMBLES, REPOSITORY))
+        if (reason := why_files_missing(entries[name]))
+    }
+    for name, reason in missing.items():
+        print(f"cannot serve {name}: {reason}", file=sys.stderr)
+    return not failures and not missing
 
 
 def show_classifications(url: str, images: list[Path]) -> None:
