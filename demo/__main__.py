@@ -103,12 +103,12 @@ def exported() -> bool:
     """Export what the ensembles serve (each file kept when up to date); whether every file they load is
     there, each one that is not named on standard error."""
     failures = export_needed(ENSEMBLES, REPOSITORY, progress=ExportProgress(Progress()))
-    for failure in failures:
-        print(f"not exported: {failure}", file=sys.stderr)
+    for model, why in failures.items():
+        print(f"not exported: {model}: {why}", file=sys.stderr)
     entries = load_repository(REPOSITORY)
-    missing = {
+    missing = {  # a file that failed its export is named once, above
         name: reason
-        for name in sorted(needed_files(ENSEMBLES, REPOSITORY))
+        for name in sorted(needed_files(ENSEMBLES, REPOSITORY) - failures.keys())
         if (reason := why_files_missing(entries[name]))
     }
     for name, reason in missing.items():

@@ -32,8 +32,11 @@ def needed_files(models: Sequence[str], repository: Path) -> frozenset[str]:
 
 def needed(models: Sequence[str], repository: Path, folder: Path = DESCRIPTIONS) -> list[ModelDescription]:
     """The descriptions that serve an exported file ``models`` are or call, in name order."""
-    wanted = needed_files(models, repository)
-    return [d for d in load_descriptions(folder) if wanted & {served.model for served in d.served}]
+    return _serving(needed_files(models, repository), folder)
+
+
+def _serving(files: frozenset[str], folder: Path) -> list[ModelDescription]:
+    return [d for d in load_descriptions(folder) if files & {served.model for served in d.served}]
 
 
 def export_needed(
@@ -42,11 +45,11 @@ def export_needed(
     folder: Path = DESCRIPTIONS,
     *,
     progress: ExportProgress | None = None,
-) -> list[str]:
+) -> dict[str, str]:
     """Export the files ``models`` need (``progress``: shown as ``python -m export`` shows it; None:
     quiet); each file left without a servable file, with why (none: all served)."""
-    descriptions = needed(models, repository, folder)
     files = needed_files(models, repository)
+    descriptions = _serving(files, folder)
     served = sorted(s.model for d in descriptions for s in d.served if s.model in files)
     logger.info("exporting for %s: %s", ", ".join(models), ", ".join(served) or "nothing")
     options = Options(
@@ -58,4 +61,4 @@ def export_needed(
     )
     with contextlib.closing(options.progress):
         failed = export_models(descriptions, options)
-    return [f"{result.model}: {result.failure}" for result in failed]
+    return {result.model: result.failure for result in failed}

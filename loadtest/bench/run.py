@@ -178,9 +178,10 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
-    failures = export_needed(models, REPOSITORY) if models else []
+    failures = export_needed(models, REPOSITORY) if models else {}
     if failures:
-        print(f"error: not exported, so not measured: {'; '.join(failures)}", file=sys.stderr)
+        named = "; ".join(f"{model}: {why}" for model, why in failures.items())
+        print(f"error: not exported, so not measured: {named}", file=sys.stderr)
         return EXIT_FAILED
     return finished(run(options, progress=Progress(quiet=args.quiet)))
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+import demo.__main__ as demo_main
 from demo.batching import ENSEMBLES, NOBATCH, arms, build_demo_repository
 from tritonrepo.configs import closure, load_repository
 from tritonrepo.paths import REPOSITORY
@@ -29,3 +32,16 @@ def test_batching_on_and_off_are_sent_the_same_load_and_one_at_a_time_is_labelle
     assert (off.model, off.in_flight) == ("text_embedder" + NOBATCH, 32)
     assert (on.model, on.in_flight) == ("text_embedder", 32)
     assert "batching off" in off.label and "batching on" in on.label and "one request at a time" in lone.label
+
+
+def test_a_file_that_failed_its_export_is_named_once_and_the_demo_does_not_serve(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(
+        demo_main, "export_needed", lambda *args, **kwargs: {"minilm_onnx": "its gate failed"}
+    )
+    monkeypatch.setattr(demo_main, "why_files_missing", lambda entry: f"{entry.name}/1/model.onnx is missing")
+    assert demo_main.exported() is False
+    lines = capsys.readouterr().err.splitlines()
+    assert [line for line in lines if "minilm_onnx" in line] == ["not exported: minilm_onnx: its gate failed"]
+    assert "cannot serve efficientnet_lite0_onnx: efficientnet_lite0_onnx/1/model.onnx is missing" in lines
