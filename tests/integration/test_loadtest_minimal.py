@@ -105,9 +105,8 @@ def test_a_malformed_request_gets_a_400_naming_it_and_the_next_request_is_answer
     assert _embedding(url, "The server is still answering.").shape == (384,)
 
 
-def _listener(url: str) -> psutil.Process:
-    """The child process listening on ``url``'s port."""
-    port = int(url.rsplit(":", 1)[-1])
+def _listener(port: int) -> psutil.Process:
+    """The child process listening on ``port``."""
     for process in _minimal_servers():
         listening = [c for c in process.net_connections("tcp") if c.status == psutil.CONN_LISTEN]
         if any(c.laddr.port == port for c in listening):
@@ -138,7 +137,8 @@ def test_the_alternative_accepts_32_connections_opened_while_it_is_busy(alternat
     # the kernel completes as many as the listen backlog holds and drops the rest, which TCP retries after
     # 1 s, 3 s... (socketserver's default backlog is 5). The server is stopped to hold it off accepting, so
     # the count does not depend on how busy this machine is.
-    server, port = _listener(alternative), int(alternative.rsplit(":", 1)[-1])
+    port = int(alternative.rsplit(":", 1)[-1])
+    server = _listener(port)
     server.suspend()
     try:
         sockets, unconnected = _connect_all(port, 32, within_s=5.0)
