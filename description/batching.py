@@ -12,7 +12,9 @@ no file, no clock, no torch.
   at the largest preferred size, so the peak is the largest preferred size: the batches the curve says are
   worth forming, and no larger.
 - A batch pays when the peak serves at least :data:`PAYING_RATIO` times what one item alone does. Where
-  it does not, the preferred sizes stay small (:data:`UNPAID_LARGEST_BATCH`).
+  it does not, the preferred sizes stay small (:data:`UNPAID_LARGEST_BATCH`), and stop below a size whose
+  throughput falls under a share (:data:`UNPAID_LEVEL`) of the best small size's: under load the batches
+  form at the largest preferred size, so each of their items would cost more than in a smaller one.
 - The queue delay is 0 either way. Under load the requests that queue while an instance computes leave
   together, so the batches form without a wait; a wait holds back only a request that arrives alone.
   Every delay measured in this project lost at 1 in flight and gained nothing at 8 to 64 in flight
@@ -33,6 +35,12 @@ PAYING_RATIO = 1.15
 # per batch), which a handful of requests already shares out; a larger batch holds every request in it
 # for the whole batch's compute and buys nothing more.
 UNPAID_LARGEST_BATCH = 8
+# Among those small sizes, one whose throughput is at least this share of the best of them counts as level
+# with it, and the largest level size caps the batches: it shares the most per-call work, which the curve
+# (timed in process) does not hold. A size below it makes each item of its batches cost more: with
+# efficientnet_lite0_torchscript's curve on the 2-core CPU (73 items/s at 4, 62 at 8), batches capped at 8
+# served 0.93x of batching off at 32 in flight, capped at 4 1.08x (docs/measurements.md).
+UNPAID_LEVEL = 0.95
 MIN_CURVE_SIZES = 3  # a batch 1, a peak and a size beyond it: fewer cannot show where throughput peaks
 NO_WAIT = (
     "no waiting: under load the requests that queue while an instance computes leave together up to the "
@@ -124,12 +132,20 @@ def choose_batching(
 
 
 def _unpaid(rates: dict[int, float], fits: list[int], peak: int) -> tuple[tuple[int, ...], str]:
-    cap = max(size for size in fits if size <= UNPAID_LARGEST_BATCH)
+    small = [size for size in fits if size <= UNPAID_LARGEST_BATCH]
+    best = max(rates[size] for size in small)
+    cap = max(size for size in small if rates[size] >= UNPAID_LEVEL * best)
     gain = rates[peak] / rates[1]
     reason = (
         f"a batch does not pay (at best {rates[peak]:.0f} items/s at {peak}, {gain:.2f}x batch 1's "
         f"{rates[1]:.0f}, under {PAYING_RATIO}x): small batches, up to {cap}, share only the per-call work"
     )
+    slower = [size for size in small if size > cap]
+    if slower:
+        reason += (
+            f"; a batch of {slower[0]} runs at {rates[slower[0]] / best:.2f}x the best rate up to "
+            f"{UNPAID_LARGEST_BATCH} ({best:.0f} items/s), so each of its items would cost more"
+        )
     return tuple(size for size in fits if cap / 2 <= size <= cap), reason
 
 

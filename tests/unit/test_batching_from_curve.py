@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from description.batching import PAYING_RATIO, UNPAID_LARGEST_BATCH, choose_batching
+from description.batching import PAYING_RATIO, UNPAID_LARGEST_BATCH, UNPAID_LEVEL, choose_batching
 from description.errors import DescriptionError
 from description.model import load_description, parse_description
 from export.precision.records import batching_choice, batching_table
@@ -20,6 +20,8 @@ TABULAR = ROOT / "model_descriptions" / "diabetes_classifier.yaml"
 
 # A batch does not pay: efficientnet_lite0_onnx, 85 items/s alone and 72 in batches of 32.
 IMAGE = {1: 85.0, 2: 86.0, 4: 84.0, 8: 82.0, 16: 78.0, 32: 72.0}
+# A batch does not pay and a batch of 8 runs slower than one of 4: efficientnet_lite0_torchscript.
+SLOWER_AT_8 = {1: 66.6, 2: 72.2, 4: 72.9, 8: 62.1, 16: 52.5, 32: 40.9}
 # It pays: minilm_onnx, 139 alone and 315 in batches of 32.
 TEXT = {1: 139.0, 2: 180.0, 4: 230.0, 8: 270.0, 16: 300.0, 32: 315.0}
 # It pays hugely: the tabular model, 27,900 rows/s alone and 692,000 in batches of 32.
@@ -35,6 +37,20 @@ def test_a_curve_where_a_batch_does_not_pay_gets_small_preferred_sizes_and_no_de
         assert max(choice.preferred_batch_sizes) <= UNPAID_LARGEST_BATCH, choice
         assert choice.preferred_batch_sizes == (4, 8)
         assert "does not pay" in choice.preferred_reason and "no waiting" in choice.delay_reason
+
+
+def test_an_unpaid_curve_stops_below_a_size_that_runs_slower_than_the_best_small_one() -> None:
+    choice = choose_batching(SLOWER_AT_8, max_batch_size=64, latency_budget_ms=1000)
+    assert choice.preferred_batch_sizes == (2, 4) and choice.max_queue_delay_us == 0
+    assert "up to 4" in choice.preferred_reason
+    assert "a batch of 8 runs at 0.85x the best rate up to 8 (73 items/s)" in choice.preferred_reason
+
+
+def test_the_level_threshold_separates_noise_from_a_slower_batch() -> None:
+    level = {1: 100.0, 2: 100.0, 4: 100.0, 8: 100.0 * UNPAID_LEVEL + 0.5, 16: 80.0, 32: 70.0}
+    slower = {1: 100.0, 2: 100.0, 4: 100.0, 8: 100.0 * UNPAID_LEVEL - 0.5, 16: 80.0, 32: 70.0}
+    assert choose_batching(level, max_batch_size=32, latency_budget_ms=1000).preferred_batch_sizes == (4, 8)
+    assert choose_batching(slower, max_batch_size=32, latency_budget_ms=1000).preferred_batch_sizes == (2, 4)
 
 
 def test_a_paying_curve_is_capped_at_its_peak_and_waits_for_nothing() -> None:
@@ -62,8 +78,8 @@ def test_a_budget_shorter_than_one_item_alone_serves_batches_of_one() -> None:
 
 
 def test_the_paying_threshold_separates_noise_from_a_gain() -> None:
-    just_under = {1: 100.0, 2: 100.0, 4: 100.0 * PAYING_RATIO - 1, 8: 90.0, 16: 80.0, 32: 70.0}
-    just_over = {1: 100.0, 2: 100.0, 4: 100.0 * PAYING_RATIO + 1, 8: 90.0, 16: 80.0, 32: 70.0}
+    just_under = {1: 100.0, 2: 100.0, 4: 100.0 * PAYING_RATIO - 1, 8: 110.0, 16: 80.0, 32: 70.0}
+    just_over = {1: 100.0, 2: 100.0, 4: 100.0 * PAYING_RATIO + 1, 8: 110.0, 16: 80.0, 32: 70.0}
     under = choose_batching(just_under, max_batch_size=32, latency_budget_ms=1000)
     over = choose_batching(just_over, max_batch_size=32, latency_budget_ms=1000)
     assert under.preferred_batch_sizes == (4, 8) and "does not pay" in under.preferred_reason
