@@ -1,10 +1,11 @@
 """Where a service's milliseconds go: ``python -m loadtest.budget``.
 
 For each service at each load, the client's mean round trip split into the client and protocol,
-Triton's queue, and each ensemble step's input copy, compute (the model's code and the Python stub's
-share where the server's Python models time themselves) and output copy, from Triton's statistics
-before and after the same requests (:mod:`loadtest.experiments.budget`); beside it the same work in
-one process. Writes ``<output>/<run id>/``: ``budget.md`` (a table and a stacked-bar plot per service),
+Triton's queue, and each ensemble step's input copy, compute (the model's code, the batching and
+tensors around it and the Python stub's share where the server's Python models time themselves) and
+output copy, from Triton's statistics before and after the same requests
+(:mod:`loadtest.experiments.budget`); beside it the same work in one process. Writes
+``<output>/<run id>/``: ``budget.md`` (a table and a stacked-bar plot per service),
 ``budget.json`` (every budget) and ``raw/`` (each run's round trips and statistics, the server's log).
 
     python -m loadtest.budget                                   # the four services at 1 and 32 in flight

@@ -24,8 +24,10 @@ follow:
 - ``execution_count`` and ``batch_stats`` count executions: they give each step's average batch and its
   time per execution, context beside the per-request parts.
 - A Python-backend step that wrote its timings (:mod:`loadtest.load.stub_timings`) has its compute time
-  split into the model's own code and the rest, the stub's share: the message to and from the stub
-  process, wrapping tensors, gathering and splitting the batch.
+  split three ways: the model's own code (its prepare, run and finish callables); the rest of its
+  ``execute()``, the batching and tensors around that code (reading the inputs, gathering and splitting
+  the batch, wrapping the outputs in responses), which the model's Python can change; and the rest of the
+  compute time, the Python stub's share: the Python backend's message to and from the stub process.
 
 The budget adds up when the remainder is within :data:`TOLERANCE` of the mean round trip; the report
 names the remainder either way.
@@ -43,17 +45,18 @@ from loadtest.load.stub_timings import StubTimes, stub_times_since
 
 TOLERANCE = 0.10
 # The kinds of part, in the order a request meets them; the plot stacks them in this order.
-CLIENT, QUEUE, INPUT, COMPUTE, MODEL_CODE, STUB, OUTPUT, REMAINDER = (
+CLIENT, QUEUE, INPUT, COMPUTE, MODEL_CODE, WRAPPER, STUB, OUTPUT, REMAINDER = (
     "client and protocol",
     "queue",
     "input copy",
     "compute",
     "model code",
+    "batching and tensors",
     "Python stub",
     "output copy",
     "not accounted for",
 )
-KINDS = (CLIENT, QUEUE, INPUT, COMPUTE, MODEL_CODE, STUB, OUTPUT, REMAINDER)
+KINDS = (CLIENT, QUEUE, INPUT, COMPUTE, MODEL_CODE, WRAPPER, STUB, OUTPUT, REMAINDER)
 REMAINDER_MEANING = (
     "in Triton around and between the steps (ensemble hand-offs, the response); negative where the steps' "
     "counted times overlap (a step's output copy still counted while the next step has begun)"
@@ -240,7 +243,8 @@ def _step_parts(step: str, delta: ModelStatistics, stub: StubTimes | None) -> tu
         if stub.requests == delta.compute_infer.count:
             compute = [
                 Part(kind=MODEL_CODE, ms=stub.model_ms, step=step),
-                Part(kind=STUB, ms=compute_ms - stub.model_ms, step=step),
+                Part(kind=WRAPPER, ms=stub.execute_ms - stub.model_ms, step=step),
+                Part(kind=STUB, ms=compute_ms - stub.execute_ms, step=step),
             ]
         else:
             note = (

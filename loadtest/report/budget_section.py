@@ -33,8 +33,10 @@ EXPLAINED = (
     "client and protocol (round trip minus the service's request time in Triton), then per step its queue, "
     "input copy, compute and output copy. Triton charges a batched request its whole execution, so these "
     "are what one request waited and was computed. Where the server's Python models wrote their timings "
-    "(`PYBACKEND_TIMINGS_DIR`) a step's compute is split into the model's own code and the Python stub's "
-    "share (the message to and from the stub, tensors, gathering and splitting the batch). "
+    "(`PYBACKEND_TIMINGS_DIR`) a step's compute is split into the model's own code, the batching and "
+    "tensors around it in the model's `execute()` (reading the inputs, gathering and splitting the batch, "
+    "the responses) and the Python stub's share (the Python backend's message to and from the stub "
+    "process). "
     "*Not accounted for* is the service's request time that no step's counters hold: Triton's own work "
     "around and between the steps (the ensemble's hand-offs, the response). "
     f"A budget adds up when it is within {TOLERANCE:.0%} of the mean round trip. Counted times can "
@@ -48,7 +50,7 @@ EXPLAINED = (
 COLOURS = dict(
     zip(
         KINDS,
-        ("#9e9e9e", "#f4a261", "#8ecae6", "#2a9d8f", "#264653", "#e76f51", "#219ebc", "#d62828"),
+        ("#9e9e9e", "#f4a261", "#8ecae6", "#2a9d8f", "#264653", "#e9c46a", "#e76f51", "#219ebc", "#d62828"),
         strict=True,
     )
 )

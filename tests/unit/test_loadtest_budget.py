@@ -23,6 +23,7 @@ from loadtest.experiments.budget import (
     REMAINDER,
     STUB,
     TOLERANCE,
+    WRAPPER,
     Budget,
     from_record,
 )
@@ -86,7 +87,7 @@ def test_an_ensembles_own_compute_counters_are_its_steps_and_are_not_counted_aga
     assert own == sum(delta(run, step, "compute_infer")[0] for step in steps), "Triton sums them"
     budget = from_record(run)
     assert {p.step for p in budget.parts if p.step} == set(steps), "the ensemble itself is no step"
-    computed = sum(p.ms for p in budget.parts if p.kind in (COMPUTE, MODEL_CODE, STUB))
+    computed = sum(p.ms for p in budget.parts if p.kind in (COMPUTE, MODEL_CODE, WRAPPER, STUB))
     assert computed == pytest.approx(own / len(run["latencies_ms"]) / 1e6)
 
 
@@ -113,16 +114,18 @@ def test_a_step_without_statistics_is_missed_and_the_budget_says_so() -> None:
     assert "does not add up" in text and "the parts miss" in text and "**not accounted for**" in text
 
 
-def test_a_python_steps_compute_splits_into_its_own_code_and_the_stubs_share() -> None:
+def test_a_python_steps_compute_splits_into_its_code_the_batching_around_it_and_the_stubs_share() -> None:
     run = record("text_embedder_c1")
     budget = from_record(run)
     for step in run["steps"]:
         ns, requests = delta(run, step, "compute_infer")
-        timed = (
-            run["stub_after"][step]["model_ns"] - run["stub_before"].get(step, {"model_ns": 0})["model_ns"]
-        )
+        before = run["stub_before"].get(step, {"model_ns": 0, "execute_ns": 0})
+        timed = run["stub_after"][step]["model_ns"] - before["model_ns"]
+        executed = run["stub_after"][step]["execute_ns"] - before["execute_ns"]
         assert part(budget, step, MODEL_CODE) == pytest.approx(timed / requests / 1e6)
-        assert part(budget, step, MODEL_CODE) + part(budget, step, STUB) == pytest.approx(ns / requests / 1e6)
+        assert part(budget, step, WRAPPER) == pytest.approx((executed - timed) / requests / 1e6)
+        assert part(budget, step, STUB) == pytest.approx((ns - executed) / requests / 1e6)
+        assert part(budget, step, WRAPPER) > 0 and part(budget, step, STUB) > 0
 
 
 def test_timings_that_counted_other_requests_leave_the_compute_whole() -> None:
@@ -137,7 +140,7 @@ def test_a_server_without_timings_leaves_every_compute_whole_and_says_why() -> N
     run = record("image_classifier_c1")
     run["stub_before"] = run["stub_after"] = None
     budget = from_record(run)
-    assert not any(p.kind in (MODEL_CODE, STUB) for p in budget.parts)
+    assert not any(p.kind in (MODEL_CODE, WRAPPER, STUB) for p in budget.parts)
     assert any("PYBACKEND_TIMINGS_DIR" in note for note in budget.notes)
 
 
