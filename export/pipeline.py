@@ -19,6 +19,7 @@ the next file and the next model go on.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import tempfile
 import time
@@ -227,6 +228,7 @@ def export_file(
         inputs = input_fingerprint(description, kind, served, model_dir, options)
         if not options.force and is_up_to_date(destination, inputs):
             logger.info("%s is up to date", destination)
+            _refresh_batching(description, config, options.record_dir)
             options.progress.settle(served.model)
             return ExportResult(model=config.name, path=destination, written=False)
         return _write_file(
@@ -294,12 +296,7 @@ def _write_file(
             progress=options.progress,
         )
     record = selection.as_dict()
-    native = native_spec(description)
-    record["batching"] = batching_choice(
-        record,
-        max_batch_size=config.max_batch_size,
-        latency_budget_ms=native.dynamic_batching.latency_budget_ms if native else None,
-    )
+    record["batching"] = _batching(record, description, config)
     write_record(record, options.record_dir)
     if selection.served is None:
         return ExportResult(model=config.name, path=destination, written=False, failure=selection.failure)
@@ -359,6 +356,31 @@ def allowed_variants(variants: Sequence[Variant], description: ModelDescription)
     if left_out:
         logger.info("%s: variants not allowed by its description: %s", description.name, ", ".join(left_out))
     return allowed
+
+
+def _batching(record: dict, description: ModelDescription, config: ModelConfig) -> dict | None:
+    """What the record's batch-cost curve chooses for the batcher within the description's budget."""
+    native = native_spec(description)
+    return batching_choice(
+        record,
+        max_batch_size=config.max_batch_size,
+        latency_budget_ms=native.dynamic_batching.latency_budget_ms if native else None,
+    )
+
+
+def _refresh_batching(description: ModelDescription, config: ModelConfig, record_dir: Path) -> None:
+    """Choose again from the curve recorded when an up-to-date file was timed: the rule
+    (description/batching.py) may have changed since, and the curve is all it needs."""
+    path = record_dir / f"{config.name}.json"
+    if not path.is_file():
+        return
+    record = json.loads(path.read_text(encoding="utf-8"))
+    if not record.get("candidates"):
+        return
+    chosen = _batching(record, description, config)
+    if chosen != record.get("batching"):
+        record["batching"] = chosen
+        write_record(record, record_dir)
 
 
 def input_fingerprint(

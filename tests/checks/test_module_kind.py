@@ -6,6 +6,7 @@ machinery, variable axes and scripted control flow included."""
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 
 import numpy as np
@@ -276,6 +277,23 @@ def test_a_good_module_is_exported_to_both_formats_equal_to_eager_with_generated
     assert [r.selection.served for r in files] == ["onnx-fp32", "torchscript-fp32"]  # type: ignore[union-attr]
     assert all(r.parity is not None and r.parity.value <= 1e-5 for r in files)
     assert all(not r.written for r in _export(tmp_path, tmp_path / "toy.yaml"))  # up to date: nothing to do
+
+
+def test_an_up_to_date_file_has_its_batching_chosen_again_from_its_recorded_curve(tmp_path: Path) -> None:
+    batching = {"preferred_batch_sizes": [8], "max_queue_delay_us": 0, "latency_budget_ms": 100}
+    description = _project(
+        tmp_path, served=[{"model": "toy_onnx", "format": "onnx"}], dynamic_batching=batching
+    )
+    assert all(r.written for r in _export(tmp_path, description) if r.selection is not None)
+    path = tmp_path / "records" / "toy_onnx.json"
+    chosen = json.loads(path.read_text())["batching"]
+    assert chosen and chosen["preferred_batch_sizes"], chosen
+    # A record written under an earlier rule: the file is up to date, so it is not timed again.
+    stale = json.loads(path.read_text())
+    stale["batching"] = chosen | {"preferred_batch_sizes": [99], "reasons": {"preferred_batch_sizes": "old"}}
+    path.write_text(json.dumps(stale))
+    assert not any(r.written for r in _export(tmp_path, description))
+    assert json.loads(path.read_text())["batching"] == chosen
 
 
 def test_an_export_of_some_files_writes_those_and_leaves_the_descriptions_other_files_alone(
